@@ -1,0 +1,85 @@
+"""``b200c check FILE...``: validate, emit and compile each schedule for
+sm_100a, then print one row per schedule (stage, warps per role, threads,
+dynamic SMEM, TMEM columns, registers and spills from ptxas, SASS counts).
+Exit status 1 if any schedule fails to validate or compile, or spills."""
+from __future__ import annotations
+
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .errors import B200cError
+
+SASS_COLS = ("MUFU.EX2", "FMUL", "FSETP.GEU", "predicated", "LDL/STL", "UTC*MMA")
+
+
+def check_one(path: str, workdir: Path, sass: bool = True) -> dict:
+    """Check one schedule file; returns a row dict (``error`` set on failure)."""
+    from . import generate, load_schedule_file
+    from .codegen.plan import make_plan
+    from .nvcc import compile_cuda
+
+    row = {"file": path}
+    try:
+        s = load_schedule_file(path)
+        row.update(stage=s.blog_stage, name=s.name)
+        plan = make_plan(s)
+        roles = {}
+        for r in plan.roles:
+            roles[r.name] = roles.get(r.name, 0) + len(r.warps)
+        row["warps"] = " ".join(f"{k}:{v}" for k, v in roles.items())
+        row.update(threads=plan.threads, smem=plan.smem_bytes, tmem=plan.tmem_alloc_cols)
+        kernel = generate(s)
+        out = workdir / f"{Path(path).stem}.cubin"
+        res = compile_cuda(kernel.source, out, "cubin", "sm_100a")
+        row.update(res.resources())
+        if sass:
+            from .sass import count, disassemble
+
+            row.update(count(disassemble(out)))
+        if row.get("spill_bytes"):
+            row["error"] = f"{row['spill_bytes']} spill bytes"
+    except B200cError as e:
+        row["error"] = str(e)
+    return row
+
+
+def format_table(rows: list, sass: bool = True) -> str:
+    cols = [("stage", "stage"), ("name", "schedule"), ("warps", "warps per role"), ("threads", "threads"),
+            ("smem", "dyn SMEM B"), ("tmem", "TMEM cols"), ("registers", "regs"), ("spill_bytes", "spill B"),
+            ("stack_frame", "stack B")]
+    if sass:
+        cols += [(c, c) for c in SASS_COLS]
+    table = [[h for _, h in cols]]
+    for r in rows:
+        if "error" in r and "registers" not in r:
+            table.append([str(r.get("stage", "?")), r.get("name", r["file"]), "FAILED: " + r["error"]])
+            continue
+        line = [str(r.get(k, "")) for k, _ in cols]
+        if "error" in r:
+            line.append("FAILED: " + r["error"])
+        table.append(line)
+    widths = [max(len(t[i]) for t in table if i < len(t) and len(t) > 3) for i in range(len(cols))]
+    out = []
+    for t in table:
+        if len(t) == 3 and t[2].startswith("FAILED"):
+            out.append(f"{t[0]:>{widths[0]}}  {t[1]:<{widths[1]}}  {t[2]}")
+        else:
+            out.append("  ".join(c.rjust(widths[i]) if i not in (1, 2) else c.ljust(widths[i])
+                                 for i, c in enumerate(t[:len(cols)])) + ("  " + t[-1] if len(t) > len(cols) else ""))
+    return "\n".join(out)
+
+
+def check_files(files: list, sass: bool = True, jobs: int = 2) -> int:
+    """Check schedule files, print the table, return the exit status."""
+    with tempfile.TemporaryDirectory(prefix="b200c_check_") as d:
+        with ThreadPoolExecutor(max_workers=jobs) as ex:
+            rows = list(ex.map(lambda f: check_one(f, Path(d), sass), files))
+    print(format_table(rows, sass))
+    bad = [r for r in rows if "error" in r]
+    if bad:
+        print(f"{len(bad)} of {len(rows)} schedules failed", file=sys.stderr)
+        return 1
+    print(f"{len(rows)} schedules ok (sm_100a, 0 spill bytes)")
+    return 0

@@ -1,0 +1,281 @@
+// ---------------------------------------------------------------------------
+// b200c PTX helpers: one small inline function per instruction.
+// Sources: PTX ISA 9.0 (sections cited per helper) and ../shared/docs/sm100-facts.md.
+// The tcgen05 family, setmaxnreg and packed f32x2 math are replaced by the
+// software model in b200c_emulate.cuh when B200C_EMULATE is defined (sm_90a);
+// everything else (TMA, mbarrier, named barriers, elect.sync) is shared.
+// ---------------------------------------------------------------------------
+#ifndef B200C_PTX_CUH  // include guard: generated kernels inline this file, the emulation header includes it
+#define B200C_PTX_CUH
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stdio.h>  // device printf of the bounded waits (B200C_BOUNDED_WAIT)
+
+namespace b200c {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t warp_id() { return threadIdx.x >> 5; }
+__device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31; }
+
+// ---- mbarrier (PTX 9.7.13.15) ---------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+
+// Wait until the phase with parity `parity` of `bar` has completed.
+// `site` names the wait site (the generated file's WAIT_SITES table: role,
+// barrier) and `iter` the K/V iteration, reported by bounded waits.
+#ifdef B200C_BOUNDED_WAIT
+#ifndef B200C_WAIT_TIMEOUT_MS
+#define B200C_WAIT_TIMEOUT_MS 4000
+#endif
+struct HangReport {            // written to host-mapped memory before __trap()
+  int flag, site, parity, cta, iter, work, lane_thread, pad;
+};
+}  // namespace b200c
+// global scope (unmangled symbol) so the runtime finds it with cuModuleGetGlobal
+__device__ b200c::HangReport* b200c_hang_report;
+namespace b200c {
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, int work) {
+  HangReport* r = b200c_hang_report;
+  if (r != nullptr && atomicCAS(&r->flag, 0, 1) == 0) {
+    r->site = site; r->parity = (int)parity; r->cta = (int)blockIdx.x;
+    r->iter = iter; r->work = work; r->lane_thread = (int)threadIdx.x;
+    __threadfence_system();
+  }
+  printf("b200c: bounded wait timed out: site %d parity %u cta %d thread %d iter %d work %d\n",
+         site, parity, (int)blockIdx.x, (int)threadIdx.x, iter, work);
+  __trap();
+}
+#endif
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int site, int iter, int work = -1) {
+#ifdef B200C_BOUNDED_WAIT
+  uint64_t start = 0;
+  for (uint32_t spin = 0; !mbar_try_wait(bar, parity); ++spin) {
+    if ((spin & 1023u) == 1023u) {
+      const uint64_t now = globaltimer_ns();
+      if (start == 0) start = now;
+      else if (now - start > (uint64_t)B200C_WAIT_TIMEOUT_MS * 1000000ull) report_hang(site, parity, iter, work);
+    }
+  }
+#else
+  (void)site; (void)iter; (void)work;
+  while (!mbar_try_wait(bar, parity)) {
+  }
+#endif
+}
+
+// ---- named barriers (PTX 9.7.13.1); id 0 is __syncthreads ------------------
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- elect.sync (PTX 9.7.13.x): one lane of a converged warp ---------------
+__device__ __forceinline__ bool elect_one() {
+  uint32_t pred;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "elect.sync _|p, 0xffffffff;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(pred));
+  return pred != 0;
+}
+
+// ---- TMA (PTX 9.7.9.25.5.2) ------------------------------------------------
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// generic-proxy SMEM writes -> async proxy (MMA reads P from SMEM), PTX 9.7.16.6.5
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// ---- SMEM matrix descriptor for tcgen05.mma (PTX 9.7.16.4.1, facts §3) -----
+// bits 0-13 start>>4, 16-29 LBO>>4, 32-45 SBO>>4, 46 fixed 1, 61-63 swizzle
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t swizzle) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 46) | ((uint64_t)(swizzle & 7u) << 61);
+}
+
+// ---- math ------------------------------------------------------------------
+__device__ __forceinline__ float ex2_approx_ftz(float x) {   // PTX 9.7.3.21
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// pack (lo, hi) into bf16x2: cvt.rn.bf16x2.f32 d, a, b puts a in the upper half
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+}  // namespace b200c
+
+#ifdef B200C_EMULATE
+#include "b200c_emulate.cuh"
+#else
+namespace b200c {
+constexpr int kEmulatorThreads = 0;
+
+// ---- packed FP32 pairs (PTX 9.7.3, sm_100+) ------------------------------
+__device__ __forceinline__ float2 fma_f32x2(float2 a, float2 b, float2 c) {
+  uint64_t d;
+  asm("fma.rn.f32x2 %0, %1, %2, %3;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)),
+        "l"(*reinterpret_cast<uint64_t*>(&c)));
+  return *reinterpret_cast<float2*>(&d);
+}
+__device__ __forceinline__ float2 add_f32x2(float2 a, float2 b) {
+  uint64_t d;
+  asm("add.rn.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+
+// ---- register reconfiguration (PTX 9.7.19.5), per warpgroup ---------------
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+// ---- TMEM allocation (PTX 9.7.16.7.1): one whole warp ----------------------
+__device__ __forceinline__ void tmem_alloc(uint32_t slot, uint32_t ncols) {
+  asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;" ::"r"(slot), "r"(ncols)
+               : "memory");
+}
+__device__ __forceinline__ void tmem_relinquish_alloc_permit() {
+  asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void tmem_dealloc(uint32_t taddr, uint32_t ncols) {
+  asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" ::"r"(taddr), "r"(ncols) : "memory");
+}
+
+// ---- tcgen05.mma kind::f16, cta_group::1 (PTX 9.7.16.10.9) ----------------
+// D[tmem] (+)= A[smem desc] . B[smem desc]
+__device__ __forceinline__ void tcgen05_mma_ss(uint32_t d_tmem, uint64_t a_desc, uint64_t b_desc,
+                                               uint32_t idesc, uint32_t accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.b32 p, %4, 0;\n\t"
+      "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n\t}" ::"r"(d_tmem),
+      "l"(a_desc), "l"(b_desc), "r"(idesc), "r"(accumulate)
+      : "memory");
+}
+// D[tmem] (+)= A[tmem] . B[smem desc]
+__device__ __forceinline__ void tcgen05_mma_ts(uint32_t d_tmem, uint32_t a_tmem, uint64_t b_desc,
+                                               uint32_t idesc, uint32_t accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.b32 p, %4, 0;\n\t"
+      "tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2, %3, p;\n\t}" ::"r"(d_tmem),
+      "r"(a_tmem), "l"(b_desc), "r"(idesc), "r"(accumulate)
+      : "memory");
+}
+// arrive once on `bar` when every earlier tcgen05 op of this thread completes (PTX 9.7.16.12.1)
+__device__ __forceinline__ void tcgen05_commit(uint32_t bar) {
+  asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(bar)
+               : "memory");
+}
+// no MMA follows from this issuer (used by the emulator's engine; nothing on sm_100a)
+__device__ __forceinline__ void tcgen05_issue_end() {}
+
+// ---- tcgen05 fences and waits (PTX 9.7.16.11, 9.7.16.8.5) -----------------
+__device__ __forceinline__ void tcgen05_fence_before() {
+  asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
+}
+__device__ __forceinline__ void tcgen05_fence_after() {
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+}
+__device__ __forceinline__ void tmem_wait_ld() { asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void tmem_wait_st() { asm volatile("tcgen05.wait::st.sync.aligned;" ::: "memory"); }
+
+// ---- TMEM <-> registers, shape 32x32b: lane t of the warp <-> TMEM lane
+// lane(taddr)+t, register j <-> column col(taddr)+j (PTX 9.7.16.8.3) ----------
+__device__ __forceinline__ void tmem_ld_x8(uint32_t taddr, float (&r)[8]) {
+  asm volatile("tcgen05.ld.sync.aligned.32x32b.x8.b32 {%0,%1,%2,%3,%4,%5,%6,%7}, [%8];"
+               : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3]), "=f"(r[4]), "=f"(r[5]), "=f"(r[6]), "=f"(r[7])
+               : "r"(taddr));
+}
+__device__ __forceinline__ void tmem_ld_x16(uint32_t taddr, float (&r)[16]) {
+  asm volatile(
+      "tcgen05.ld.sync.aligned.32x32b.x16.b32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, [%16];"
+      : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3]), "=f"(r[4]), "=f"(r[5]), "=f"(r[6]), "=f"(r[7]),
+        "=f"(r[8]), "=f"(r[9]), "=f"(r[10]), "=f"(r[11]), "=f"(r[12]), "=f"(r[13]), "=f"(r[14]), "=f"(r[15])
+      : "r"(taddr));
+}
+__device__ __forceinline__ void tmem_ld_x32(uint32_t taddr, float (&r)[32]) {
+  asm volatile(
+      "tcgen05.ld.sync.aligned.32x32b.x32.b32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, [%32];"
+      : "=f"(r[0]), "=f"(r[1]), "=f"(r[2]), "=f"(r[3]), "=f"(r[4]), "=f"(r[5]), "=f"(r[6]), "=f"(r[7]),
+        "=f"(r[8]), "=f"(r[9]), "=f"(r[10]), "=f"(r[11]), "=f"(r[12]), "=f"(r[13]), "=f"(r[14]), "=f"(r[15]),
+        "=f"(r[16]), "=f"(r[17]), "=f"(r[18]), "=f"(r[19]), "=f"(r[20]), "=f"(r[21]), "=f"(r[22]), "=f"(r[23]),
+        "=f"(r[24]), "=f"(r[25]), "=f"(r[26]), "=f"(r[27]), "=f"(r[28]), "=f"(r[29]), "=f"(r[30]), "=f"(r[31])
+      : "r"(taddr));
+}
+__device__ __forceinline__ void tmem_st_x8(uint32_t taddr, const uint32_t (&r)[8]) {
+  asm volatile("tcgen05.st.sync.aligned.32x32b.x8.b32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8};" ::"r"(taddr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7])
+               : "memory");
+}
+}  // namespace b200c
+#endif  // B200C_EMULATE
+
+namespace b200c {
+// ---- software exp2 of a pair on the FMA pipes (blog ch.9 and its appendix) --
+// 2^x = 2^floor(x) * 2^frac(x); 2^frac by a cubic ((c3 f + c2) f + c1) f + 1
+// (coefficients from the blog), 2^floor(x) added to the exponent bits.
+// Inputs below -127 flush to 0 like ex2.approx.ftz.
+__device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
+  x.x = fmaxf(x.x, -127.f);
+  x.y = fmaxf(x.y, -127.f);
+  const float2 fl = make_float2(floorf(x.x), floorf(x.y));
+  const float2 f = add_f32x2(x, make_float2(-fl.x, -fl.y));
+  float2 p = fma_f32x2(make_float2(0.077f, 0.077f), f, make_float2(0.227f, 0.227f));
+  p = fma_f32x2(p, f, make_float2(0.695f, 0.695f));
+  p = fma_f32x2(p, f, make_float2(1.f, 1.f));
+  return make_float2(__int_as_float(__float_as_int(p.x) + (static_cast<int>(fl.x) << 23)),
+                     __int_as_float(__float_as_int(p.y) + (static_cast<int>(fl.y) << 23)));
+}
+}  // namespace b200c
+#endif  // B200C_PTX_CUH

@@ -1,0 +1,105 @@
+"""What the host needs to launch a generated kernel (plain data, JSON-able).
+
+Every generated kernel has the same entry point (also documented at the top of
+each generated file)::
+
+    extern "C" __global__ void b200c_attention(
+        const __grid_constant__ CUtensorMap tmap_q,  // Q, BF16, dims {D, S_q, H, B}
+        const __grid_constant__ CUtensorMap tmap_k,  // K, BF16, dims {D, S_kv, H, B}
+        const __grid_constant__ CUtensorMap tmap_v,  // V, BF16, dims {D, S_kv, H, B}
+        __nv_bfloat16* out,                          // O, BF16, same logical shape as Q
+        int64_t out_stride_b, int64_t out_stride_h, int64_t out_stride_s,  // elements
+        int batch, int heads, int seq_q, int seq_kv,
+        float softmax_scale);                        // natural-log units (1/sqrt(D) by default)
+
+Tensor maps (cuTensorMapEncodeTiled, sm100-facts.md §6): rank 4, BF16,
+``globalDim = {D, S, H, B}``, ``globalStrides`` = the tensor's S, H, B strides
+in bytes (so (B,H,S,D) and (B,S,H,D) layouts both work without copies),
+``boxDim = {tma_box_inner, tma_box_rows, 1, 1}``, element strides 1, no
+interleave, ``tma_swizzle``, ``tma_l2_promotion``, out-of-bounds fill zero
+(rows of a Q tile past ``seq_q`` load as zeros and are not stored).
+
+Grid: one CTA per work item (``q_stages`` consecutive Q tiles of one batch and
+head) or, when ``persistent``, min(work items, SM count) CTAs striding over
+work items. Block: ``threads`` (+32 for the emulator warp of the emulation
+target). Dynamic SMEM: ``dynamic_smem_bytes``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+KERNEL_NAME = "b200c_attention"
+EMULATOR_THREADS = 32  # the emulation target's extra MMA-engine warp
+
+
+@dataclass(frozen=True)
+class WaitSite:
+    """One bounded-wait site: the id passed to ``mbar_wait`` and what it is."""
+
+    id: int
+    role: str
+    barrier: str
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """Launch configuration of one generated kernel.
+
+    Attributes:
+        name: schedule name.
+        threads: threads per CTA of the warp roles (emulation adds 32).
+        dynamic_smem_bytes: dynamic SMEM per CTA in bytes (native target).
+        tmem_cols: TMEM columns allocated per CTA.
+        q_stages: Q tiles per work item.
+        block_m, block_n, head_dim: tile shape (128, 128, 128).
+        persistent: grid-stride persistent kernel (grid = #SMs).
+        tma_box_inner: inner TMA box in elements (8 unswizzled, 64 for SW128).
+        tma_box_rows: rows per TMA box (128).
+        tma_swizzle: ``"none"`` or ``"128B"``.
+        tma_l2_promotion: ``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
+        wait_sites: the bounded-wait sites, for naming a hang.
+    """
+
+    name: str
+    threads: int
+    dynamic_smem_bytes: int
+    tmem_cols: int
+    q_stages: int
+    block_m: int
+    block_n: int
+    head_dim: int
+    persistent: bool
+    tma_box_inner: int
+    tma_box_rows: int
+    tma_swizzle: str
+    tma_l2_promotion: str
+    wait_sites: tuple = ()
+
+    def num_work_items(self, batch: int, heads: int, seq_q: int) -> int:
+        """Work items for a problem: B * H * ceil(ceil(S_q / block_m) / q_stages)."""
+        q_tiles = -(-seq_q // self.block_m)
+        return batch * heads * (-(-q_tiles // self.q_stages))
+
+    def grid(self, batch: int, heads: int, seq_q: int, num_sms: int) -> int:
+        """CTAs to launch: one per work item, or min(work items, SMs) if persistent."""
+        n = self.num_work_items(batch, heads, seq_q)
+        return min(n, num_sms) if self.persistent else n
+
+    def site(self, site_id: int) -> WaitSite | None:
+        """The wait site with this id, if any."""
+        for s in self.wait_sites:
+            if s.id == site_id:
+                return s
+        return None
+
+    def to_json(self) -> str:
+        """JSON text (stored next to cached cubins)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "LaunchInfo":
+        """Inverse of :meth:`to_json`."""
+        d = json.loads(text)
+        d["wait_sites"] = tuple(WaitSite(**w) for w in d.get("wait_sites", ()))
+        return cls(**d)

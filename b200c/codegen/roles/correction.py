@@ -1,0 +1,47 @@
+"""Role ``correction`` (blog ch.12-14): four warps shared by all Q stages.
+
+Per K/V tile and Q stage: wait for the softmax warps' published rescale
+factors, rescale O once the previous PV completed (skipped when no row of the
+warp changed), then arrive "O safe" on the barrier PV waits on. After the
+last tile: normalize O by the published rowsum and store it (epilogue).
+"""
+from __future__ import annotations
+
+from ..ir import Arrive, Comment, Epilogue, If, Loop, PhaseDecl, RescaleO, RoleIR, Wait, WorkLoop
+from .common import setmaxnreg
+
+
+def build(lw) -> RoleIR:
+    s = lw.s
+    name = "correction"
+    role = next(r for r in lw.plan.roles if r.name == "correction")
+    o_safe = "p_hi_ready" if s.early_pv_cols else "p_ready"
+    per_tile = []
+    for q in range(s.q_stages):
+        p = lw.softmax_params(str(q))
+        per_tile += [
+            Wait("stats_ready", str(q), lw.phase("stats_ph", str(q), s.q_stages), lw.site(name, "stats_ready"), "j"),
+            If("j > 0", (
+                Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), s.q_stages), lw.site(name, "pv_done"), "j",
+                     fence_after=True),
+                RescaleO(p, "smem", skip_unit=True),
+            )),
+            Arrive(o_safe, str(q), by="warp", fence_before=True),
+        ]
+    final = []
+    for q in range(s.q_stages):
+        p = lw.softmax_params(str(q))
+        final += [
+            Wait("stats_ready", str(q), lw.phase("stats_ph", str(q), s.q_stages), lw.site(name, "stats_ready"), "c.n_kv"),
+            Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), s.q_stages), lw.site(name, "pv_done"), "c.n_kv",
+                 fence_after=True),
+            Epilogue(p, "smem"),
+        ]
+    body = (
+        *setmaxnreg(lw, role.regs),
+        Comment("blog ch.12: O correction split from softmax; also the epilogue"),
+        PhaseDecl("stats_ph", s.q_stages, 0, lw.storage(s.q_stages)),
+        PhaseDecl("pv_done_ph", s.q_stages, 0, lw.storage(s.q_stages)),
+        WorkLoop(s.persistent, (Loop("j", "0", "c.n_kv", tuple(per_tile), "K/V tiles"), *final)),
+    )
+    return RoleIR(name, role.warps, body, regs=role.regs, blog="ch.12-14")

@@ -1,0 +1,58 @@
+"""Role ``cta`` (blog stages 1-3): four warps do everything.
+
+Thread 0 issues every TMA load and MMA; all 128 threads wait on each hand-off
+(load -> QK -> softmax -> PV -> next load), and a named barrier publishes P.
+"""
+from __future__ import annotations
+
+from ...dsl.resources import TILE_BYTES
+from ..ir import (Arrive, Comment, Commit, CtaSync, Decl, Epilogue, If, IssueEnd, Loop, MmaPV, MmaQK,
+                  PhaseDecl, RescaleO, RoleIR, Single, SoftmaxP, SoftmaxRebase, SoftmaxRowmax,
+                  TmaLoadTile, Wait, WorkLoop)
+
+
+def build(lw) -> RoleIR:
+    s = lw.s
+    p = lw.softmax_params("0")
+    name = "cta"
+    ph = {b: lw.phase(f"{b}_ph") for b in ("q_full", "kv_full", "s_full", "pv_done")}
+    pv = (MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, 8, "j > 0", p_col="TMEM_P(0)")
+          if s.p_storage == "tmem" else
+          MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, 8, "j > 0", p_buf="SMEM_KV"))
+    kv_loop = (
+        Comment("load K(j) and V(j) into the one K/V slot (blog ch.1: wait on every hand-off)"),
+        Single("thread0", (
+            Arrive("kv_full", by="thread", tx_bytes="2 * TILE_BYTES"),
+            TmaLoadTile("k", "SMEM_KV", "j * BLOCK_N", "kv_full"),
+            TmaLoadTile("v", "SMEM_KV + TILE_BYTES", "j * BLOCK_N", "kv_full"),
+        )),
+        Wait("kv_full", None, ph["kv_full"], lw.site(name, "kv_full"), "j", fence_after=True),
+        Comment("S = Q K(j)^T"),
+        Single("thread0", (MmaQK(0, "TMEM_S(0)", "SMEM_Q", "SMEM_KV"), Commit("s_full"))),
+        Wait("s_full", None, ph["s_full"], lw.site(name, "s_full"), "j", fence_after=True),
+        SoftmaxRowmax(p),
+        SoftmaxRebase(p),
+        If("j > 0", (RescaleO(p, "reg", skip_unit=s.rescale_threshold is not None),)),
+        SoftmaxP(p),
+        CtaSync(128, proxy_fence=s.p_storage == "smem"),
+        Comment("O += P V(j)"),
+        Single("thread0", (pv, Commit("pv_done"))),
+        Wait("pv_done", None, ph["pv_done"], lw.site(name, "pv_done"), "j", fence_after=True),
+    )
+    body = (
+        Comment("blog ch.1: 4 warps, thread 0 issues TMA and MMA, everyone waits on every hand-off"),
+        *(PhaseDecl(f"{b}_ph", 1, 0, "scalar") for b in ("q_full", "kv_full", "s_full", "pv_done")),
+        WorkLoop(False, (
+            Decl("float", "row_max", "-INFINITY"),
+            Decl("float", "row_sum", "0.f"),
+            Single("thread0", (
+                Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),
+                TmaLoadTile("q", "SMEM_Q", "w.q_tile * BLOCK_M", "q_full"),
+            )),
+            Wait("q_full", None, ph["q_full"], lw.site(name, "q_full"), "-1"),
+            Loop("j", "0", "c.n_kv", kv_loop, "K/V tiles"),
+            Epilogue(p, "reg"),
+        )),
+        Single("thread0", (IssueEnd(),)),
+    )
+    return RoleIR(name, (0, 1, 2, 3), body, blog="ch.1-3 (P storage ch.2, swizzle ch.3)")

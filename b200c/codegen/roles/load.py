@@ -1,0 +1,57 @@
+"""Role ``load`` (blog ch.4, 6, 14, minor 17): one warp, an elected lane
+issues every TMA.
+
+Q tiles once per work item (after ``q_free`` when persistent, ch.14); then
+K/V tokens in consumption order, each into ring slot ``token % KV_STAGES``
+after the slot's previous token was released by its last consumer
+(``kv_empty``, ch.6). Paired tokens load K(j) and V(j) into one slot.
+"""
+from __future__ import annotations
+
+from ..ir import (Arrive, Assign, Comment, Decl, Loop, PhaseDecl, RoleIR, Scope, Single, TmaLoadTile,
+                  Wait, WorkLoop)
+from .common import q_buf, setmaxnreg
+
+
+def _token(lw, tensors, note):
+    s = lw.s
+    name = "load"
+    tx = "2 * TILE_BYTES" if len(tensors) == 2 else "TILE_BYTES"
+    loads = []
+    for n, t in enumerate(tensors):
+        dst = "SMEM_KV + slot * KV_SLOT_BYTES" + (" + TILE_BYTES" if n == 1 else "")
+        loads.append(TmaLoadTile(t, dst, "j * BLOCK_N", "kv_full", "slot"))
+    return Scope(note, (
+        Decl("const uint32_t", "slot", "kv_token % KV_STAGES"),
+        Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", s.kv_stages), lw.site(name, "kv_empty"), "j"),
+        Single("elect", (Arrive("kv_full", "slot", by="thread", tx_bytes=tx), *loads)),
+        Assign("kv_token", "kv_token + 1"),
+    ))
+
+
+def build(lw) -> RoleIR:
+    s = lw.s
+    name = "load"
+    role = next(r for r in lw.plan.roles if r.name == "load")
+    if s.kv_tokens == "paired":
+        tokens = (_token(lw, ("k", "v"), "K/V(j): K and V share one slot"),)
+    else:
+        tokens = (_token(lw, ("k",), "token K(j) (blog ch.6)"), _token(lw, ("v",), "token V(j)"))
+    q_loads = tuple(TmaLoadTile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M", "q_full") for q in range(s.q_stages))
+    item = []
+    if s.persistent:
+        item.append(Comment("blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed"))
+        item.append(Wait("q_free", None, lw.phase("q_free_ph"), lw.site(name, "q_free"), "-1", fence_after=False))
+    item += [
+        Single("elect", (Arrive("q_full", by="thread", tx_bytes=f"{s.q_stages} * TILE_BYTES"), *q_loads)),
+        Loop("j", "0", "c.n_kv", tokens, "K/V tokens in consumption order"),
+    ]
+    body = [
+        *setmaxnreg(lw, role.regs),
+        Comment("blog ch.4: one load warp; ch.6: K/V ring of KV_STAGES slots"),
+        PhaseDecl("kv_empty_ph", s.kv_stages, 1, lw.storage(s.kv_stages)),
+    ]
+    if s.persistent:
+        body.append(PhaseDecl("q_free_ph", 1, 1, "scalar"))
+    body += [Decl("uint32_t", "kv_token", "0"), WorkLoop(s.persistent, tuple(item))]
+    return RoleIR(name, role.warps, tuple(body), regs=role.regs, blog="ch.4, ch.6 (ring), ch.14 (q_free), minor 17")

@@ -1,0 +1,94 @@
+"""Role ``mma`` (blog ch.4, 5, 6, 7, 12, 13, 14, minor 17): one warp, an
+elected lane issues every tcgen05.mma and commit.
+
+The steady-state K/V iteration follows the schedule's issue order (ch.7); the
+prologue peels the QKs that run one tile ahead and the epilogue drains the
+last PVs. Each K/V token is waited on by its first consumer and released
+(``kv_empty``) by its last one (ch.6); the last QK of a work item releases Q
+(``q_free``, ch.14). Early PV (ch.13) splits each PV into the high P columns
+(after ``p_hi_ready``) and the low ones (after ``p_lo_ready``).
+"""
+from __future__ import annotations
+
+from ..ir import (Assign, Comment, Commit, Decl, If, IssueEnd, Loop, MmaPV, MmaQK, PhaseDecl, RoleIR,
+                  Scope, Single, Wait, WorkLoop)
+from .common import q_buf, setmaxnreg
+
+
+def _step(lw, order, st, j: str):
+    s = lw.s
+    name = "mma"
+    q = st.q
+    nodes = []
+    if s.kv_tokens == "paired":
+        tok = f"kv_base + ({j})"
+        buf = "SMEM_KV + slot * KV_SLOT_BYTES" + (" + TILE_BYTES" if st.kind == "PV" else "")
+    else:
+        tok = f"kv_base + 2 * ({j})" + (" + 1" if st.kind == "PV" else "")
+        buf = "SMEM_KV + slot * KV_SLOT_BYTES"
+    nodes.append(Decl("const uint32_t", "slot", f"({tok}) % KV_STAGES"))
+    if order.is_first_consumer(st):
+        nodes.append(Wait("kv_full", "slot", lw.phase("kv_full_ph", "slot", s.kv_stages),
+                          lw.site(name, "kv_full"), j, fence_after=True))
+    release = (Commit("kv_empty", "slot"),) if order.is_last_consumer(st) else ()
+    if st.kind == "QK":
+        issue = [MmaQK(q, f"TMEM_S({q})", q_buf(q), buf), Commit("s_full", str(q)), *release]
+        if s.persistent and order.is_last_qk(st):
+            issue.append(If(f"({j}) == c.n_kv - 1", (Commit("q_free"),)))
+        nodes.append(Single("elect", tuple(issue)))
+        note = f"{st.symbolic}: S{q} = Q{q} K({j})^T"
+    else:
+        pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", buf, lo, hi, acc, p_col=f"TMEM_P({q})")
+        if s.early_pv_cols:
+            k_split = (128 - s.early_pv_cols) // 16
+            nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), s.q_stages),
+                              lw.site(name, "p_hi_ready"), j, fence_after=True))
+            nodes.append(Comment(f"blog ch.13: PV on the {s.early_pv_cols} high P columns published first"))
+            nodes.append(Single("elect", (pv(k_split, 8, f"({j}) > 0"),)))
+            nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), s.q_stages),
+                              lw.site(name, "p_lo_ready"), j, fence_after=True))
+            nodes.append(Single("elect", (pv(0, k_split, "1"), Commit("pv_done", str(q)), *release)))
+        else:
+            nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), s.q_stages),
+                              lw.site(name, "p_ready"), j, fence_after=True))
+            nodes.append(Single("elect", (pv(0, 8, f"({j}) > 0"), Commit("pv_done", str(q)), *release)))
+        note = f"{st.symbolic}: O{q} += P{q} V({j})"
+    return Scope(note, tuple(nodes))
+
+
+def build(lw) -> RoleIR:
+    s = lw.s
+    name = "mma"
+    role = next(r for r in lw.plan.roles if r.name == "mma")
+    order = lw.plan.issue
+    tokens_per_tile = 1 if s.kv_tokens == "paired" else 2
+    item = [Wait("q_full", None, lw.phase("q_full_ph"), lw.site(name, "q_full"), "-1", fence_after=True)]
+    if order.lead:
+        item.append(Comment("prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead"))
+        item += [_step(lw, order, st, "0") for st in order.prologue()]
+        steady = tuple(_step(lw, order, st, f"i + {st.offset}" if st.offset else "i") for st in order.steps)
+        item.append(Loop("i", "0", f"c.n_kv - {order.lead}", steady,
+                         "steady state: " + " ".join(st.symbolic for st in order.steps)))
+        item.append(Comment("epilogue (blog ch.7): drain the PVs of the last K/V tile"))
+        item += [_step(lw, order, st, "c.n_kv - 1") for st in order.epilogue()]
+    else:
+        steady = tuple(_step(lw, order, st, "i") for st in order.steps)
+        item.append(Loop("i", "0", "c.n_kv", steady, " ".join(st.symbolic for st in order.steps)))
+    item.append(Assign("kv_base", f"kv_base + {tokens_per_tile} * c.n_kv"))
+    p_var = "p_hi_ph" if s.early_pv_cols else "p_ready_ph"
+    body = [
+        *setmaxnreg(lw, role.regs),
+        Comment("blog ch.4: one MMA warp; an elected lane issues tcgen05.mma and tcgen05.commit"),
+        PhaseDecl("q_full_ph", 1, 0, "scalar"),
+        PhaseDecl("kv_full_ph", s.kv_stages, 0, lw.storage(s.kv_stages)),
+        PhaseDecl(p_var, s.q_stages, 0, lw.storage(s.q_stages)),
+    ]
+    if s.early_pv_cols:
+        body.append(PhaseDecl("p_lo_ph", s.q_stages, 0, lw.storage(s.q_stages)))
+    body += [
+        Decl("uint32_t", "kv_base", "0"),
+        WorkLoop(s.persistent, tuple(item)),
+        Single("elect", (IssueEnd(),)),
+    ]
+    return RoleIR(name, role.warps, tuple(body), regs=role.regs,
+                  blog="ch.4, 5, 6, 7 (issue order), 13 (early PV), 14 (q_free), minor 17")

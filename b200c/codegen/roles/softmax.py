@@ -1,0 +1,60 @@
+"""Role ``softmax`` (blog ch.1-2, 4-5, 8-13, minor 15-16): four warps per Q
+stage, one TMEM lane (row) per thread.
+
+Per K/V tile: wait S, rowmax pass (register cache of the high S columns,
+ch.10), rebase rowmax/rowsum (threshold, ch.11), then either rescale O here
+(after the previous PV completed) or publish the factor to the correction
+warps (ch.12), produce P (exp2 ch.8, software exp2 ch.9, high-to-low ch.10,
+early-published high columns ch.13) and signal the MMA warp.
+"""
+from __future__ import annotations
+
+from ..ir import (Arrive, Comment, Decl, Epilogue, If, Loop, PhaseDecl, RescaleO, RoleIR, SoftmaxP,
+                  SoftmaxRebase, SoftmaxRowmax, StoreStats, Wait, WorkLoop)
+from .common import setmaxnreg
+
+
+def build(lw) -> RoleIR:
+    s = lw.s
+    name = "softmax"
+    roles = [r for r in lw.plan.roles if r.name == "softmax"]
+    p = lw.softmax_params("Q")
+    tile = [
+        Wait("s_full", "Q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
+        SoftmaxRowmax(p),
+        SoftmaxRebase(p),
+    ]
+    if s.correction_warps:
+        tile += [Comment("blog ch.12: the correction warps rescale O with the published factor"),
+                 StoreStats("Q", "scale"), Arrive("stats_ready", "Q", by="warp")]
+    else:
+        tile.append(If("j > 0", (
+            Wait("pv_done", "Q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "j", fence_after=True),
+            RescaleO(p, "reg", skip_unit=s.rescale_threshold is not None),
+        )))
+    if s.early_pv_cols:
+        split = 128 - s.early_pv_cols
+        tile += [SoftmaxP(p, "hi", (split, 128)), Arrive("p_hi_ready", "Q", by="warp", fence_before=True),
+                 SoftmaxP(p, "lo", (0, split)), Arrive("p_lo_ready", "Q", by="warp", fence_before=True)]
+    else:
+        tile += [SoftmaxP(p), Arrive("p_ready", "Q", by="warp", fence_before=True)]
+    item = [
+        Decl("float", "row_max", "-INFINITY"),
+        Decl("float", "row_sum", "0.f"),
+    ]
+    if s.s_cache_cols:
+        item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
+    item.append(Loop("j", "0", "c.n_kv", tuple(tile), "K/V tiles"))
+    if s.correction_warps:
+        item += [StoreStats("Q", "rowsum"), Arrive("stats_ready", "Q", by="warp")]
+    else:
+        item += [Wait("pv_done", "Q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "c.n_kv", fence_after=True),
+                 Epilogue(p, "reg")]
+    body = [*setmaxnreg(lw, roles[0].regs),
+            Comment("one thread per row of S/P/O; Q is this warpgroup's Q stage (template parameter)"),
+            PhaseDecl("s_full_ph", 1, 0, "scalar")]
+    if not s.correction_warps:
+        body.append(PhaseDecl("pv_done_ph", 1, 0, "scalar"))
+    body.append(WorkLoop(s.persistent, tuple(item)))
+    return RoleIR(name, roles[0].warps, tuple(body), instances=tuple((r.q_stage, r.warps) for r in roles),
+                  regs=roles[0].regs, blog="ch.1-2, 5, 8-13, minor 15-16")

@@ -1,0 +1,269 @@
+"""The MMA warp's issue order: parsing, dependency checks, prologue/epilogue.
+
+Blog chapter 7: the steady state of the K/V loop is a short list of MMA steps,
+``QqK(i+d)`` (S_q = Q_q K(i+d)^T) and ``PqV(i+d)`` (O_q += P_q V(i+d)). The
+compiler peels the first QKs into a prologue and drains the last PVs in an
+epilogue, and rejects any order that breaks a dependency:
+
+* PV(j) before softmax can have produced P(j) (its QK(j) comes later);
+* QK(j) overwriting S/P of its Q stage while PV(j-1) is still pending;
+* a step needing a K/V token that cannot be loaded because its ring slot is
+  refilled only after the last consumer of the previous token, issued later.
+
+The grammar is ``issue_order.lark`` (parsed with lark).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import lark
+
+from ..errors import IssueOrderError
+
+_GRAMMAR = Path(__file__).with_name("issue_order.lark").read_text()
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    return lark.Lark(_GRAMMAR, parser="lalr")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One MMA step of the steady-state iteration ``i``.
+
+    Attributes:
+        kind: ``"QK"`` or ``"PV"``.
+        q: Q stage.
+        offset: the step works on K/V tile ``j = i + offset`` (normalized so
+            the smallest offset of the order is 0).
+        source: the step as the user wrote it, for messages.
+    """
+
+    kind: str
+    q: int
+    offset: int
+    source: str
+
+    def at(self, j: int) -> str:
+        """The step on concrete K/V tile j, e.g. ``Q0K(3)``."""
+        return f"Q{self.q}K({j})" if self.kind == "QK" else f"P{self.q}V({j})"
+
+    @property
+    def symbolic(self) -> str:
+        """The step with a normalized symbolic index, e.g. ``Q0K(i+1)``."""
+        idx = "i" if self.offset == 0 else f"i+{self.offset}"
+        return f"Q{self.q}K({idx})" if self.kind == "QK" else f"P{self.q}V({idx})"
+
+
+@dataclass(frozen=True)
+class IssueOrder:
+    """A checked issue order with its derived structure.
+
+    Attributes:
+        text: the order as written.
+        steps: steady-state steps in issue order.
+        lead: largest offset (0: no prologue/epilogue; 1: QK one iteration
+            ahead of PV, blog ch.7).
+        kv_tokens / kv_stages: the K/V ring the order was checked against.
+    """
+
+    text: str
+    steps: tuple
+    lead: int
+    kv_tokens: str
+    kv_stages: int
+
+    def prologue(self) -> tuple:
+        """Steps issued before the loop, all on K/V tile 0 (``lead`` == 1)."""
+        return tuple(s for s in self.steps if s.offset == 1) if self.lead else ()
+
+    def epilogue(self) -> tuple:
+        """Steps issued after the loop, all on the last K/V tile."""
+        return tuple(s for s in self.steps if s.offset == 0) if self.lead else ()
+
+    def _rank(self, s: Step) -> tuple:
+        # execution rank of step s for one tile j: iteration j - offset, then position
+        return (-s.offset, self.steps.index(s))
+
+    def consumers(self, token: str) -> tuple:
+        """Steps reading token kind ``"K"``, ``"V"`` or ``"KV"`` (paired)."""
+        if token == "KV":
+            return self.steps
+        return tuple(s for s in self.steps if s.kind == ("QK" if token == "K" else "PV"))
+
+    def token_of(self, s: Step) -> str:
+        """Token kind a step reads: ``K``/``V`` (separate) or ``KV`` (paired)."""
+        if self.kv_tokens == "paired":
+            return "KV"
+        return "K" if s.kind == "QK" else "V"
+
+    def is_first_consumer(self, s: Step) -> bool:
+        """Whether ``s`` is the first reader of its token (waits ``kv_full``)."""
+        return min(self.consumers(self.token_of(s)), key=self._rank) == s
+
+    def is_last_consumer(self, s: Step) -> bool:
+        """Whether ``s`` is the last reader of its token (commits ``kv_empty``)."""
+        return max(self.consumers(self.token_of(s)), key=self._rank) == s
+
+    def is_last_qk(self, s: Step) -> bool:
+        """Whether ``s`` is the last QK of a K/V tile (releases Q on the last tile)."""
+        return s.kind == "QK" and max(self.consumers("K"), key=self._rank) == s
+
+    def unrolled(self, n: int) -> list:
+        """The full MMA sequence for ``n`` K/V tiles: list of (step, j)."""
+        seq = []
+        for i in range(-self.lead, n):
+            for s in self.steps:
+                j = i + s.offset
+                if 0 <= j < n:
+                    seq.append((s, j))
+        return seq
+
+
+def default_order(q_stages: int) -> str:
+    """The non-pipelined order of blog ch.5: all QKs of tile i, then all PVs."""
+    return " ".join([f"Q{q}K(i)" for q in range(q_stages)] + [f"P{q}V(i)" for q in range(q_stages)])
+
+
+def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int) -> IssueOrder:
+    """Parse and check an issue order against the schedule's stages and ring.
+
+    Args:
+        text: e.g. ``"P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)"``.
+        q_stages: Q stages of the schedule.
+        kv_tokens: ``"paired"`` or ``"separate"``.
+        kv_stages: ring slots.
+
+    Raises:
+        IssueOrderError: syntax error, unknown or missing stage, duplicate
+            step, lead over one iteration, or a broken dependency; the message
+            names the offending step.
+    """
+    try:
+        tree = _parser().parse(text)
+    except lark.exceptions.UnexpectedInput as e:
+        col = getattr(e, "column", "?")
+        raise IssueOrderError(
+            f"issue order {text!r} does not parse at column {col}: steps look like "
+            f"'Q0K(i)', 'P1V(i+1)' (QqK = S_q = Q_q K^T, PqV = O_q += P_q V)"
+        ) from None
+    raw = []
+    for node in tree.children:
+        q = int(node.children[0])
+        idx = node.children[1].children
+        off = 0
+        if idx:
+            off = int(idx[1]) * (1 if str(idx[0]) == "+" else -1)
+        kind = "QK" if node.data == "qk" else "PV"
+        sign = "" if off == 0 else (f"+{off}" if off > 0 else str(off))
+        src = f"Q{q}K(i{sign})" if kind == "QK" else f"P{q}V(i{sign})"
+        raw.append((kind, q, off, src))
+
+    for kind, q, _, src in raw:
+        if q >= q_stages:
+            raise IssueOrderError(
+                f"issue order step {src} names Q stage {q}, but the schedule has "
+                f"q_stages={q_stages} (stages 0..{q_stages - 1})"
+            )
+    seen = {}
+    for kind, q, _, src in raw:
+        key = (kind, q)
+        if key in seen:
+            raise IssueOrderError(
+                f"issue order step {src} repeats {seen[key]}: each Q stage issues exactly one QK "
+                f"and one PV per K/V iteration"
+            )
+        seen[key] = src
+    for q in range(q_stages):
+        for kind, name in (("QK", f"Q{q}K"), ("PV", f"P{q}V")):
+            if (kind, q) not in seen:
+                raise IssueOrderError(
+                    f"issue order {text!r} never issues {name}: every Q stage needs one QK and "
+                    f"one PV per K/V iteration"
+                )
+    base = min(off for _, _, off, _ in raw)
+    steps = tuple(Step(kind, q, off - base, src) for kind, q, off, src in raw)
+    lead = max(s.offset for s in steps)
+    if lead > 1:
+        far = max(steps, key=lambda s: s.offset)
+        raise IssueOrderError(
+            f"issue order step {far.source} runs {lead} K/V iterations ahead of the earliest step; "
+            f"each Q stage has one S/P buffer in TMEM, so a QK may lead its PV by at most one iteration"
+        )
+    order = IssueOrder(text, steps, lead, kv_tokens, kv_stages)
+    for n in (1, 2, 3, 5):
+        _check_dependencies(order, n)
+    return order
+
+
+def _token_id(order: IssueOrder, s: Step, j: int) -> int:
+    if order.kv_tokens == "paired":
+        return j
+    return 2 * j + (0 if s.kind == "QK" else 1)
+
+
+def _token_name(order: IssueOrder, t: int) -> str:
+    if order.kv_tokens == "paired":
+        return f"K/V({t})"
+    return f"K({t // 2})" if t % 2 == 0 else f"V({t // 2})"
+
+
+def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
+    seq = order.unrolled(n)
+    slots = order.kv_stages
+    last_use = {}
+    for pos, (s, j) in enumerate(seq):
+        last_use[_token_id(order, s, j)] = pos
+    qk_done, pv_done = set(), set()
+    released = set()
+    loaded = -1
+    for pos, (s, j) in enumerate(seq):
+        here = f"{s.source} (K/V tile {j} of {n})"
+        if s.kind == "PV" and (s.q, j) not in qk_done:
+            if not report:
+                return False
+            raise IssueOrderError(
+                f"issue order step {here}: PV before softmax can have produced P{s.q}({j}) — "
+                f"softmax turns S{s.q}({j}) into P only after Q{s.q}K({j}), which this order issues later"
+            )
+        if s.kind == "QK" and j >= 1 and (s.q, j - 1) not in pv_done:
+            if not report:
+                return False
+            raise IssueOrderError(
+                f"issue order step {here} overwrites S{s.q}/P{s.q} in TMEM while P{s.q}V({j - 1}), "
+                f"which reads P{s.q}({j - 1}) from those columns, is still pending: S/P of a Q stage is "
+                f"reused only after its PV is issued"
+            )
+        t = _token_id(order, s, j)
+        while loaded < t:
+            u = loaded + 1
+            if u >= slots and (u - slots) not in released:
+                if not report:
+                    return False
+                prev = u - slots
+                holder_pos = last_use[prev]
+                hs, hj = seq[holder_pos]
+                need = next((k for k in range(slots + 1, 9) if _ring_ok(order, k)), None)
+                hint = f"use kv_stages >= {need}" if need else "reorder the steps"
+                raise IssueOrderError(
+                    f"issue order step {here} needs {_token_name(order, u)} in K/V slot {u % slots}, "
+                    f"but that slot would be refilled before its last consumer: it still holds "
+                    f"{_token_name(order, prev)} until {hs.at(hj)}, which the order issues later, so the "
+                    f"K/V token can never be loaded (deadlock with kv_stages={slots}); {hint}"
+                )
+            loaded = u
+        (qk_done if s.kind == "QK" else pv_done).add((s.q, j))
+        if last_use[t] == pos:
+            released.add(t)
+    return True
+
+
+def _ring_ok(order: IssueOrder, slots: int) -> bool:
+    trial = IssueOrder(order.text, order.steps, order.lead, order.kv_tokens, slots)
+    try:
+        return all(_check_dependencies(trial, n, report=False) for n in (1, 2, 3, 5))
+    except IssueOrderError:
+        return False

@@ -1,0 +1,167 @@
+"""The declarative schedule of a B200 attention forward kernel.
+
+A :class:`Schedule` holds every knob the blog's 14 stages and 4 minor
+optimizations turn (../shared/seed/b200-attention-blog.md). Neighbouring
+examples are one :meth:`Schedule.replace` apart. Problem shapes (batch, heads,
+sequence lengths, layout, softmax scale) are runtime arguments, not knobs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One attention-kernel schedule (all fields immutable).
+
+    Tile shape: ``block_m`` x ``block_n`` Q/K tiles of BF16, head dim
+    ``head_dim`` (only 128/128/128 is generated for now; the blog's scope).
+
+    Knobs, by blog chapter:
+
+    * ``p_storage`` (ch.1/2): ``"smem"`` writes P (BF16, K-major) into the dead
+      K buffer; ``"tmem"`` packs two BF16 P values per 32-bit TMEM column over
+      consumed S columns and feeds PV's A operand from TMEM.
+    * ``swizzle`` (ch.3): ``"none"`` or ``"128B"`` for Q/K (K-major) and V
+      (MN-major) tiles; TMA maps and MMA descriptors always agree.
+    * ``warp_specialized`` (ch.4): separate load, MMA and softmax ("row") warps
+      that synchronize only with the partners of each hand-off. Off: 4 warps
+      do everything and thread 0 issues TMA and MMA.
+    * ``q_stages`` (ch.5): Q tiles per CTA sharing every K/V tile; each stage
+      owns S/P and O in TMEM (128 + 128 columns).
+    * ``kv_tokens`` / ``kv_stages`` (ch.6): ``"paired"`` loads K(j) and V(j)
+      into one slot; ``"separate"`` makes K and V separate tokens in one ring
+      of ``kv_stages`` slots, each released after its last consumer.
+    * ``issue_order`` (ch.7): the MMA warp's steady-state order, e.g.
+      ``"P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)"``; ``None`` is the non-pipelined
+      ``"Q0K(i) Q1K(i) P0V(i) P1V(i)"``. Prologue/epilogue are derived.
+    * ``exp2`` (ch.8): ``"expf"`` (``__expf`` of natural-log units) or
+      ``"ex2.approx.ftz"`` (scale folded into log2 units, no wrapper).
+    * ``sw_exp2_per16`` (ch.9): of every 16 P columns, this many (the last
+      ones) use a degree-3 polynomial exp2 on the FMA pipes (packed f32x2).
+    * ``s_cache_cols`` (ch.10): high S columns kept in registers after the
+      rowmax pass; the rest are re-read. P is written high-to-low into the
+      upper half of the S columns.
+    * ``rescale_threshold`` (ch.11): rebase rowmax/O only when the new tile max
+      exceeds the kept one by at least this many log2 units (``None``: always).
+    * ``correction_warps`` (ch.12): separate warps rescale O from per-row
+      factors published in SMEM; PV waits for "P ready" and "O safe".
+    * ``early_pv_cols`` (ch.13): issue PV on the first-published (high) P
+      columns before the remaining low columns are ready.
+    * ``persistent`` (ch.14): grid = #SMs, grid-stride loop over work items,
+      barriers live across work items, Q SMEM released through ``q_free``.
+    * ``s_load_cols``, ``deferred_s_wait``, ``rowmax_chains`` (minor 15): width
+      of each S ``tcgen05.ld``, one deferred ``tcgen05.wait::ld``, independent
+      rowmax chains.
+    * ``split_rowsum`` (minor 16): two partial sums for the cached columns and
+      a scalar sum for the re-read ones.
+    * ``phase_tracking`` (minor 17): ``"array"`` or ``"bitmask"`` storage of
+      mbarrier phase bits in the load and MMA warps.
+    * ``tma_l2_promotion`` (minor 18): ``"none"``/``"64B"``/``"128B"``/
+      ``"256B"`` L2 promotion of the TMA tensor maps (host side only).
+    * ``softmax_regs``/``correction_regs``/``other_regs``: ``setmaxnreg``
+      register budget per warpgroup (24..256, multiple of 8); ``None`` leaves
+      the compiler's launch-bounds allocation.
+
+    Raises:
+        ScheduleError / ResourceError from :meth:`validate`.
+    """
+
+    name: str = "custom"
+    blog_stage: int = 0
+    block_m: int = 128
+    block_n: int = 128
+    head_dim: int = 128
+    # Part I
+    p_storage: str = "smem"
+    swizzle: str = "none"
+    warp_specialized: bool = False
+    # Part II
+    q_stages: int = 1
+    kv_tokens: str = "paired"
+    kv_stages: int = 1
+    issue_order: Optional[str] = None
+    # Part III
+    exp2: str = "expf"
+    sw_exp2_per16: int = 0
+    s_cache_cols: int = 0
+    rescale_threshold: Optional[float] = None
+    correction_warps: int = 0
+    early_pv_cols: int = 0
+    # Part IV
+    persistent: bool = False
+    # minor optimizations
+    s_load_cols: int = 8
+    deferred_s_wait: bool = False
+    rowmax_chains: int = 1
+    split_rowsum: bool = False
+    phase_tracking: str = "array"
+    tma_l2_promotion: str = "none"
+    # register budgets (setmaxnreg, per warpgroup)
+    softmax_regs: Optional[int] = None
+    correction_regs: Optional[int] = None
+    other_regs: Optional[int] = None
+
+    def replace(self, **changes) -> "Schedule":
+        """Return a copy with ``changes`` applied (like ``dataclasses.replace``).
+
+        Raises:
+            ScheduleError: a name in ``changes`` is not a Schedule field.
+        """
+        from ..errors import ScheduleError
+
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ScheduleError(
+                f"Schedule has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}"
+            )
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> "Schedule":
+        """Check every knob and hardware budget; return ``self`` if feasible.
+
+        Raises:
+            ScheduleError: invalid or contradictory knobs.
+            ResourceError: TMEM (512 columns), dynamic SMEM (232448 B), threads
+                (1024) or register pool (65536) exceeded.
+            IssueOrderError: ``issue_order`` does not parse or breaks a
+                dependency.
+        """
+        from .validate import validate_schedule
+
+        validate_schedule(self)
+        return self
+
+    def to_json(self) -> str:
+        """Canonical JSON of every field (sorted keys); stable across runs."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Schedule":
+        """Inverse of :meth:`to_json`.
+
+        Raises:
+            ScheduleError: unknown field names.
+        """
+        from ..errors import ScheduleError
+
+        data = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ScheduleError(f"unknown schedule field {unknown[0]!r} in JSON")
+        return cls(**data)
+
+    def summary(self) -> str:
+        """One line per non-default knob, for headers of generated files."""
+        default = Schedule()
+        lines = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("name", "blog_stage") or v != getattr(default, f.name):
+                lines.append(f"{f.name} = {v!r}")
+        return "\n".join(lines)

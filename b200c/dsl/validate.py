@@ -1,0 +1,217 @@
+"""Schedule validation: one function per rule, each raising a typed error whose
+message names the knob or budget, the limit and the value (Halide-style)."""
+from __future__ import annotations
+
+from ..errors import ResourceError, ScheduleError
+from . import resources as R
+from .issue_order import default_order, parse_issue_order
+from .schedule import Schedule
+
+_ENUMS = {
+    "p_storage": ("smem", "tmem"),
+    "swizzle": ("none", "128B"),
+    "kv_tokens": ("paired", "separate"),
+    "exp2": ("expf", "ex2.approx.ftz"),
+    "phase_tracking": ("array", "bitmask"),
+    "tma_l2_promotion": ("none", "64B", "128B", "256B"),
+}
+
+
+def _enums(s: Schedule) -> None:
+    for field, allowed in _ENUMS.items():
+        v = getattr(s, field)
+        if v not in allowed:
+            raise ScheduleError(f"{field}={v!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+def _tile_shape(s: Schedule) -> None:
+    for field in ("block_m", "block_n", "head_dim"):
+        v = getattr(s, field)
+        if v != 128:
+            raise ScheduleError(
+                f"{field}={v}: only 128 is generated for now (the blog's 128x128 tiles at head dim 128); "
+                f"set {field}=128"
+            )
+
+
+def _needs_specialization(s: Schedule) -> None:
+    if s.warp_specialized:
+        return
+    for field, bad, why in (
+        ("q_stages", s.q_stages != 1, "two Q tiles per CTA need their own softmax warpgroups (blog ch.5)"),
+        ("kv_tokens", s.kv_tokens != "paired", "separate K/V tokens need a load warp running ahead (ch.6)"),
+        ("kv_stages", s.kv_stages != 1, "a K/V ring needs a load warp running ahead (ch.6)"),
+        ("issue_order", s.issue_order is not None, "an MMA issue order needs an MMA warp (ch.7)"),
+        ("correction_warps", s.correction_warps != 0, "correction warps are a warp role (ch.12)"),
+        ("early_pv_cols", s.early_pv_cols != 0, "early PV is an MMA-warp schedule (ch.13)"),
+        ("persistent", s.persistent, "the persistent loop pipelines warp roles across work items (ch.14)"),
+    ):
+        if bad:
+            raise ScheduleError(
+                f"{field}={getattr(s, field)!r} needs warp_specialized=True: {why}"
+            )
+
+
+def _counts(s: Schedule) -> None:
+    if not (1 <= s.q_stages <= 4):
+        raise ScheduleError(f"q_stages={s.q_stages} must be in 1..4")
+    if not (1 <= s.kv_stages <= 8):
+        raise ScheduleError(f"kv_stages={s.kv_stages} must be in 1..8")
+    if s.correction_warps not in (0, 4):
+        raise ScheduleError(
+            f"correction_warps={s.correction_warps} must be 0 or 4: one warp per 32 TMEM lanes of O (blog ch.12)"
+        )
+    if s.s_load_cols not in (8, 16, 32):
+        raise ScheduleError(f"s_load_cols={s.s_load_cols} must be 8, 16 or 32 (tcgen05.ld .x8/.x16/.x32)")
+    if s.rowmax_chains not in (1, 2, 4, 8):
+        raise ScheduleError(f"rowmax_chains={s.rowmax_chains} must be 1, 2, 4 or 8")
+
+
+def _exp2(s: Schedule) -> None:
+    if s.sw_exp2_per16 and s.exp2 != "ex2.approx.ftz":
+        raise ScheduleError(
+            f"sw_exp2_per16={s.sw_exp2_per16} needs exp2='ex2.approx.ftz': the software split works on "
+            f"exponents already in log2 units (blog ch.9 builds on ch.8)"
+        )
+    if s.sw_exp2_per16 not in (0, 2, 4, 6, 8):
+        raise ScheduleError(
+            f"sw_exp2_per16={s.sw_exp2_per16} must be an even count in 0..8 of every 16 P columns "
+            f"(pairs run as packed f32x2)"
+        )
+    if s.rescale_threshold is not None:
+        if s.exp2 != "ex2.approx.ftz":
+            raise ScheduleError(
+                f"rescale_threshold={s.rescale_threshold} is in log2 units and needs exp2='ex2.approx.ftz' (blog ch.11)"
+            )
+        if not (0.0 <= s.rescale_threshold <= 64.0):
+            raise ScheduleError(
+                f"rescale_threshold={s.rescale_threshold} must be in [0, 64] log2 units; larger values "
+                f"overflow FP32 P/rowsum (exp2(64) = 1.8e19)"
+            )
+
+
+def _p_and_cache(s: Schedule) -> None:
+    if s.p_storage == "smem" and s.warp_specialized:
+        raise ScheduleError(
+            "p_storage='smem' needs warp_specialized=False: P in SMEM overwrites the K tile, which warp roles "
+            "and Q stages sharing K would race on; move P to TMEM first (p_storage='tmem', blog ch.2)"
+        )
+    if s.s_cache_cols:
+        if s.p_storage != "tmem":
+            raise ScheduleError(
+                f"s_cache_cols={s.s_cache_cols} needs p_storage='tmem': P is written high-to-low into the "
+                f"upper half of the S columns (blog ch.10)"
+            )
+        if s.s_cache_cols % 16 or not (16 <= s.s_cache_cols <= 112):
+            raise ScheduleError(
+                f"s_cache_cols={s.s_cache_cols} must be a multiple of 16 in 16..112: the low columns are "
+                f"re-read, P is produced 16 columns at a time"
+            )
+    if s.early_pv_cols:
+        if not s.s_cache_cols:
+            raise ScheduleError(
+                f"early_pv_cols={s.early_pv_cols} needs s_cache_cols: early PV consumes the P columns "
+                f"published first, which are the high ones only when P is written high-to-low (blog ch.13)"
+            )
+        if s.early_pv_cols % 16 or not (16 <= s.early_pv_cols <= 112):
+            raise ScheduleError(
+                f"early_pv_cols={s.early_pv_cols} must be a multiple of 16 (one MMA K step) in 16..112"
+            )
+    if s.split_rowsum and not s.s_cache_cols:
+        raise ScheduleError("split_rowsum=True needs s_cache_cols: it splits the cached and re-read sums (minor 16)")
+    if s.deferred_s_wait and s.p_storage != "tmem":
+        raise ScheduleError("deferred_s_wait=True needs p_storage='tmem': the wait moves before the first P store")
+
+
+def _registers(s: Schedule) -> None:
+    for field in ("softmax_regs", "correction_regs", "other_regs"):
+        v = getattr(s, field)
+        if v is None:
+            continue
+        if not (24 <= v <= 256) or v % 8:
+            raise ScheduleError(
+                f"{field}={v}: setmaxnreg takes a multiple of 8 in 24..256 registers per thread"
+            )
+    if not R.uses_setmaxnreg(s):
+        return
+    if not s.warp_specialized:
+        raise ScheduleError("register budgets need warp_specialized=True: setmaxnreg is set per warpgroup role")
+    missing = [f for f in ("softmax_regs", "other_regs") if getattr(s, f) is None]
+    if s.correction_warps and s.correction_regs is None:
+        missing.append("correction_regs")
+    if missing:
+        raise ScheduleError(f"register budgets are all-or-nothing: also set {', '.join(missing)}")
+    if not s.correction_warps and s.correction_regs is not None:
+        raise ScheduleError("correction_regs is set but correction_warps=0")
+    total = 0
+    for g, names, budgets in R.warpgroup_budgets(s):
+        if len(budgets) != 1:
+            raise ScheduleError(f"warpgroup {g} mixes roles {names} with different register budgets")
+        total += 128 * budgets.pop()
+    if total > R.REGISTER_POOL:
+        raise ResourceError(
+            f"register budgets need {total} of {R.REGISTER_POOL} registers per CTA "
+            f"(sum over warpgroups of 128 x setmaxnreg); lower softmax_regs/correction_regs/other_regs"
+        )
+
+
+def _threads(s: Schedule) -> None:
+    t = R.threads_per_cta(s)
+    if t > R.MAX_THREADS:
+        raise ResourceError(f"the warp roles need {t} of {R.MAX_THREADS} threads per CTA")
+
+
+def _tmem(s: Schedule) -> None:
+    need = R.tmem_columns_used(s)
+    if need > R.TMEM_COLUMNS:
+        raise ResourceError(
+            f"{s.q_stages} Q stages at head dim {s.head_dim} need {need} of {R.TMEM_COLUMNS} TMEM columns "
+            f"({s.block_n} for S/P + {s.head_dim} for O per Q stage); use q_stages <= "
+            f"{R.TMEM_COLUMNS // (s.block_n + s.head_dim)}"
+        )
+
+
+def _smem(s: Schedule) -> None:
+    from ..codegen.plan import smem_layout
+
+    layout, total = smem_layout(s)
+    if total > R.SMEM_LIMIT_BYTES:
+        parts = ", ".join(f"{b.name} {b.size}" for b in layout if b.size)
+        raise ResourceError(
+            f"dynamic SMEM needs {total} of {R.SMEM_LIMIT_BYTES} bytes (227 KiB) including barriers and "
+            f"1024-B alignment of swizzled tiles ({parts}); lower kv_stages or q_stages"
+        )
+
+
+def _issue_order(s: Schedule) -> None:
+    if not s.warp_specialized:
+        return
+    text = s.issue_order if s.issue_order is not None else default_order(s.q_stages)
+    parse_issue_order(text, s.q_stages, s.kv_tokens, s.kv_stages)
+
+
+RULES = (
+    _enums,
+    _tile_shape,
+    _counts,
+    _needs_specialization,
+    _exp2,
+    _p_and_cache,
+    _registers,
+    _threads,
+    _tmem,
+    _smem,
+    _issue_order,
+)
+
+
+def validate_schedule(s: Schedule) -> None:
+    """Run every rule in order; the first violation raises.
+
+    Raises:
+        ScheduleError, ResourceError, IssueOrderError.
+    """
+    if not isinstance(s, Schedule):
+        raise ScheduleError(f"expected a b200c.Schedule, got {type(s).__name__}")
+    for rule in RULES:
+        rule(s)

@@ -1,0 +1,59 @@
+"""Typed errors raised by b200c.
+
+Every error message says what was wrong, the limit or rule, and what to change.
+The CLI prints ``str(err)`` on one line and exits non-zero; it never shows a
+Python traceback for these.
+"""
+
+
+class B200cError(Exception):
+    """Base class of every error b200c raises on purpose."""
+
+
+class ScheduleError(B200cError, ValueError):
+    """A schedule knob has an invalid value or contradicts another knob.
+
+    Raised by :meth:`b200c.Schedule.validate` and by the schedule-file loader.
+    """
+
+
+class ResourceError(ScheduleError):
+    """A valid-looking schedule needs more of a hardware budget than exists.
+
+    The message names the budget (TMEM columns, dynamic SMEM bytes, threads per
+    CTA, register pool) and both numbers, e.g. "needs 768 of 512 TMEM columns".
+    """
+
+
+class IssueOrderError(ScheduleError):
+    """The schedule's MMA issue order cannot be parsed or breaks a dependency.
+
+    The message names the offending step (e.g. ``Q0K(i+1)``) and the dependency
+    it breaks (blog chapter 7: PV needs P from softmax, QK needs its K token, a
+    K/V slot is refilled only after its last consumer, S/P is overwritten only
+    after its PV).
+    """
+
+
+class BuildError(B200cError, RuntimeError):
+    """nvcc/ptxas/ninja failed or is missing; the message names the generated
+    file and the first compiler error line."""
+
+
+class LaunchError(B200cError, RuntimeError):
+    """Inputs or the device do not fit the kernel; raised before any launch.
+
+    The message names the tensor, the rule and the offending value.
+    """
+
+
+class UnsupportedDeviceError(LaunchError):
+    """The GPU's compute capability does not match the kernel's target."""
+
+
+class BarrierTimeoutError(LaunchError):
+    """A bounded mbarrier wait in a debug/emulation build timed out.
+
+    The message names the warp role, barrier, phase parity, CTA and K/V
+    iteration recorded by the device before it trapped.
+    """

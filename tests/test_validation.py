@@ -1,0 +1,94 @@
+"""One expected-error case per validation rule (Halide style): the error type
+and that the message names the knob or budget and the numbers."""
+import pytest
+
+import b200c
+from b200c import IssueOrderError, ResourceError, ScheduleError
+from b200c.dsl import resources
+
+BASE = b200c.Schedule()
+SPEC = BASE.replace(p_storage="tmem", swizzle="128B", warp_specialized=True)
+TWO_Q = SPEC.replace(q_stages=2, kv_tokens="separate", kv_stages=3)
+EX2 = TWO_Q.replace(exp2="ex2.approx.ftz")
+
+CASES = [
+    # (id, schedule, error type, substrings the message must contain)
+    ("enum", BASE.replace(p_storage="dram"), ScheduleError, ["p_storage='dram'", "'smem'", "'tmem'"]),
+    ("tile-shape", BASE.replace(head_dim=64), ScheduleError, ["head_dim=64", "only 128"]),
+    ("q-stages-range", SPEC.replace(q_stages=0), ScheduleError, ["q_stages=0", "1..4"]),
+    ("kv-stages-range", SPEC.replace(kv_stages=9), ScheduleError, ["kv_stages=9", "1..8"]),
+    ("correction-count", SPEC.replace(correction_warps=2), ScheduleError, ["correction_warps=2", "0 or 4"]),
+    ("s-load-width", SPEC.replace(s_load_cols=12), ScheduleError, ["s_load_cols=12", "8, 16 or 32"]),
+    ("rowmax-chains", SPEC.replace(rowmax_chains=3), ScheduleError, ["rowmax_chains=3"]),
+    ("correction-needs-specialization", BASE.replace(correction_warps=4), ScheduleError,
+     ["correction_warps=4", "warp_specialized=True"]),
+    ("q-stages-need-specialization", BASE.replace(q_stages=2), ScheduleError, ["q_stages=2", "warp_specialized=True"]),
+    ("persistent-needs-specialization", BASE.replace(persistent=True), ScheduleError,
+     ["persistent=True", "warp_specialized=True"]),
+    ("sw-exp2-needs-ex2", TWO_Q.replace(sw_exp2_per16=4), ScheduleError, ["sw_exp2_per16=4", "exp2='ex2.approx.ftz'"]),
+    ("sw-exp2-even", EX2.replace(sw_exp2_per16=3), ScheduleError, ["sw_exp2_per16=3", "even"]),
+    ("threshold-needs-ex2", TWO_Q.replace(rescale_threshold=8.0), ScheduleError, ["rescale_threshold=8.0", "log2"]),
+    ("threshold-range", EX2.replace(rescale_threshold=100.0), ScheduleError, ["rescale_threshold=100.0", "[0, 64]"]),
+    ("p-smem-with-roles", SPEC.replace(p_storage="smem"), ScheduleError, ["p_storage='smem'", "warp_specialized=False"]),
+    ("cache-needs-p-tmem", BASE.replace(s_cache_cols=96), ScheduleError, ["s_cache_cols=96", "p_storage='tmem'"]),
+    ("cache-multiple-of-16", EX2.replace(s_cache_cols=20), ScheduleError, ["s_cache_cols=20", "multiple of 16"]),
+    ("early-pv-needs-cache", EX2.replace(early_pv_cols=96), ScheduleError, ["early_pv_cols=96", "s_cache_cols"]),
+    ("early-pv-k-step", EX2.replace(s_cache_cols=96, early_pv_cols=40), ScheduleError, ["early_pv_cols=40", "multiple of 16"]),
+    ("split-rowsum-needs-cache", EX2.replace(split_rowsum=True), ScheduleError, ["split_rowsum=True", "s_cache_cols"]),
+    ("deferred-wait-needs-p-tmem", BASE.replace(deferred_s_wait=True), ScheduleError, ["deferred_s_wait=True"]),
+    ("setmaxnreg-multiple-of-8", TWO_Q.replace(softmax_regs=100, other_regs=48), ScheduleError,
+     ["softmax_regs=100", "multiple of 8", "24..256"]),
+    ("setmaxnreg-range", TWO_Q.replace(softmax_regs=264, other_regs=48), ScheduleError, ["softmax_regs=264", "24..256"]),
+    ("setmaxnreg-all-or-nothing", TWO_Q.replace(softmax_regs=200), ScheduleError, ["other_regs"]),
+    ("setmaxnreg-needs-roles", BASE.replace(softmax_regs=200, other_regs=48), ScheduleError, ["warp_specialized=True"]),
+    ("register-pool", TWO_Q.replace(softmax_regs=256, other_regs=256), ResourceError,
+     ["98304 of 65536 registers"]),
+    ("tmem-columns", TWO_Q.replace(q_stages=3), ResourceError,
+     ["3 Q stages at head dim 128 need 768 of 512 TMEM columns"]),
+    ("smem-bytes", SPEC.replace(q_stages=2, kv_stages=3), ResourceError, ["dynamic SMEM needs", "of 232448 bytes"]),
+    ("issue-order", TWO_Q.replace(issue_order="Q0K(i+1) P0V(i) Q1K(i+1) P1V(i)"), IssueOrderError,
+     ["Q0K(i+1)", "while P0V"]),
+]
+
+
+@pytest.mark.parametrize("schedule,err,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_rule(schedule, err, needles):
+    with pytest.raises(err) as info:
+        schedule.validate()
+    msg = str(info.value)
+    for n in needles:
+        assert n in msg, f"message {msg!r} lacks {n!r}"
+
+
+def test_thread_budget(monkeypatch):
+    """No knob combination reaches 1024 threads today, so lower the limit to
+    exercise the rule's arithmetic and message."""
+    monkeypatch.setattr(resources, "MAX_THREADS", 256)
+    with pytest.raises(ResourceError, match="320 of 256 threads"):
+        TWO_Q.validate()
+
+
+def test_smem_number_is_the_planned_layout():
+    s = SPEC.replace(q_stages=2, kv_stages=3)  # paired K/V: 3 slots x 64 KiB + 2 Q tiles
+    with pytest.raises(ResourceError) as info:
+        s.validate()
+    from b200c.codegen.plan import smem_layout
+
+    _, total = smem_layout(s)
+    assert f"needs {total} of 232448" in str(info.value)
+    assert total > 2 * 32768 + 3 * 65536
+
+
+def test_all_examples_validate(examples):
+    for p in examples:
+        b200c.load_schedule_file(p).validate()
+
+
+def test_replace_rejects_unknown_field():
+    with pytest.raises(ScheduleError, match="no field 'qstages'"):
+        BASE.replace(qstages=2)
+
+
+def test_json_round_trip(examples):
+    s = b200c.load_schedule_file(examples[-1])
+    assert b200c.Schedule.from_json(s.to_json()) == s
