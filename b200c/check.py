@@ -73,6 +73,14 @@ def format_table(rows: list, sass: bool = True) -> str:
 
 def check_files(files: list, sass: bool = True, jobs: int = 2) -> int:
     """Check schedule files, print the table, return the exit status."""
+    if sass:
+        from .sass import find_cuobjdump
+
+        try:
+            find_cuobjdump()
+        except B200cError as e:
+            print(f"note: no SASS counts ({e})", file=sys.stderr)
+            sass = False
     with tempfile.TemporaryDirectory(prefix="b200c_check_") as d:
         with ThreadPoolExecutor(max_workers=jobs) as ex:
             rows = list(ex.map(lambda f: check_one(f, Path(d), sass), files))

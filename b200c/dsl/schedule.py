@@ -59,7 +59,8 @@ class Schedule:
     * ``split_rowsum`` (minor 16): two partial sums for the cached columns and
       a scalar sum for the re-read ones.
     * ``phase_tracking`` (minor 17): ``"array"`` or ``"bitmask"`` storage of
-      mbarrier phase bits in the load and MMA warps.
+      the phase bits of barrier families (K/V ring, per-Q-stage barriers) in
+      the load, MMA and correction warps.
     * ``tma_l2_promotion`` (minor 18): ``"none"``/``"64B"``/``"128B"``/
       ``"256B"`` L2 promotion of the TMA tensor maps (host side only).
     * ``softmax_regs``/``correction_regs``/``other_regs``: ``setmaxnreg``

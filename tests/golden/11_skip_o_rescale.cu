@@ -631,7 +631,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
     q_full_ph ^= 1u;
     tcgen05_fence_after();
     // prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead
-    {  // Q0K(i+1): S0 = Q0 K(0)^T
+    {  // Q0K(0): S0 = Q0 K(0)^T
       const uint32_t slot = (kv_base + 2 * (0)) % KV_STAGES;
       mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 6, 0, work);  // wait site 6
       kv_full_ph[slot] ^= 1u;
@@ -649,7 +649,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       __syncwarp();
     }
-    {  // Q1K(i+1): S1 = Q1 K(0)^T
+    {  // Q1K(0): S1 = Q1 K(0)^T
       const uint32_t slot = (kv_base + 2 * (0)) % KV_STAGES;
       if (elect_one()) {
         #pragma unroll
@@ -739,7 +739,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
     }
     // epilogue (blog ch.7): drain the PVs of the last K/V tile
-    {  // P0V(i): O0 += P0 V(c.n_kv - 1)
+    {  // P0V(n-1): O0 += P0 V(c.n_kv - 1)
       const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
       mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 11, c.n_kv - 1, work);  // wait site 11
       kv_full_ph[slot] ^= 1u;
@@ -758,7 +758,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       __syncwarp();
     }
-    {  // P1V(i): O1 += P1 V(c.n_kv - 1)
+    {  // P1V(n-1): O1 += P1 V(c.n_kv - 1)
       const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
       mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 13, c.n_kv - 1, work);  // wait site 13
       p_ready_ph[1] ^= 1u;

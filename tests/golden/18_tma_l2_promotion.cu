@@ -753,7 +753,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
     q_full_ph ^= 1u;
     tcgen05_fence_after();
     // prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead
-    {  // Q0K(i+1): S0 = Q0 K(0)^T
+    {  // Q0K(0): S0 = Q0 K(0)^T
       const uint32_t slot = (kv_base + 2 * (0)) % KV_STAGES;
       mbar_wait(c.bar(BAR_KV_FULL + slot), (kv_full_ph >> (slot)) & 1u, 13, 0, work);  // wait site 13
       kv_full_ph ^= 1u << (slot);
@@ -771,7 +771,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       __syncwarp();
     }
-    {  // Q1K(i+1): S1 = Q1 K(0)^T
+    {  // Q1K(0): S1 = Q1 K(0)^T
       const uint32_t slot = (kv_base + 2 * (0)) % KV_STAGES;
       if (elect_one()) {
         #pragma unroll
@@ -893,7 +893,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
     }
     // epilogue (blog ch.7): drain the PVs of the last K/V tile
-    {  // P0V(i): O0 += P0 V(c.n_kv - 1)
+    {  // P0V(n-1): O0 += P0 V(c.n_kv - 1)
       const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
       mbar_wait(c.bar(BAR_KV_FULL + slot), (kv_full_ph >> (slot)) & 1u, 20, c.n_kv - 1, work);  // wait site 20
       kv_full_ph ^= 1u << (slot);
@@ -925,7 +925,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       __syncwarp();
     }
-    {  // P1V(i): O1 += P1 V(c.n_kv - 1)
+    {  // P1V(n-1): O1 += P1 V(c.n_kv - 1)
       const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
       mbar_wait(c.bar(BAR_P_HI_READY + 1), (p_hi_ph >> (1)) & 1u, 23, c.n_kv - 1, work);  // wait site 23
       p_hi_ph ^= 1u << (1);

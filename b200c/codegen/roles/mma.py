@@ -15,6 +15,14 @@ from ..ir import (Assign, Comment, Commit, Decl, If, IssueEnd, Loop, MmaPV, MmaQ
 from .common import q_buf, setmaxnreg
 
 
+def _label(st, j: str) -> str:
+    """The step as issued here: symbolic in the loop, concrete in prologue/epilogue."""
+    if j.startswith("i"):
+        return st.symbolic
+    idx = "0" if j == "0" else "n-1"
+    return f"Q{st.q}K({idx})" if st.kind == "QK" else f"P{st.q}V({idx})"
+
+
 def _step(lw, order, st, j: str):
     s = lw.s
     name = "mma"
@@ -36,7 +44,7 @@ def _step(lw, order, st, j: str):
         if s.persistent and order.is_last_qk(st):
             issue.append(If(f"({j}) == c.n_kv - 1", (Commit("q_free"),)))
         nodes.append(Single("elect", tuple(issue)))
-        note = f"{st.symbolic}: S{q} = Q{q} K({j})^T"
+        note = f"{_label(st, j)}: S{q} = Q{q} K({j})^T"
     else:
         pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", buf, lo, hi, acc, p_col=f"TMEM_P({q})")
         if s.early_pv_cols:
@@ -52,7 +60,7 @@ def _step(lw, order, st, j: str):
             nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), s.q_stages),
                               lw.site(name, "p_ready"), j, fence_after=True))
             nodes.append(Single("elect", (pv(0, 8, f"({j}) > 0"), Commit("pv_done", str(q)), *release)))
-        note = f"{st.symbolic}: O{q} += P{q} V({j})"
+        note = f"{_label(st, j)}: O{q} += P{q} V({j})"
     return Scope(note, tuple(nodes))
 
 
