@@ -192,6 +192,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
+__device__ __forceinline__ float bf16x2_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16x2_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
 }  // namespace b200c
 
@@ -492,11 +495,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
               pv[k + 1] = ex2_approx_ftz(fmaf(s[k + 1], c.scale_log2, -row_max));
             }
           }
-      #pragma unroll
-          for (int k = 0; k < 16; ++k) row_sum += pv[k];
           uint32_t pk[8];
       #pragma unroll
           for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(pv[2 * k], pv[2 * k + 1]);
+          // rowsum adds the BF16-rounded P that PV consumes, so O and rowsum share the same weights
+      #pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            row_sum += bf16x2_lo(pk[k]);
+            row_sum += bf16x2_hi(pk[k]);
+          }
           tmem_st_x8(trow + TMEM_P(Q) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
 
         }
@@ -528,11 +535,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
               pv[k + 1] = ex2_approx_ftz(fmaf(s[k + 1], c.scale_log2, -row_max));
             }
           }
-      #pragma unroll
-          for (int k = 0; k < 16; ++k) row_sum += pv[k];
           uint32_t pk[8];
       #pragma unroll
           for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(pv[2 * k], pv[2 * k + 1]);
+          // rowsum adds the BF16-rounded P that PV consumes, so O and rowsum share the same weights
+      #pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            row_sum += bf16x2_lo(pk[k]);
+            row_sum += bf16x2_hi(pk[k]);
+          }
           tmem_st_x8(trow + TMEM_P(Q) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
 
         }
@@ -1006,13 +1017,15 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
     emu_init();
 #endif
   }
+  __syncthreads();  // barriers initialized (and the emulator's queue) before any tcgen05 op
   if (warp_id() == 0) {  // one whole warp allocates TMEM (PTX 9.7.16.7.1)
     tmem_alloc(c.smem + SMEM_TMEM_SLOT, TMEM_ALLOC_COLS);
     tmem_relinquish_alloc_permit();
   }
-  __syncthreads();
-  c.tmem = *reinterpret_cast<volatile uint32_t*>(c.smem_ptr + SMEM_TMEM_SLOT);
+  tcgen05_fence_before();
+  __syncthreads();  // the TMEM address written by tcgen05.alloc is visible to every warp
   tcgen05_fence_after();
+  c.tmem = *reinterpret_cast<volatile uint32_t*>(c.smem_ptr + SMEM_TMEM_SLOT);
 
   const uint32_t warp = warp_id();
 #ifdef B200C_EMULATE
