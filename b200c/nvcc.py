@@ -1,72 +1,20 @@
-"""Run nvcc on generated sources (CLI ``--emit ptx|cubin`` and ``check``).
-
-Targets: ``sm_100a`` (native; plain ``sm_100`` is upgraded because every
-``tcgen05`` instruction needs the ``a`` suffix, sm100-facts.md) and the
-emulated ``sm_90a`` build (``-DB200C_EMULATE -DB200C_BOUNDED_WAIT``).
-"""
+"""Run nvcc on one generated source (CLI ``--emit ptx|cubin`` and ``check``);
+targets, nvcc discovery and flags live in :mod:`b200c.toolchain`."""
 from __future__ import annotations
 
-import functools
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError
-
-NATIVE_ARCH = "sm_100a"
-EMULATED_ARCH = "sm_90a"
-
-
-def find_nvcc() -> str:
-    """Path of nvcc: ``$B200C_NVCC``, else PATH, else ``$CUDA_HOME/bin``.
-
-    Raises:
-        BuildError: none found.
-    """
-    env = os.environ.get("B200C_NVCC")
-    if env:
-        if Path(env).is_file() and os.access(env, os.X_OK):
-            return env
-        raise BuildError(f"B200C_NVCC={env!r} is not an executable file; point it at nvcc or unset it")
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home and (Path(home) / "bin" / "nvcc").is_file():
-        return str(Path(home) / "bin" / "nvcc")
-    raise BuildError(
-        "nvcc not found: install the CUDA toolkit (12.8+ for sm_100a), put nvcc on PATH, "
-        "or set B200C_NVCC or CUDA_HOME"
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def nvcc_version(nvcc: str) -> str:
-    """``nvcc --version`` text (part of the build-cache key)."""
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
-    except OSError as e:
-        raise BuildError(f"cannot run {nvcc}: {e}") from None
-    return out.stdout.strip()
+from .toolchain import find_nvcc, nvcc_flags
 
 
 def arch_flags(target: str) -> list:
-    """nvcc flags of a target: ``sm_100a`` (``sm_100`` upgraded) or ``emulate``.
-
-    Raises:
-        BuildError: unknown target.
-    """
-    from .codegen import cuda_include_dir
-
-    if target in ("sm_100a", "sm100a", "sm_100", "native"):
-        return [f"-arch={NATIVE_ARCH}"]
-    if target in ("emulate", "sm_90a"):
-        return [f"-arch={EMULATED_ARCH}", "-DB200C_EMULATE", "-DB200C_BOUNDED_WAIT", f"-I{cuda_include_dir()}"]
-    raise BuildError(f"unknown target {target!r}: use 'sm_100a' (native B200) or 'emulate' (sm_90a, Hopper)")
+    """nvcc flags of a target without the output kind (see b200c.toolchain)."""
+    return [f for f in nvcc_flags(target) if f not in ("-cubin", "-O3", "-std=c++17")]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,225 @@
+"""Build generated kernels into cubins through the on-disk cache; ninja drives nvcc.
+
+``build_many`` finds the cache misses, takes one inter-process lock per
+missing key (sorted, so overlapping builders cannot deadlock), checks again,
+writes one ``build.ninja`` for all remaining kernels in a temporary folder
+inside the cache and runs ``ninja -j N`` once; each finished kernel folder is
+then renamed atomically into the cache.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..codegen import GeneratedKernel, LaunchInfo
+from ..errors import BuildError
+from . import cache
+from ..toolchain import find_nvcc, header_digest_text, normalize_target, nvcc_flags, nvcc_version
+
+
+@dataclass(frozen=True)
+class BuiltKernel:
+    """A kernel in the cache.
+
+    Attributes:
+        cubin_path: the cached ``kernel.cubin``.
+        launch: its launch configuration.
+        target: canonical target (``"sm100a"`` or ``"emulate"``).
+        key: cache key (sha256 hex).
+        built: True if this call compiled it, False if it was cached.
+    """
+
+    cubin_path: Path
+    launch: LaunchInfo
+    target: str
+    key: str
+    built: bool
+
+
+def find_ninja() -> str:
+    """Path of ninja: ``PATH``, else the ``ninja`` pip package's ``BIN_DIR``.
+
+    Raises:
+        BuildError: neither exists.
+    """
+    p = shutil.which("ninja")
+    if p:
+        return p
+    try:
+        import ninja  # the pip package
+
+        cand = Path(ninja.BIN_DIR) / "ninja"
+        if cand.is_file():
+            return str(cand)
+    except ImportError:
+        pass
+    raise BuildError("ninja not found on PATH and the 'ninja' Python package is not installed; pip install ninja")
+
+
+def build(generated_kernel: GeneratedKernel, target: str) -> BuiltKernel:
+    """Build one kernel (or find it in the cache), without progress output.
+
+    Raises:
+        BuildError: unknown target, nvcc/ninja missing, or compilation failed.
+    """
+    name = generated_kernel.launch.name
+    return build_many([(name, generated_kernel)], target, progress=False)[0]
+
+
+def build_many(
+    items: list[tuple[str, GeneratedKernel]],
+    target: str,
+    jobs: int | None = None,
+    progress: bool = True,
+) -> list[BuiltKernel]:
+    """Build every kernel of ``items`` missing from the cache in one ninja run.
+
+    Args:
+        items: ``(name, generated_kernel)`` pairs; names label progress/errors.
+        target: ``"sm100a"`` (``"sm_100"`` accepted) or ``"emulate"``.
+        jobs: parallel nvcc processes (default: CPU count).
+        progress: let ninja print its ``[k/n]`` lines to stdout.
+
+    Returns:
+        One :class:`BuiltKernel` per item, in order.
+
+    Raises:
+        BuildError: unknown target, nvcc/ninja missing, or any kernel failed to
+            compile (kernels that compiled are still cached).
+    """
+    from .. import __version__
+
+    target = normalize_target(target)
+    nvcc = find_nvcc()
+    version = nvcc_version(nvcc)
+    flags = nvcc_flags(target)
+    extra = header_digest_text(target)
+    root = cache.cache_dir()
+
+    keys = [cache.cache_key(gk.source, flags, target, version, __version__, extra) for _, gk in items]
+    missing: dict[str, tuple[str, GeneratedKernel]] = {}
+    for key, item in zip(keys, items):
+        if key not in missing and not cache.is_complete(cache.entry_dir(key, root)):
+            missing[key] = item
+
+    built_now: set[str] = set()
+    if missing:
+        with contextlib.ExitStack() as stack:
+            for key in sorted(missing):
+                stack.enter_context(cache.key_lock(key, root))
+            todo = {k: v for k, v in missing.items() if not cache.is_complete(cache.entry_dir(k, root))}
+            if todo:
+                _ninja_build(todo, nvcc, flags, target, root, jobs, progress)
+                built_now = set(todo)
+
+    return [
+        BuiltKernel(cache.entry_dir(key, root) / "kernel.cubin", gk.launch, target, key, key in built_now)
+        for key, (_, gk) in zip(keys, items)
+    ]
+
+
+def _ninja_escape(text: str) -> str:
+    return text.replace("$", "$$")
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", name) or "kernel"
+
+
+def _write_ninja(path: Path, todo: dict[str, tuple[str, GeneratedKernel]], nvcc: str, flags: list[str]) -> None:
+    cmd_flags = " ".join(shlex.quote(f) for f in flags)
+    lines = [
+        f"nvcc = {_ninja_escape(shlex.quote(nvcc))}",
+        f"flags = {_ninja_escape(cmd_flags)}",
+        "rule nvcc",
+        "  command = $nvcc $flags -o $out $in > $log 2>&1 || { cat $log; exit 1; }",
+        "  description = nvcc $name",
+        "",
+    ]
+    for key, (name, _) in todo.items():
+        lines += [
+            f"build {key}/kernel.cubin: nvcc {key}/kernel.cu",
+            f"  log = {key}/build.log",
+            f"  name = {_safe_name(name)}",
+        ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _first_error_line(log_text: str) -> str:
+    for line in log_text.splitlines():
+        if "error" in line.lower():
+            return line.strip()
+    lines = [l.strip() for l in log_text.splitlines() if l.strip()]
+    return lines[0] if lines else "(no compiler output)"
+
+
+def _ninja_build(
+    todo: dict[str, tuple[str, GeneratedKernel]],
+    nvcc: str,
+    flags: list[str],
+    target: str,
+    root: Path,
+    jobs: int | None,
+    progress: bool,
+) -> None:
+    """Compile ``todo`` (key -> (name, kernel)) with one ninja run; publish successes.
+
+    Call with the keys' locks held. Raises BuildError naming the first failure.
+    """
+    ninja = find_ninja()
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
+    try:
+        for key, (_, gk) in todo.items():
+            d = tmp / key
+            d.mkdir()
+            (d / "kernel.cu").write_text(gk.source)
+            (d / "launch.json").write_text(gk.launch.to_json())
+        _write_ninja(tmp / "build.ninja", todo, nvcc, flags)
+        n = jobs if jobs and jobs > 0 else (os.cpu_count() or 1)
+        cmd = [ninja, "-k", "0", "-j", str(n)]
+        try:
+            r = subprocess.run(
+                cmd,
+                cwd=tmp,
+                stdin=subprocess.DEVNULL,
+                stdout=None if progress else subprocess.PIPE,
+                stderr=subprocess.STDOUT if not progress else None,
+                text=True,
+            )
+        except OSError as e:
+            raise BuildError(f"cannot run ninja {ninja!r}: {e}") from None
+
+        failures: list[tuple[str, Path, str]] = []
+        for key, (name, _) in todo.items():
+            d = tmp / key
+            cubin = d / "kernel.cubin"
+            if cubin.is_file() and cubin.stat().st_size > 0 and (d / "build.log").is_file():
+                cache.publish(d, key, root)
+                continue
+            log_path = d / "build.log"
+            log_text = log_path.read_text(errors="replace") if log_path.is_file() else (r.stdout or "")
+            fdir = cache.failed_dir(key, root)
+            shutil.rmtree(fdir, ignore_errors=True)
+            fdir.mkdir(parents=True)
+            shutil.copy(d / "kernel.cu", fdir / "kernel.cu")
+            (fdir / "build.log").write_text(log_text)
+            line = _first_error_line(log_text).replace(f"{key}/kernel.cu", str(fdir / "kernel.cu"))
+            failures.append((name, fdir, line))
+        if failures:
+            name, fdir, line = failures[0]
+            more = ""
+            if len(failures) > 1:
+                more = f" ({len(failures) - 1} more failed: {', '.join(f[0] for f in failures[1:])})"
+            raise BuildError(
+                f"nvcc failed for kernel {name!r} (target {target}): {line}; "
+                f"generated file: {fdir / 'kernel.cu'}; full log: {fdir / 'build.log'}{more}"
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

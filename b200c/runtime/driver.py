@@ -1,0 +1,418 @@
+"""Load cubins and launch them on PyTorch tensors through cuda-bindings.
+
+Everything runs in the device's primary context (the one PyTorch uses).
+Modules are loaded once per (cache key, device); a launch encodes three
+tensor maps on the host and calls ``cuLaunchKernel`` on PyTorch's current
+stream: no host synchronisation and no device allocation, so it can be
+captured in a CUDA graph once the kernel was loaded by a call outside capture.
+
+Emulation target (sm_90a): on first load a zeroed TMEM image
+(2 x SMs slots of 128 lanes x 512 columns x 4 bytes, shared by every kernel on
+the device) and the hang report (host-mapped pinned memory, one per module)
+are wired into the module globals. After a failed synchronisation call
+:func:`check_hang` (or use :func:`synchronize`) to turn a bounded-wait trap
+into a :class:`BarrierTimeoutError`.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import struct
+import threading
+from dataclasses import dataclass, field
+
+from ..codegen.launch import EMULATOR_THREADS, KERNEL_NAME
+from ..errors import BarrierTimeoutError, LaunchError, UnsupportedDeviceError
+from .build import BuiltKernel
+from .inputs import Problem, check_grid, tma_strides
+
+log = logging.getLogger("b200c.runtime")
+
+_REQUIRED_CC = {"sm100a": (10, 0), "emulate": (9, 0)}
+_TMEM_SLOT_BYTES = 128 * 512 * 4
+_lock = threading.Lock()
+_loaded: dict[tuple[str, int], "LoadedKernel"] = {}
+_emu_tmem: dict[int, tuple[int, int, int]] = {}  # device -> (tmem ptr, mask ptr, num_slots)
+_emulate_noted = False
+
+
+class HangReport(ctypes.Structure):
+    """Host view of ``b200c::HangReport`` (b200c_ptx.cuh), 8 x int32."""
+
+    _fields_ = [(n, ctypes.c_int) for n in ("flag", "site", "parity", "cta", "iter", "work", "lane_thread", "pad")]
+
+
+# ---- target / architecture ---------------------------------------------------------
+
+
+def _note_emulation() -> None:
+    global _emulate_noted
+    if not _emulate_noted:
+        _emulate_noted = True
+        log.warning(
+            "b200c: running the emulated Blackwell kernel (target 'emulate', sm_90a) on a Hopper GPU: "
+            "for correctness only, never for speed"
+        )
+
+
+def check_arch(target: str, capability: tuple[int, int], device_name: str = "") -> None:
+    """Check that a device of compute ``capability`` (major, minor) runs ``target``.
+
+    ``"sm100a"`` needs 10.0 (B200); ``"emulate"`` needs 9.0 (H100/H200) and
+    logs once that it is for correctness only.
+
+    Raises:
+        UnsupportedDeviceError: naming both capabilities; for a 9.x device and
+            target sm100a it points to ``target="emulate"``.
+    """
+    need = _REQUIRED_CC[target]
+    have = tuple(capability)
+    dev = f" ({device_name})" if device_name else ""
+    if have != need:
+        hint = ""
+        if target == "sm100a" and have[0] == 9:
+            hint = '; on Hopper use target="emulate" (correctness only)'
+        elif target == "emulate":
+            hint = "; the emulation target runs on compute capability 9.0 (H100/H200) only"
+        raise UnsupportedDeviceError(
+            f"target {target!r} needs compute capability {need[0]}.{need[1]} but the device{dev} "
+            f"has {have[0]}.{have[1]}{hint}"
+        )
+    if target == "emulate":
+        _note_emulation()
+
+
+def resolve_target(target: str, capability: tuple[int, int], device_name: str = "") -> str:
+    """Canonical target for a device: ``"auto"`` picks sm100a on CC 10.0, emulate on 9.0.
+
+    Raises:
+        BuildError: unknown target name.
+        UnsupportedDeviceError: the device cannot run the (resolved) target.
+    """
+    from ..toolchain import normalize_target
+
+    if target == "auto":
+        have = tuple(capability)
+        if have == (10, 0):
+            target = "sm100a"
+        elif have == (9, 0):
+            target = "emulate"
+        else:
+            dev = f" ({device_name})" if device_name else ""
+            raise UnsupportedDeviceError(
+                f"no b200c target for the device{dev} of compute capability {have[0]}.{have[1]}: "
+                "target 'sm100a' needs 10.0 (B200), 'emulate' needs 9.0 (H100/H200)"
+            )
+    target = normalize_target(target)
+    check_arch(target, capability, device_name)
+    return target
+
+
+# ---- driver helpers ------------------------------------------------------------------
+
+
+def _cu():
+    from cuda.bindings import driver as cu
+
+    return cu
+
+
+def _err_name(err) -> str:
+    cu = _cu()
+    try:
+        r = cu.cuGetErrorName(err)
+        return r[1].decode() if isinstance(r[1], bytes) else str(r[1])
+    except Exception:  # noqa: BLE001 - naming the error must not fail
+        return str(err)
+
+
+def _check(result, what: str):
+    """Unpack a cuda-bindings result tuple; raise LaunchError on failure."""
+    cu = _cu()
+    err, *vals = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"{what} failed: {_err_name(err)}")
+    if not vals:
+        return None
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+def _set_global(module, name: str, data: bytes) -> bool:
+    """Copy ``data`` into module global ``name``; False if the module has no such global."""
+    cu = _cu()
+    err, dptr, size = cu.cuModuleGetGlobal(module, name.encode())
+    if err == cu.CUresult.CUDA_ERROR_NOT_FOUND:
+        return False
+    _check((err,), f"cuModuleGetGlobal({name})")
+    if size != len(data):
+        raise LaunchError(f"module global {name} has {size} bytes, expected {len(data)}")
+    _check(cu.cuMemcpyHtoD(dptr, data, len(data)), f"cuMemcpyHtoD({name})")
+    return True
+
+
+# ---- loading -------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedKernel:
+    """A cubin loaded into one device's primary context.
+
+    Attributes:
+        built: the cached kernel.
+        device: CUDA device ordinal.
+        num_sms: SM count of the device.
+        block: threads per CTA (``launch.threads`` + 32 for emulation).
+        hang_report: host view of the hang report (emulation builds), else None.
+    """
+
+    built: BuiltKernel
+    device: int
+    context: object
+    module: object
+    function: object
+    num_sms: int
+    block: int
+    hang_report: HangReport | None = None
+    emu_masks: tuple | None = None  # (device pointer, slot count) of the TMEM alloc masks
+    _keep: list = field(default_factory=list, repr=False)
+
+
+def load(built: BuiltKernel, device: int) -> LoadedKernel:
+    """Load ``built`` on CUDA device ordinal ``device`` (cached per (key, device)).
+
+    Raises:
+        LaunchError: a driver call failed, the kernel entry is missing, or the
+            kernel needs more SMEM/threads than the device allows.
+    """
+    with _lock:
+        k = (built.key, device)
+        if k not in _loaded:
+            _loaded[k] = _load(built, device)
+        return _loaded[k]
+
+
+def _load(built: BuiltKernel, device: int) -> LoadedKernel:
+    cu = _cu()
+    A = cu.CUdevice_attribute
+    launch = built.launch
+    _check(cu.cuInit(0), "cuInit")
+    dev = _check(cu.cuDeviceGet(device), "cuDeviceGet")
+    ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    image = built.cubin_path.read_bytes()
+    module = _check(cu.cuModuleLoadData(image), f"cuModuleLoadData({built.cubin_path})")
+    func = _check(cu.cuModuleGetFunction(module, KERNEL_NAME.encode()), f"cuModuleGetFunction({KERNEL_NAME})")
+
+    block = launch.threads + (EMULATOR_THREADS if built.target == "emulate" else 0)
+    max_threads = _check(
+        cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func), "cuFuncGetAttribute"
+    )
+    if block > max_threads:
+        raise LaunchError(
+            f"kernel {launch.name!r} needs {block} threads per CTA but its registers allow {max_threads} on device {device}"
+        )
+    optin = _check(cu.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev), "cuDeviceGetAttribute")
+    static = _check(
+        cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func), "cuFuncGetAttribute"
+    )
+    if launch.dynamic_smem_bytes + static > optin:
+        raise LaunchError(
+            f"kernel {launch.name!r} needs {launch.dynamic_smem_bytes} B dynamic + {static} B static SMEM per CTA; "
+            f"device {device} allows {optin} B"
+        )
+    _check(
+        cu.cuFuncSetAttribute(
+            func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.dynamic_smem_bytes
+        ),
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+    )
+    num_sms = _check(cu.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
+    lk = LoadedKernel(built, device, ctx, module, func, num_sms, block)
+    if built.target == "emulate":
+        _wire_emulator(lk)
+    return lk
+
+
+def _wire_emulator(lk: LoadedKernel) -> None:
+    cu = _cu()
+    if lk.device not in _emu_tmem:
+        slots = 2 * lk.num_sms
+        tmem = _check(cu.cuMemAlloc(slots * _TMEM_SLOT_BYTES), "cuMemAlloc(TMEM image)")
+        masks = _check(cu.cuMemAlloc(slots * 4), "cuMemAlloc(TMEM masks)")
+        _check(cu.cuMemsetD8(tmem, 0, slots * _TMEM_SLOT_BYTES), "cuMemsetD8")
+        _check(cu.cuMemsetD8(masks, 0, slots * 4), "cuMemsetD8")
+        _emu_tmem[lk.device] = (int(tmem), int(masks), slots)
+    tmem, masks, slots = _emu_tmem[lk.device]
+    lk.emu_masks = (cu.CUdeviceptr(masks), slots)
+    found = [
+        _set_global(lk.module, "b200c_emu_tmem", struct.pack("<Q", tmem)),
+        _set_global(lk.module, "b200c_emu_tmem_alloc_mask", struct.pack("<Q", masks)),
+        _set_global(lk.module, "b200c_emu_num_slots", struct.pack("<i", slots)),
+    ]
+    if not all(found):
+        log.debug("b200c: emulation kernel %r lacks some emulator globals", lk.built.launch.name)
+    host = _check(cu.cuMemHostAlloc(ctypes.sizeof(HangReport), cu.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc")
+    ctypes.memset(int(host), 0, ctypes.sizeof(HangReport))
+    dptr = _check(cu.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
+    if _set_global(lk.module, "b200c_hang_report", struct.pack("<Q", int(dptr))):
+        lk.hang_report = HangReport.from_address(int(host))
+    lk._keep.append(host)
+
+
+# ---- tensor maps and launch ----------------------------------------------------------
+
+_SWIZZLE = {"none": "CU_TENSOR_MAP_SWIZZLE_NONE", "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
+            "64B": "CU_TENSOR_MAP_SWIZZLE_64B", "128B": "CU_TENSOR_MAP_SWIZZLE_128B"}
+_L2 = {"none": "CU_TENSOR_MAP_L2_PROMOTION_NONE", "64B": "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+       "128B": "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", "256B": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
+
+
+def encode_tensor_map(name: str, t, launch):
+    """CUtensorMap of a logical (B, H, S, D) bf16 tensor (launch.py contract).
+
+    dims {D, S, H, B}; strides of S, H, B in bytes; box {tma_box_inner,
+    tma_box_rows, 1, 1}; swizzle and L2 promotion from ``launch``; OOB zero fill.
+
+    Raises:
+        LaunchError: the driver rejects the map (names tensor, shape, strides).
+    """
+    cu = _cu()
+    b, h, s, d = (int(x) for x in t.shape)
+    strides = tma_strides(t)
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        4,
+        t.data_ptr(),
+        [u64(d), u64(s), u64(h), u64(b)],
+        [u64(x) for x in strides],
+        [u32(launch.tma_box_inner), u32(launch.tma_box_rows), u32(1), u32(1)],
+        [u32(1)] * 4,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(cu.CUtensorMapSwizzle, _SWIZZLE[launch.tma_swizzle]),
+        getattr(cu.CUtensorMapL2promotion, _L2[launch.tma_l2_promotion]),
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise LaunchError(
+            f"cuTensorMapEncodeTiled rejected tensor {name} (shape {tuple(t.shape)}, strides {tuple(t.stride())} "
+            f"elements, box {launch.tma_box_inner}x{launch.tma_box_rows}, swizzle {launch.tma_swizzle}): {_err_name(err)}"
+        )
+    return tmap
+
+
+def launch(lk: LoadedKernel, q, k, v, out, problem: Problem, softmax_scale: float) -> None:
+    """Enqueue the kernel on PyTorch's current stream of ``lk.device`` (asynchronous).
+
+    Args:
+        q, k, v: validated logical (B, H, S, D) bf16 CUDA tensors on ``lk.device``.
+        out: the output, logical (B, H, S_q, D) bf16 (any strides, elements).
+        softmax_scale: natural-log units.
+
+    Raises:
+        BarrierTimeoutError: an earlier launch of this kernel timed out in a
+            bounded wait (the context is unusable: restart the process).
+        LaunchError: grid too large, tensor map rejected, or cuLaunchKernel failed.
+    """
+    import torch
+
+    cu = _cu()
+    check_hang(lk)
+    info = lk.built.launch
+    grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms)
+    check_grid(grid)
+    _check(cu.cuCtxSetCurrent(lk.context), "cuCtxSetCurrent")
+    maps = [encode_tensor_map(n, t, info) for n, t in (("q", q), ("k", k), ("v", v))]
+    stream = torch.cuda.current_stream(out.device).cuda_stream
+    c = ctypes
+    params = (
+        (*maps, out.data_ptr(), out.stride(0), out.stride(1), out.stride(2),
+         problem.batch, problem.heads, problem.seq_q, problem.seq_kv, float(softmax_scale)),
+        (None, None, None, c.c_void_p, c.c_int64, c.c_int64, c.c_int64,
+         c.c_int, c.c_int, c.c_int, c.c_int, c.c_float),
+    )
+    if lk.emu_masks is not None:  # emulator contract: alloc masks zeroed before each launch
+        _check(cu.cuMemsetD32Async(lk.emu_masks[0], 0, lk.emu_masks[1], cu.CUstream(stream)), "cuMemsetD32Async")
+    (err,) = cu.cuLaunchKernel(
+        lk.function, grid, 1, 1, lk.block, 1, 1, info.dynamic_smem_bytes, cu.CUstream(stream), params, 0
+    )
+    if err != cu.CUresult.CUDA_SUCCESS:
+        check_hang(lk)
+        raise LaunchError(
+            f"cuLaunchKernel of {info.name!r} (grid {grid}, block {lk.block}, {info.dynamic_smem_bytes} B SMEM) "
+            f"failed: {_err_name(err)}"
+        )
+
+
+# ---- hangs ---------------------------------------------------------------------------
+
+
+_emu_errors: dict[int, str] | None = None
+
+
+def emulator_errors() -> dict[int, str]:
+    """HangReport.site codes < 0 of the emulator -> description (parsed from b200c_emulate.cuh)."""
+    global _emu_errors
+    if _emu_errors is None:
+        import re
+        from pathlib import Path
+
+        from ..codegen import cuda_include_dir
+
+        _emu_errors = {}
+        header = Path(cuda_include_dir()) / "b200c_emulate.cuh"
+        text = header.read_text() if header.is_file() else ""
+        for m in re.finditer(r"kEmuErr(\w+)\s*=\s*(-\d+),\s*//\s*(.*)", text):
+            _emu_errors[int(m.group(2))] = f"{m.group(1)}: {m.group(3).strip()}"
+    return _emu_errors
+
+
+def hang_message(lk_name: str, report: HangReport, site) -> str:
+    """Text of a BarrierTimeoutError for ``report`` (``site``: a WaitSite or None)."""
+    if report.site < 0:
+        what = emulator_errors().get(report.site, "unknown emulator error")
+        return (
+            f"b200c kernel {lk_name!r}: the Blackwell emulator trapped with error {report.site} ({what}) in "
+            f"CTA {report.cta}, thread {report.lane_thread}; detail words iter=0x{report.iter & 0xFFFFFFFF:x}, "
+            f"work=0x{report.work & 0xFFFFFFFF:x}; the CUDA context is now unusable: restart the process"
+        )
+    where = f"role {site.role}, barrier {site.barrier}" if site else "unknown role/barrier"
+    return (
+        f"b200c kernel {lk_name!r}: bounded mbarrier wait timed out at site {report.site} ({where}), "
+        f"waiting for phase parity {report.parity}, CTA {report.cta}, thread {report.lane_thread}, "
+        f"K/V iteration {report.iter}, work item {report.work}; the CUDA context is now unusable: "
+        "restart the process"
+    )
+
+
+def check_hang(kernel: LoadedKernel | None = None) -> None:
+    """Raise BarrierTimeoutError if ``kernel`` (default: every loaded kernel) recorded a hang.
+
+    Reads host-mapped memory only (no CUDA call), so it works after the
+    context died. Call it when a synchronisation reports an error.
+
+    Raises:
+        BarrierTimeoutError: naming role, barrier, parity, CTA, K/V iteration, work item.
+    """
+    kernels = [kernel] if kernel is not None else list(_loaded.values())
+    for lk in kernels:
+        r = lk.hang_report
+        if r is not None and r.flag == 1:
+            info = lk.built.launch
+            raise BarrierTimeoutError(hang_message(info.name, r, info.site(r.site)))
+
+
+def synchronize(device=None) -> None:
+    """``torch.cuda.synchronize(device)``, turning a bounded-wait trap into BarrierTimeoutError.
+
+    Raises:
+        BarrierTimeoutError: a b200c kernel timed out in a bounded wait.
+        RuntimeError: any other CUDA error (re-raised).
+    """
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+    except Exception:
+        check_hang()
+        raise

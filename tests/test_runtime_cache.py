@@ -1,0 +1,267 @@
+"""Build cache, toolchain discovery and ``b200c build`` (run_build); tiny sources, no GPU."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import b200c
+from b200c.codegen import GeneratedKernel
+from b200c.codegen.launch import LaunchInfo, WaitSite
+from b200c.errors import BuildError
+from b200c import toolchain
+from b200c.runtime import build, build_many, cache
+from b200c.runtime.build_cli import run_build
+
+REAL_NVCC = shutil.which("nvcc")
+REPO = Path(__file__).resolve().parents[1]
+
+LAUNCH = LaunchInfo(
+    name="trivial", threads=128, dynamic_smem_bytes=0, tmem_cols=0, q_stages=1, block_m=128, block_n=128,
+    head_dim=128, persistent=False, tma_box_inner=8, tma_box_rows=128, tma_swizzle="none",
+    tma_l2_promotion="none", wait_sites=(WaitSite(0, "mma", "kv_full"),),
+)
+SRC = 'extern "C" __global__ void b200c_attention(int* p) {{ if (p) p[threadIdx.x] = {n}; }}\n'
+
+
+def kernel(n: int = 1, name: str = "trivial") -> GeneratedKernel:
+    return GeneratedKernel(SRC.format(n=n), LaunchInfo(**{**LAUNCH.__dict__, "name": name}))
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("B200C_CACHE_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def counting_nvcc(tmp_path, monkeypatch):
+    """B200C_NVCC -> a wrapper that logs each compile (not --version) to a file."""
+    if REAL_NVCC is None:
+        pytest.skip("nvcc not on PATH")
+    count = tmp_path / "nvcc_calls"
+    count.write_text("")
+    wrapper = tmp_path / "nvcc_wrapper.sh"
+    wrapper.write_text(
+        textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$*" in *--version*) ;; *) echo "$*" >> '{count}' ;; esac
+        exec '{REAL_NVCC}' "$@"
+        """)
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("B200C_NVCC", str(wrapper))
+    return lambda: len(count.read_text().splitlines())
+
+
+def entries(root: Path) -> list[Path]:
+    return [p for p in root.iterdir() if p.is_dir() and len(p.name) == 64]
+
+
+# ---- toolchain ----------------------------------------------------------------------
+
+
+def test_normalize_target():
+    assert toolchain.normalize_target("sm100a") == "sm100a"
+    assert toolchain.normalize_target("sm_100") == "sm100a"
+    assert toolchain.normalize_target("emulate") == "emulate"
+    with pytest.raises(BuildError, match="unknown build target 'sm_80'; allowed targets: 'sm100a'.*'emulate'"):
+        toolchain.normalize_target("sm_80")
+
+
+def test_flags_per_target():
+    assert toolchain.nvcc_flags("sm100a") == ["-arch=sm_100a", "-cubin", "-O3", "-std=c++17"]
+    emu = toolchain.nvcc_flags("emulate")
+    assert emu[0] == "-arch=sm_90a" and "-DB200C_EMULATE" in emu and "-DB200C_BOUNDED_WAIT" in emu
+    assert emu[emu.index("-I") + 1] == b200c.codegen.cuda_include_dir()
+    assert toolchain.header_digest_text("sm100a") == ""
+    assert "b200c_hang_report" in toolchain.header_digest_text("emulate")
+
+
+def test_nvcc_env_pointing_nowhere(monkeypatch, tmp_path):
+    monkeypatch.setenv("B200C_NVCC", str(tmp_path / "no-such-nvcc"))
+    with pytest.raises(BuildError, match="nvcc not found: B200C_NVCC=.*set B200C_NVCC"):
+        toolchain.find_nvcc()
+
+
+def test_nvcc_missing_everywhere(monkeypatch, tmp_path, cache_root):
+    monkeypatch.delenv("B200C_NVCC", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # stripped PATH
+    with pytest.raises(BuildError, match=r"nvcc not found .*set B200C_NVCC or CUDA_HOME"):
+        build(kernel(), "sm100a")
+
+
+def test_nvcc_from_cuda_home(monkeypatch, tmp_path):
+    fake = tmp_path / "cuda" / "bin" / "nvcc"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.delenv("B200C_NVCC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    assert toolchain.find_nvcc() == str(fake)
+
+
+# ---- cache primitives (no nvcc) -----------------------------------------------------
+
+
+def test_cache_key_covers_every_input():
+    base = ("src", ["-O3"], "sm100a", "nvcc 13.0", "0.1.0")
+    k = cache.cache_key(*base)
+    assert len(k) == 64 and k == cache.cache_key(*base)
+    for i, changed in enumerate(["src2", ["-O2"], "emulate", "nvcc 13.1", "0.2.0"]):
+        args = list(base)
+        args[i] = changed
+        assert cache.cache_key(*args) != k
+    assert cache.cache_key(*base, extra="header v2") != k
+
+
+def test_incomplete_entry_is_not_a_hit(cache_root):
+    d = cache.entry_dir("a" * 64)
+    d.mkdir(parents=True)
+    for f in cache.ENTRY_FILES:
+        (d / f).write_text("x")
+    assert cache.is_complete(d)
+    (d / "kernel.cubin").write_text("")
+    assert not cache.is_complete(d)
+    (d / "launch.json").unlink()
+    assert not cache.is_complete(d)
+
+
+def test_cache_dir_default_uses_platformdirs(monkeypatch):
+    import platformdirs
+
+    monkeypatch.delenv("B200C_CACHE_DIR", raising=False)
+    assert cache.cache_dir() == Path(platformdirs.user_cache_dir("b200c"))
+
+
+# ---- builds (nvcc) ------------------------------------------------------------------
+
+
+@pytest.mark.nvcc
+def test_second_build_does_not_invoke_nvcc(cache_root, counting_nvcc):
+    first = build(kernel(), "sm100a")
+    assert first.built and counting_nvcc() == 1
+    d = first.cubin_path.parent
+    assert cache.is_complete(d) and d.parent == cache_root
+    assert b200c.codegen.LaunchInfo.from_json((d / "launch.json").read_text()) == first.launch
+    assert (d / "kernel.cu").read_text() == SRC.format(n=1)
+    second = build(kernel(), "sm100a")
+    assert not second.built and second.key == first.key and counting_nvcc() == 1
+
+
+@pytest.mark.nvcc
+def test_changed_source_rebuilds_only_that_kernel(cache_root, counting_nvcc):
+    items = [(f"k{i}", kernel(i, f"k{i}")) for i in range(3)]
+    assert [r.built for r in build_many(items, "sm100a", progress=False)] == [True] * 3
+    assert counting_nvcc() == 3
+    items[1] = ("k1", kernel(41, "k1"))
+    res = build_many(items, "sm100a", progress=False)
+    assert [r.built for r in res] == [False, True, False]
+    assert counting_nvcc() == 4
+    assert len(entries(cache_root)) == 4
+
+
+@pytest.mark.nvcc
+def test_targets_have_separate_entries(cache_root, counting_nvcc):
+    a = build(kernel(), "sm100a")
+    b = build(kernel(), "emulate")
+    assert a.key != b.key and b.built and b.target == "emulate"
+    calls = (cache_root.parent / "nvcc_calls").read_text().splitlines()
+    assert "-arch=sm_90a" in calls[1] and "-DB200C_EMULATE" in calls[1]
+
+
+@pytest.mark.nvcc
+def test_incomplete_entry_is_rebuilt(cache_root, counting_nvcc):
+    key = build(kernel(), "sm100a").key
+    (cache_root / key / "kernel.cubin").unlink()
+    again = build(kernel(), "sm100a")
+    assert again.built and counting_nvcc() == 2 and cache.is_complete(cache_root / key)
+
+
+@pytest.mark.nvcc
+def test_duplicate_items_compile_once(cache_root, counting_nvcc):
+    res = build_many([("a", kernel()), ("b", kernel())], "sm100a", progress=False)
+    assert res[0].key == res[1].key and counting_nvcc() == 1
+
+
+@pytest.mark.nvcc
+def test_compile_error_names_file_and_first_error(cache_root, counting_nvcc):
+    bad = GeneratedKernel(SRC.format(n=1) + "int broken = ;\n", LAUNCH)
+    with pytest.raises(BuildError) as ei:
+        build_many([("bad", bad), ("good", kernel(7))], "sm100a", progress=False)
+    msg = str(ei.value)
+    assert "kernel 'bad'" in msg and "error" in msg and "expected an expression" in msg
+    path = msg.split("generated file: ")[1].split(";")[0]
+    assert Path(path).read_text().endswith("int broken = ;\n")
+    assert len(entries(cache_root)) == 1  # the good kernel is cached anyway
+    assert not build(kernel(7), "sm100a").built
+
+
+_RACE = """
+import sys, b200c
+from b200c.codegen import GeneratedKernel
+from b200c.codegen.launch import LaunchInfo
+from b200c.runtime import build
+li = LaunchInfo.from_json(sys.argv[1])
+r = build(GeneratedKernel(sys.argv[2], li), "sm100a")
+print(r.key)
+"""
+
+
+@pytest.mark.nvcc
+def test_two_processes_build_same_kernel(cache_root, counting_nvcc):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [sys.executable, "-c", _RACE, LAUNCH.to_json(), SRC.format(n=99)]
+    procs = [subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    keys = {o[0].strip() for o in outs}
+    assert len(keys) == 1
+    assert [e.name for e in entries(cache_root)] == list(keys)
+    assert cache.is_complete(cache_root / keys.pop())
+    assert counting_nvcc() == 1  # the second process waited on the lock, then hit
+    assert not [p for p in cache_root.iterdir() if p.name.startswith(".build-")]
+
+
+# ---- run_build (b200c build) --------------------------------------------------------
+
+
+@pytest.mark.nvcc
+def test_run_build_cli(cache_root, counting_nvcc, tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(b200c, "generate", lambda s: kernel(len(s.name), s.name))
+    files = []
+    for name in ("a", "bb"):
+        f = tmp_path / f"{name}.py"
+        f.write_text(f"import b200c\nschedule = b200c.Schedule(name={name!r})\n")
+        files.append(str(f))
+    assert run_build(files, "sm100a", jobs=2) == 0
+    out = capfd.readouterr().out
+    assert "[2/2]" in out
+    assert f"built  {files[0]}" in out and f"built  {files[1]}" in out
+    assert run_build(files, "sm100a", jobs=None) == 0
+    out = capfd.readouterr().out
+    assert f"cached {files[0]}" in out and f"cached {files[1]}" in out
+    assert counting_nvcc() == 2
+
+
+def test_run_build_bad_file(cache_root, tmp_path, capfd):
+    assert run_build([str(tmp_path / "missing.py")], "sm100a", jobs=1) == 1
+    assert "does not exist" in capfd.readouterr().err
+
+
+def test_run_build_unknown_target(cache_root, tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(b200c, "generate", lambda s: kernel())
+    f = tmp_path / "a.py"
+    f.write_text("import b200c\nschedule = b200c.Schedule()\n")
+    assert run_build([str(f)], "sm_75", jobs=1) == 1
+    assert "unknown build target 'sm_75'" in capfd.readouterr().err
