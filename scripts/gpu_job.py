@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""The whole GPU job in one device call (emulated Blackwell on a Hopper GPU).
+
+Builds every example for the emulation target, runs the descriptor proof,
+runs every example against FP32 attention on the given shapes, checks that a
+deliberately broken kernel (a missing arrive) fails with the role/barrier
+named instead of hanging, and prints one table. Results go to ``--out``
+(JSON + text). Wall times are EMULATED: correctness only, never speed.
+
+    python scripts/gpu_job.py --out $OUT [--shapes small,4k] [--stages 1-18] [--budget-s 420]
+
+Accept rule (FlashAttention tests): max|out - ref| <= 2 * max|out_torch_bf16 - ref| + 1e-3,
+ref = attention in FP32 from the same BF16 inputs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {
+    # name: (B, H, S, note)
+    "s128": (1, 2, 128, "one K/V iteration"),
+    "s256": (1, 3, 256, ""),
+    "s384": (2, 1, 384, "odd Q-tile count (half-empty last work item)"),
+    "odd_work": (1, 133, 256, "133 work items (not a multiple of the SM count)"),
+    "4k": (8, 16, 4096, "blog shape"),
+    "8k": (4, 16, 8192, "blog shape"),
+    "16k": (2, 16, 16384, "blog shape"),
+}
+GROUPS = {"small": ["s128", "s256", "s384", "odd_work"], "blog": ["4k", "8k", "16k"]}
+
+
+def make_inputs(B, H, S, seed, device):
+    """randn Q/K/V (B, H, S, 128) BF16; q scaled x4 so logits are large (rescale
+    threshold), and for every 7th row the largest logit sits in the last K/V
+    tile (the row max arrives late)."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn(B, H, S, 128, generator=g) * 4.0
+    k = torch.randn(B, H, S, 128, generator=g)
+    v = torch.randn(B, H, S, 128, generator=g)
+    rows = torch.arange(0, S, 7)
+    late = S - 1 - (rows % 128)  # a key in the last K/V tile
+    k[:, :, late, :] = q[:, :, rows, :] / q[:, :, rows, :].norm(dim=-1, keepdim=True) * 6.0
+    return [t.to(device=device, dtype=torch.bfloat16) for t in (q, k, v)]
+
+
+def reference(q, k, v, scale):
+    """FP32 attention from the BF16 inputs, chunked over (batch, head)."""
+    import torch
+
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    for b in range(q.shape[0]):
+        for h0 in range(0, q.shape[1], 4):
+            qs, ks, vs = (t[b, h0:h0 + 4].float() for t in (q, k, v))
+            p = torch.softmax((qs @ ks.transpose(-1, -2)) * scale, dim=-1)
+            out[b, h0:h0 + 4] = p @ vs
+    return out
+
+
+def run_numerics(examples, shapes, budget_s, results):
+    import torch
+    import torch.nn.functional as F
+
+    import b200c
+    from b200c.runtime import synchronize
+
+    t_start = time.time()
+    for shape in shapes:
+        B, H, S, note = SHAPES[shape]
+        q, k, v = make_inputs(B, H, S, seed=S + H, device="cuda")
+        scale = 128 ** -0.5
+        ref = reference(q, k, v, scale)
+        torch_bf16 = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        ref_err = (torch_bf16.float() - ref).abs().max().item()
+        tol = 2 * ref_err + 1e-3
+        for ex in examples:
+            if time.time() - t_start > budget_s:
+                results.append(dict(stage=ex.stem, shape=shape, status="not run (time budget)"))
+                continue
+            row = dict(stage=ex.stem, shape=f"{shape} B={B} H={H} S={S}", ref_bf16_err=ref_err, tol=tol)
+            try:
+                out = torch.full_like(q, float("nan"))
+                t0 = time.time()
+                out = b200c.attention(q, k, v, schedule=str(ex), target="emulate")
+                synchronize()  # raises BarrierTimeoutError naming role/barrier if a bounded wait timed out
+                row["wall_s_emulated"] = round(time.time() - t0, 3)
+                err = (out.float() - ref).abs().max().item()
+                row["max_err"] = err
+                row["nan"] = bool(torch.isnan(out).any().item())
+                row["status"] = "PASS" if (err <= tol and not row["nan"]) else "FAIL"
+            except Exception as e:  # report and go on (a hang/trap kills the context: stop then)
+                row["status"] = "ERROR"
+                row["error"] = f"{type(e).__name__}: {e}"[:400]
+                results.append(row)
+                print(f"{ex.stem} {shape}: {row['error']}", flush=True)
+                if "restart the process" in row["error"] or "illegal" in row["error"].lower():
+                    return False
+                continue
+            results.append(row)
+            print(f"{ex.stem:32s} {shape:9s} err={row['max_err']:.3e} tol={tol:.3e} {row['status']} "
+                  f"({row['wall_s_emulated']} s emulated)", flush=True)
+    return True
+
+
+def descriptor_proof(out_dir):
+    src = ROOT / "tests/gpu/descriptor_proof.cu"
+    exe = Path("/tmp/b200c_descriptor_proof")
+    inc = ROOT / "b200c/codegen/cuda"
+    cmd = ["nvcc", "-arch=sm_90a", "-DB200C_EMULATE", "-DB200C_BOUNDED_WAIT", f"-I{inc}", str(src), "-lcuda",
+           "-o", str(exe)]
+    b = subprocess.run(cmd, capture_output=True, text=True)
+    if b.returncode:
+        return "BUILD FAILED\n" + b.stdout + b.stderr
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    return f"exit {r.returncode}\n{r.stdout}{r.stderr}"
+
+
+def broken_variant():
+    """A stage-4 kernel whose softmax warps never arrive on p_ready: must fail
+    with the role/barrier named within seconds, in a child process."""
+    code = r"""
+import sys, time, torch
+sys.path.insert(0, %r)
+import b200c
+from b200c.codegen import GeneratedKernel
+from b200c.codegen.plan import make_plan
+from b200c.codegen.lower import lower
+from b200c.codegen.emit import emit
+from b200c.codegen import ir as IR
+from tests.gpu.broken import drop_arrive
+s = b200c.load_schedule_file(%r)
+plan = make_plan(s)
+k = lower(plan)
+k = drop_arrive(k, "softmax", "p_ready")
+gen = GeneratedKernel(emit(k), plan.launch_info(k))
+from b200c.runtime import attention_generated
+q = torch.randn(1, 1, 256, 128, device="cuda", dtype=torch.bfloat16)
+t0 = time.time()
+try:
+    attention_generated(q, q, q, gen, target="emulate")
+    from b200c.runtime import synchronize
+    synchronize()
+    print("NO ERROR (bad)")
+except Exception as e:
+    print(f"raised after {time.time()-t0:.1f} s: {type(e).__name__}: {e}")
+""" % (str(ROOT), str(ROOT / "examples/04_warp_specialization.py"))
+    env = dict(os.environ, B200C_CACHE_DIR="/tmp/b200c_broken_cache")
+    t0 = time.time()
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        return f"{time.time() - t0:.1f} s, exit {r.returncode}\n" + (r.stdout + r.stderr)[-3000:]
+    except subprocess.TimeoutExpired:
+        return "HUNG (killed after 120 s)"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/b200c_out"))
+    ap.add_argument("--shapes", default="small")
+    ap.add_argument("--stages", default="1-18")
+    ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--skip", default="", help="comma list: build,proof,numerics,broken")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    lo, hi = (int(x) for x in args.stages.split("-")) if "-" in args.stages else (int(args.stages),) * 2
+    examples = [p for p in sorted((ROOT / "examples").glob("[0-9][0-9]_*.py")) if lo <= int(p.stem[:2]) <= hi]
+    shapes = [s for g in args.shapes.split(",") for s in GROUPS.get(g, [g])]
+    report = {"emulated": True, "note": "emulated Blackwell on Hopper: wall times are not speed figures"}
+
+    import torch
+
+    p = torch.cuda.get_device_properties(0)
+    report["device"] = f"{p.name} cc {p.major}.{p.minor} SMs {p.multi_processor_count}"
+    print(report["device"], "torch", torch.__version__, flush=True)
+
+    if "build" not in skip:
+        from b200c import generate, load_schedule_file
+        from b200c.runtime.build import build_many
+
+        t0 = time.time()
+        built = build_many([(e.stem, generate(load_schedule_file(e))) for e in examples], "emulate", progress=False)
+        report["build_s"] = round(time.time() - t0, 1)
+        print(f"built {len(built)} emulated kernels in {report['build_s']} s", flush=True)
+    if "proof" not in skip:
+        report["descriptor_proof"] = descriptor_proof(out)
+        print(report["descriptor_proof"], flush=True)
+    results = []
+    if "numerics" not in skip:
+        report["context_ok"] = run_numerics(examples, shapes, args.budget_s, results)
+    report["results"] = results
+    if "broken" not in skip:
+        report["broken_variant"] = broken_variant()
+        print("broken variant:", report["broken_variant"], flush=True)
+    (out / "gpu_job.json").write_text(json.dumps(report, indent=1))
+    lines = [f"{'stage':32s} {'shape':28s} {'max abs err':>12s} {'ref bf16 err':>12s} {'result':>6s} {'wall (emulated)':>16s}"]
+    for r in results:
+        lines.append(f"{r['stage']:32s} {r['shape']:28s} {r.get('max_err', float('nan')):12.3e} "
+                     f"{r.get('ref_bf16_err', float('nan')):12.3e} {r['status']:>6s} "
+                     f"{str(r.get('wall_s_emulated', '-')) + ' s':>16s}")
+    table = "\n".join(lines)
+    (out / "table.txt").write_text(table + "\n")
+    print(table)
+    n_pass = sum(r["status"] == "PASS" for r in results)
+    print(f"{n_pass} of {len(results)} emulated runs passed")
+
+
+if __name__ == "__main__":
+    main()
