@@ -117,7 +117,10 @@ def _barriers(s: Schedule) -> tuple:
     add("pv_done", qn, 1, "tcgen05.commit after PqV",
         "correction warps" if s.correction_warps else "softmax warps of q")
     if s.correction_warps:
-        add("stats_ready", qn, 4, "softmax warps of q", "correction warps", "ch.12")
+        add("stats_ready", qn, 4, "softmax warps of q (rescale factors)", "correction warps", "ch.12")
+        # its own barrier: a fast softmax warp could otherwise arrive for the rowsum before a
+        # slow one arrived for the last factor, completing that phase early
+        add("rowsum_ready", qn, 4, "softmax warps of q (final rowsums)", "correction warps (epilogue)", "ch.12")
     assert idx == R.barrier_count(s), (idx, R.barrier_count(s))
     return tuple(out)
 

@@ -132,7 +132,7 @@ def barrier_count(s: Schedule) -> int:
     if s.early_pv_cols:
         per_q += 1  # p_lo
     if s.correction_warps:
-        per_q += 1  # stats_ready
+        per_q += 2  # stats_ready, rowsum_ready
     return n + per_q * s.q_stages
 
 

@@ -35,7 +35,7 @@
 //   softmax_scale           float: natural-log units, usually 1/sqrt(D)
 // Launch: grid = work items (B * H * ceil(ceil(seq_q / 128) / 2)),
 //         block = 512 threads (+32 emulator warp with -DB200C_EMULATE),
-//         dynamic SMEM = 167064 bytes, TMEM = 512 columns
+//         dynamic SMEM = 167080 bytes, TMEM = 512 columns
 // Build:  nvcc -arch=sm_100a -cubin kernel.cu
 //         emulated on sm_90a: nvcc -arch=sm_90a -DB200C_EMULATE -DB200C_BOUNDED_WAIT -I <b200c>/codegen/cuda -cubin kernel.cu
 // ==== end section: launch ====
@@ -339,7 +339,7 @@ namespace plan {
 [[maybe_unused]] constexpr int NUM_THREADS = 512;
 [[maybe_unused]] constexpr uint32_t TILE_BYTES = 32768;  // one 128 x 128 BF16 tile
 
-// SMEM layout: byte offsets from the 1024-aligned base (167064 bytes dynamic, incl. 1024 B realignment slack)
+// SMEM layout: byte offsets from the 1024-aligned base (167080 bytes dynamic, incl. 1024 B realignment slack)
 [[maybe_unused]] constexpr uint32_t SMEM_Q0 = 0;  // 32768 B, align 1024: Q tile of Q stage 0 (K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_Q1 = 32768;  // 32768 B, align 1024: Q tile of Q stage 1 (K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_KV0 = 65536;  // 32768 B, align 1024: one K or V tile (ring slot, ch.6)
@@ -347,7 +347,7 @@ namespace plan {
 [[maybe_unused]] constexpr uint32_t SMEM_KV2 = 131072;  // 32768 B, align 1024: one K or V tile (ring slot, ch.6)
 [[maybe_unused]] constexpr uint32_t SMEM_STATS = 163840;  // 2048 B, align 16: per Q stage: 128 rescale factors + 128 rowsums (FP32, ch.12)
 [[maybe_unused]] constexpr uint32_t SMEM_TMEM_SLOT = 165888;  // 16 B, align 16: TMEM base address written by tcgen05.alloc
-[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 165904;  // 136 B, align 8: mbarriers
+[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 165904;  // 152 B, align 8: mbarriers
 [[maybe_unused]] constexpr uint32_t SMEM_Q = SMEM_Q0;
 [[maybe_unused]] constexpr uint32_t SMEM_KV = SMEM_KV0;
 [[maybe_unused]] constexpr uint32_t KV_SLOT_BYTES = 32768;
@@ -367,8 +367,9 @@ __host__ __device__ constexpr uint32_t TMEM_O(int q) { return 256u + (uint32_t)q
 [[maybe_unused]] constexpr uint32_t BAR_P_HI_READY = 9;  // [2] arrivals 8: softmax warps (high P columns) + correction warps (O safe); waited by mma warp
 [[maybe_unused]] constexpr uint32_t BAR_P_LO_READY = 11;  // [2] arrivals 4: softmax warps (low P columns); waited by mma warp
 [[maybe_unused]] constexpr uint32_t BAR_PV_DONE = 13;  // [2] arrivals 1: tcgen05.commit after PqV; waited by correction warps
-[[maybe_unused]] constexpr uint32_t BAR_STATS_READY = 15;  // [2] arrivals 4: softmax warps of q; waited by correction warps
-[[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 17;
+[[maybe_unused]] constexpr uint32_t BAR_STATS_READY = 15;  // [2] arrivals 4: softmax warps of q (rescale factors); waited by correction warps
+[[maybe_unused]] constexpr uint32_t BAR_ROWSUM_READY = 17;  // [2] arrivals 4: softmax warps of q (final rowsums); waited by correction warps (epilogue)
+[[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 19;
 
 // TMA boxes: 2 slices of 64 columns x 128 rows per tile (swizzle 128B, blog ch.3)
 [[maybe_unused]] constexpr int TMA_SLICES = 2;
@@ -551,7 +552,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
     }
     c.stats(Q, 1)[row] = row_sum;  // final rowsum for the correction warps
     __syncwarp();
-    if (lane_id() == 0) mbar_arrive(c.bar(BAR_STATS_READY + Q));  // one arrival per warp
+    if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_READY + Q));  // one arrival per warp
   }
 }
 // ==== end section: role softmax ====
@@ -564,6 +565,7 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
   // blog ch.12: O correction split from softmax; also the epilogue
   uint32_t stats_ph[2] = {0u, 0u};  // phase parity per barrier
   uint32_t pv_done_ph[2] = {0u, 0u};  // phase parity per barrier
+  uint32_t rowsum_ph[2] = {0u, 0u};  // phase parity per barrier
   {  // one work item per CTA
     const int work = blockIdx.x;
     const WorkItem w = decode_work(c, work);
@@ -620,8 +622,8 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_HI_READY + 1));  // one arrival per warp
     }
-    mbar_wait(c.bar(BAR_STATS_READY + 0), stats_ph[0], 5, c.n_kv, work);  // wait site 5
-    stats_ph[0] ^= 1u;
+    mbar_wait(c.bar(BAR_ROWSUM_READY + 0), rowsum_ph[0], 5, c.n_kv, work);  // wait site 5
+    rowsum_ph[0] ^= 1u;
     mbar_wait(c.bar(BAR_PV_DONE + 0), pv_done_ph[0], 6, c.n_kv, work);  // wait site 6
     pv_done_ph[0] ^= 1u;
     tcgen05_fence_after();
@@ -645,8 +647,8 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
     }
-    mbar_wait(c.bar(BAR_STATS_READY + 1), stats_ph[1], 7, c.n_kv, work);  // wait site 7
-    stats_ph[1] ^= 1u;
+    mbar_wait(c.bar(BAR_ROWSUM_READY + 1), rowsum_ph[1], 7, c.n_kv, work);  // wait site 7
+    rowsum_ph[1] ^= 1u;
     mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 8, c.n_kv, work);  // wait site 8
     pv_done_ph[1] ^= 1u;
     tcgen05_fence_after();
@@ -994,6 +996,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_P_LO_READY + i), 4);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_PV_DONE + i), 1);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_STATS_READY + i), 4);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_ROWSUM_READY + i), 4);
     fence_mbarrier_init();
     prefetch_tensormap(&tmap_q);
     prefetch_tensormap(&tmap_k);

@@ -3,7 +3,9 @@
 Per K/V tile and Q stage: wait for the softmax warps' published rescale
 factors, rescale O once the previous PV completed (skipped when no row of the
 warp changed), then arrive "O safe" on the barrier PV waits on. After the
-last tile: normalize O by the published rowsum and store it (epilogue).
+last tile: wait for the published rowsums (their own barrier, ``rowsum_ready``,
+so no softmax warp can complete the last factor's phase early), normalize O
+and store it (epilogue).
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ def build(lw) -> RoleIR:
     for q in range(s.q_stages):
         p = lw.softmax_params(str(q))
         final += [
-            Wait("stats_ready", str(q), lw.phase("stats_ph", str(q), s.q_stages), lw.site(name, "stats_ready"), "c.n_kv"),
+            Wait("rowsum_ready", str(q), lw.phase("rowsum_ph", str(q), s.q_stages), lw.site(name, "rowsum_ready"),
+                 "c.n_kv"),
             Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), s.q_stages), lw.site(name, "pv_done"), "c.n_kv",
                  fence_after=True),
             Epilogue(p, "smem"),
@@ -42,6 +45,7 @@ def build(lw) -> RoleIR:
         Comment("blog ch.12: O correction split from softmax; also the epilogue"),
         PhaseDecl("stats_ph", s.q_stages, 0, lw.storage(s.q_stages)),
         PhaseDecl("pv_done_ph", s.q_stages, 0, lw.storage(s.q_stages)),
+        PhaseDecl("rowsum_ph", s.q_stages, 0, lw.storage(s.q_stages)),
         WorkLoop(s.persistent, (Loop("j", "0", "c.n_kv", tuple(per_tile), "K/V tiles"), *final)),
     )
     return RoleIR(name, role.warps, body, regs=role.regs, blog="ch.12-14")

@@ -46,7 +46,7 @@ def build(lw) -> RoleIR:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
     item.append(Loop("j", "0", "c.n_kv", tuple(tile), "K/V tiles"))
     if s.correction_warps:
-        item += [StoreStats("Q", "rowsum"), Arrive("stats_ready", "Q", by="warp")]
+        item += [StoreStats("Q", "rowsum"), Arrive("rowsum_ready", "Q", by="warp")]
     else:
         item += [Wait("pv_done", "Q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "c.n_kv", fence_after=True),
                  Epilogue(p, "reg")]
