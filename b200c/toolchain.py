@@ -5,7 +5,8 @@ Targets:
 * ``"sm100a"``: the native B200 kernel (``nvcc -arch=sm_100a``).
 * ``"emulate"``: the same source built for Hopper (``-arch=sm_90a``) with the
   tcgen05 software model (``-DB200C_EMULATE``) and bounded mbarrier waits
-  (``-DB200C_BOUNDED_WAIT``); correctness only, never speed.
+  (``-DB200C_BOUNDED_WAIT``, bound ``$B200C_WAIT_TIMEOUT_MS``, default 4000 ms);
+  correctness only, never speed.
 """
 from __future__ import annotations
 
@@ -100,7 +101,13 @@ def nvcc_flags(target: str) -> list[str]:
         return ["-arch=sm_100a", *common]
     from .codegen import cuda_include_dir
 
-    return ["-arch=sm_90a", *common, "-DB200C_EMULATE", "-DB200C_BOUNDED_WAIT", "-I", cuda_include_dir()]
+    flags = ["-arch=sm_90a", *common, "-DB200C_EMULATE", "-DB200C_BOUNDED_WAIT", "-I", cuda_include_dir()]
+    timeout = os.environ.get("B200C_WAIT_TIMEOUT_MS")
+    if timeout:  # longer bounded waits, e.g. under compute-sanitizer (part of the cache key)
+        if not timeout.isdigit():
+            raise BuildError(f"B200C_WAIT_TIMEOUT_MS={timeout!r} must be a whole number of milliseconds")
+        flags.append(f"-DB200C_WAIT_TIMEOUT_MS={int(timeout)}")
+    return flags
 
 
 def header_digest_text(target: str) -> str:

@@ -166,15 +166,16 @@ __device__ __forceinline__ uint64_t emu_now_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// true once B200C_WAIT_TIMEOUT_MS passed since the first call that read the clock
+// true once `mult` x B200C_WAIT_TIMEOUT_MS passed since the first call that read the clock
 struct EmuDeadline {
   uint64_t start = 0;
   uint32_t spin = 0;
+  uint32_t mult = 1;
   __device__ __forceinline__ bool expired() {
     if ((++spin & 63u) != 0) return false;
     const uint64_t now = emu_now_ns();
     if (start == 0) start = now;
-    return now - start > (uint64_t)B200C_WAIT_TIMEOUT_MS * 1000000ull;
+    return now - start > (uint64_t)mult * B200C_WAIT_TIMEOUT_MS * 1000000ull;
   }
 };
 __device__ __forceinline__ float emu_bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
@@ -687,7 +688,7 @@ __device__ __noinline__ void emu_execute_mma(uint32_t op, uint32_t d_tmem, uint6
 }
 
 __device__ __noinline__ void emu_fail_engine_idle(uint32_t done, uint32_t last_op) {
-  printf("b200c emulator: MMA engine (last warp) waited more than %d ms for an MMA-queue entry after %u entries "
+  printf("b200c emulator: MMA engine (last warp) waited more than 4 x %d ms for an MMA-queue entry after %u entries "
          "(last op %u: 1 mma_ss, 2 mma_ts, 3 commit): the issuer is stuck or never called tcgen05_issue_end() "
          "cta %d\n",
          B200C_WAIT_TIMEOUT_MS, done, last_op, (int)blockIdx.x);
@@ -707,7 +708,10 @@ __device__ __noinline__ void emu_mma_engine_body() {
   uint32_t tail = 0, last_op = 0;
   for (;;) {
     if (lane == 0) {
+      // an idle engine is normal while the roles wait on each other: give the roles' own
+      // bounded waits (which name role, barrier and phase) time to report first
       EmuDeadline deadline;
+      deadline.mult = 4;
       while (*vhead == tail) {
         if (deadline.expired()) emu_fail_engine_idle(tail, last_op);
         __nanosleep(32);
