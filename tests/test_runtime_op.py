@@ -150,6 +150,21 @@ def test_check_hang_names_role_barrier_parity_cta_iteration():
         assert part in msg
 
 
+def test_check_hang_lists_the_other_stuck_waits():
+    from b200c.errors import BarrierTimeoutError
+    from b200c.runtime.driver import HangReport, HangSite, check_hang
+
+    r = HangReport()
+    r.flag, r.site, r.parity, r.cta, r.iter, r.work, r.lane_thread = 1, 0, 0, 0, 1, 0, 128
+    r.more = 1
+    r.others[0] = HangSite(3, 1, 0, 0, 0, 0)
+    with pytest.raises(BarrierTimeoutError) as ei:
+        check_hang(fake_loaded(r))
+    msg = str(ei.value)
+    assert "role load, barrier kv_empty" in msg
+    assert "also stuck: role softmax on s_full (parity 1, CTA 0, K/V iteration 0)" in msg
+
+
 def test_check_hang_emulator_error_codes():
     from b200c.errors import BarrierTimeoutError
     from b200c.runtime.driver import HangReport, check_hang, emulator_errors

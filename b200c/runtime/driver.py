@@ -36,10 +36,19 @@ _emu_tmem: dict[int, tuple[int, int, int]] = {}  # device -> (tmem ptr, mask ptr
 _emulate_noted = False
 
 
-class HangReport(ctypes.Structure):
-    """Host view of ``b200c::HangReport`` (b200c_ptx.cuh), 8 x int32."""
+class HangSite(ctypes.Structure):
+    """Host view of ``b200c::HangSite``: one more timed-out wait."""
 
-    _fields_ = [(n, ctypes.c_int) for n in ("flag", "site", "parity", "cta", "iter", "work", "lane_thread", "pad")]
+    _fields_ = [(n, ctypes.c_int) for n in ("site", "parity", "cta", "iter", "work", "lane_thread")]
+
+
+class HangReport(ctypes.Structure):
+    """Host view of ``b200c::HangReport`` (b200c_ptx.cuh): the first timed-out
+    wait, then ``more`` other stuck waits of the same deadlock (up to 7)."""
+
+    _fields_ = [(n, ctypes.c_int) for n in ("flag", "site", "parity", "cta", "iter", "work", "lane_thread", "more")] + [
+        ("others", HangSite * 7)
+    ]
 
 
 # ---- target / architecture ---------------------------------------------------------
@@ -367,8 +376,9 @@ def emulator_errors() -> dict[int, str]:
     return _emu_errors
 
 
-def hang_message(lk_name: str, report: HangReport, site) -> str:
-    """Text of a BarrierTimeoutError for ``report`` (``site``: a WaitSite or None)."""
+def hang_message(lk_name: str, report: HangReport, site, sites=None) -> str:
+    """Text of a BarrierTimeoutError for ``report`` (``site``: a WaitSite or
+    None; ``sites``: site id -> WaitSite lookup for the other stuck waits)."""
     if report.site < 0:
         what = emulator_errors().get(report.site, "unknown emulator error")
         return (
@@ -377,10 +387,18 @@ def hang_message(lk_name: str, report: HangReport, site) -> str:
             f"work=0x{report.work & 0xFFFFFFFF:x}; the CUDA context is now unusable: restart the process"
         )
     where = f"role {site.role}, barrier {site.barrier}" if site else "unknown role/barrier"
+    also = ""
+    if sites is not None and report.more > 0:
+        parts = []
+        for o in list(report.others)[: min(report.more, 7)]:
+            w = sites(o.site)
+            name = f"role {w.role} on {w.barrier}" if w else f"site {o.site}"
+            parts.append(f"{name} (parity {o.parity}, CTA {o.cta}, K/V iteration {o.iter})")
+        also = "; also stuck: " + "; ".join(parts)
     return (
         f"b200c kernel {lk_name!r}: bounded mbarrier wait timed out at site {report.site} ({where}), "
         f"waiting for phase parity {report.parity}, CTA {report.cta}, thread {report.lane_thread}, "
-        f"K/V iteration {report.iter}, work item {report.work}; the CUDA context is now unusable: "
+        f"K/V iteration {report.iter}, work item {report.work}{also}; the CUDA context is now unusable: "
         "restart the process"
     )
 
@@ -399,7 +417,7 @@ def check_hang(kernel: LoadedKernel | None = None) -> None:
         r = lk.hang_report
         if r is not None and r.flag == 1:
             info = lk.built.launch
-            raise BarrierTimeoutError(hang_message(info.name, r, info.site(r.site)))
+            raise BarrierTimeoutError(hang_message(info.name, r, info.site(r.site), info.site))
 
 
 def synchronize(device=None) -> None:

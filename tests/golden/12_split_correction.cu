@@ -93,8 +93,12 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 #ifndef B200C_WAIT_TIMEOUT_MS
 #define B200C_WAIT_TIMEOUT_MS 4000
 #endif
-struct HangReport {            // written to host-mapped memory before __trap()
-  int flag, site, parity, cta, iter, work, lane_thread, pad;
+struct HangSite {              // one more timed-out wait of the same deadlock
+  int site, parity, cta, iter, work, lane_thread;
+};
+struct HangReport {            // host-mapped memory, written before __trap()
+  int flag, site, parity, cta, iter, work, lane_thread, more;  // the first timed-out wait; `more` = others
+  HangSite others[7];
 };
 }  // namespace b200c
 // global scope (unmangled symbol) so the runtime finds it with cuModuleGetGlobal
@@ -105,15 +109,30 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// Record this timed-out wait (lane 0 of each warp, each wait site once), give
+// the other stuck waits of the same deadlock 300 ms to record theirs (the root
+// cause is often not the first to time out), then trap.
 __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, int work) {
   HangReport* r = b200c_hang_report;
-  if (r != nullptr && atomicCAS(&r->flag, 0, 1) == 0) {
-    r->site = site; r->parity = (int)parity; r->cta = (int)blockIdx.x;
-    r->iter = iter; r->work = work; r->lane_thread = (int)threadIdx.x;
+  if (r != nullptr && lane_id() == 0) {  // one record per warp
+    bool seen = false;                    // best effort: one record per wait site
+    for (int i = 0; i < 7 && i < r->more; ++i) seen |= r->others[i].site == site;
+    if (r->flag && r->site == site) seen = true;
+    if (seen) {
+    } else if (atomicCAS(&r->flag, 0, 1) == 0) {
+      r->site = site; r->parity = (int)parity; r->cta = (int)blockIdx.x;
+      r->iter = iter; r->work = work; r->lane_thread = (int)threadIdx.x;
+    } else {
+      const int i = atomicAdd(&r->more, 1);
+      if (i < 7) r->others[i] = HangSite{site, (int)parity, (int)blockIdx.x, iter, work, (int)threadIdx.x};
+    }
     __threadfence_system();
   }
   printf("b200c: bounded wait timed out: site %d parity %u cta %d thread %d iter %d work %d\n",
          site, parity, (int)blockIdx.x, (int)threadIdx.x, iter, work);
+  const uint64_t t0 = globaltimer_ns();
+  while (globaltimer_ns() - t0 < 300000000ull) {
+  }
   __trap();
 }
 #endif
