@@ -1,0 +1,45 @@
+"""`b200c check` prints one row per schedule and exits 0 for the examples;
+`b200c build` builds in parallel and a second run builds nothing."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, ROOT
+
+
+@pytest.mark.nvcc
+def test_check_all_examples():
+    r = subprocess.run([sys.executable, "-m", "b200c.cli", "check", *map(str, EXAMPLES)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["stage", "schedule", "warps"]
+    rows = [l for l in lines[1:] if len(l.split()) > 5 and l.split()[0].isdigit()]
+    assert [int(l.split()[0]) for l in rows] == list(range(1, 19))
+    assert "18 schedules ok (sm_100a, 0 spill bytes)" in r.stdout
+
+
+@pytest.mark.nvcc
+def test_check_fails_on_bad_schedule(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import b200c\nschedule = b200c.Schedule(q_stages=3, warp_specialized=True, p_storage='tmem')\n")
+    r = subprocess.run([sys.executable, "-m", "b200c.cli", "check", "--no-sass", str(EXAMPLES[0]), str(bad)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1
+    assert "FAILED: 3 Q stages at head dim 128 need 768 of 512 TMEM columns" in r.stdout
+
+
+@pytest.mark.nvcc
+def test_build_examples_twice(tmp_path):
+    env = {**os.environ, "B200C_CACHE_DIR": str(tmp_path)}
+    files = [str(p) for p in EXAMPLES[::4]]  # 1, 5, 9, 13, 17: a spread of stages, kept short for CI
+    first = subprocess.run([sys.executable, "-m", "b200c.cli", "build", *files], capture_output=True, text=True,
+                           cwd=ROOT, env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count("built") == len(files), first.stdout
+    second = subprocess.run([sys.executable, "-m", "b200c.cli", "build", *files], capture_output=True, text=True,
+                            cwd=ROOT, env=env)
+    assert second.returncode == 0
+    assert second.stdout.count("cached") == len(files) and "built" not in second.stdout, second.stdout
