@@ -30,11 +30,11 @@ def generate(schedule):
     return _generate(schedule)
 
 
-def attention(q, k, v, *, schedule, softmax_scale=None, target="auto"):
+def attention(q, k, v, *, schedule, softmax_scale=None, layout="bhsd", target="auto"):
     """Dense non-causal attention with a b200c kernel; see b200c.runtime.attention."""
     from .runtime import attention as _attention
 
-    return _attention(q, k, v, schedule=schedule, softmax_scale=softmax_scale, target=target)
+    return _attention(q, k, v, schedule=schedule, softmax_scale=softmax_scale, layout=layout, target=target)
 
 
 __all__ = [

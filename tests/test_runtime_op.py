@@ -92,6 +92,29 @@ def test_compile_aot_eager_with_explicit_scale_and_target():
         assert compiled(q).shape == q.shape
 
 
+def test_bshd_layout_is_a_view_under_compile():
+    graphs = []
+
+    def fn(q, k, v):
+        return b200c.attention(q, k, v, schedule=SCHED, layout="bshd")
+
+    compiled = torch.compile(fn, fullgraph=True, backend=recording_backend(graphs))
+    with FakeTensorMode():
+        q = torch.empty(2, 256, 4, 128, dtype=BF16, device="cuda")  # (B, S, H, D) contiguous
+        out = compiled(q, q, q)
+        assert out.shape == (2, 256, 4, 128) and out.stride() == q.stride()
+    (node,) = op_nodes(graphs[0])
+    arg = node.args[0]
+    val = arg.meta.get("example_value", arg.meta.get("val"))
+    assert tuple(val.shape) == (2, 4, 256, 128)  # the op sees (B, H, S, D) views
+
+
+def test_layout_name_is_checked():
+    q = torch.zeros(1, 2, 128, 128, dtype=BF16)
+    with pytest.raises(LaunchError, match="layout='sbhd'"):
+        b200c.attention(q, q, q, schedule=SCHED, layout="sbhd")
+
+
 def test_schedule_file_path(tmp_path):
     f = tmp_path / "s.py"
     f.write_text("import b200c\nschedule = b200c.Schedule(name='from_file', q_stages=2)\n")

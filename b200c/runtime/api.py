@@ -76,24 +76,30 @@ def _schedule_json(schedule) -> str:
     raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
 
 
-def attention(q, k, v, *, schedule, softmax_scale: float | None = None, target: str = "auto") -> torch.Tensor:
+def attention(q, k, v, *, schedule, softmax_scale: float | None = None, layout: str = "bhsd",
+              target: str = "auto") -> torch.Tensor:
     """Dense non-causal attention ``softmax(q k^T * scale) v`` with a b200c kernel.
 
     Args:
-        q: logical shape (B, H, S_q, D), torch.bfloat16, CUDA.
-        k, v: logical shape (B, H, S_kv, D), torch.bfloat16, same device.
-            Logical shape is (B, H, S, D) like torch SDPA; memory may be
-            (B, H, S, D) or (B, S, H, D) (pass ``x.transpose(1, 2)``): any
-            strides with the last dim contiguous, 16-byte aligned data and
-            S/H/B strides that are multiples of 8 elements; no copies are made.
-            Today D must be 128 and S_q, S_kv multiples of 128.
+        q: shape (B, H, S_q, D) (``layout="bhsd"``, like torch SDPA) or
+            (B, S_q, H, D) (``layout="bshd"``, like FlashAttention),
+            torch.bfloat16, CUDA.
+        k, v: the same with S_kv, same dtype and device.
+            Any memory layout whose last dim is contiguous works through the
+            strides (e.g. (B, S, H, D) storage viewed as (B, H, S, D)): 16-byte
+            aligned data and S/H/B strides that are multiples of 8 elements;
+            no copies are made. Today D must be 128 and S_q, S_kv multiples
+            of 128.
+        layout: ``"bhsd"`` or ``"bshd"``: the order of the dimensions of the
+            shapes above (and of the result).
         schedule: a :class:`b200c.Schedule` or a path to a schedule file.
         softmax_scale: natural-log units; default ``1 / sqrt(D)``.
         target: ``"auto"`` (sm100a on compute capability 10.0, the emulated
             kernel on 9.0), ``"sm100a"`` or ``"emulate"``.
 
     Returns:
-        (B, H, S_q, D) bfloat16 with q's memory layout. Empty inputs (B, H or
+        (B, H, S_q, D) or, for ``layout="bshd"``, (B, S_q, H, D) bfloat16
+        with q's memory layout. Empty inputs (B, H or
         S_q = 0) give an empty result and S_kv = 0 gives zeros, without a launch.
 
     Raises:
@@ -109,15 +115,20 @@ def attention(q, k, v, *, schedule, softmax_scale: float | None = None, target: 
     the current stream (CUDA-graph capturable). Registered as the custom op
     ``torch.ops.b200c.attention``, so ``torch.compile(fullgraph=True)`` works.
     """
-    from ..errors import BuildError
+    from ..errors import BuildError, LaunchError
 
     check_tensor_types(q, k, v)
     if target not in _TARGETS:
         raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm100a' (alias 'sm_100'), 'emulate'")
+    if layout not in ("bhsd", "bshd"):
+        raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
+    if layout == "bshd":  # views only: the kernel reads any strides
+        q, k, v = (t.transpose(1, 2) if t.dim() == 4 else t for t in (q, k, v))
     schedule_json = _schedule_json(schedule)
     if softmax_scale is None:
         softmax_scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 else 1.0
-    return torch.ops.b200c.attention(q, k, v, schedule_json, float(softmax_scale), target)
+    out = torch.ops.b200c.attention(q, k, v, schedule_json, float(softmax_scale), target)
+    return out.transpose(1, 2) if layout == "bshd" else out
 
 
 def attention_generated(q, k, v, generated, *, softmax_scale: float | None = None, target: str = "auto") -> torch.Tensor:

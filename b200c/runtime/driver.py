@@ -393,7 +393,9 @@ def hang_message(lk_name: str, report: HangReport, site, sites=None) -> str:
         for o in list(report.others)[: min(report.more, 7)]:
             w = sites(o.site)
             name = f"role {w.role} on {w.barrier}" if w else f"site {o.site}"
-            parts.append(f"{name} (parity {o.parity}, CTA {o.cta}, K/V iteration {o.iter})")
+            text = f"{name} (parity {o.parity}, CTA {o.cta}, K/V iteration {o.iter})"
+            if text not in parts:  # several warps of one role stuck at the same place
+                parts.append(text)
         also = "; also stuck: " + "; ".join(parts)
     return (
         f"b200c kernel {lk_name!r}: bounded mbarrier wait timed out at site {report.site} ({where}), "
