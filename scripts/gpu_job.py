@@ -170,12 +170,15 @@ def main():
     ap.add_argument("--stages", default="1-18")
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--skip", default="", help="comma list: build,proof,numerics,broken")
+    ap.add_argument("--files", nargs="*", help="schedule files to run instead of examples/NN_*.py")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
     lo, hi = (int(x) for x in args.stages.split("-")) if "-" in args.stages else (int(args.stages),) * 2
     examples = [p for p in sorted((ROOT / "examples").glob("[0-9][0-9]_*.py")) if lo <= int(p.stem[:2]) <= hi]
+    if args.files:
+        examples = [Path(f).resolve() for f in args.files]
     shapes = [s for g in args.shapes.split(",") for s in GROUPS.get(g, [g])]
     report = {"emulated": True, "note": "emulated Blackwell on Hopper: wall times are not speed figures"}
 

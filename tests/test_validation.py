@@ -92,3 +92,12 @@ def test_replace_rejects_unknown_field():
 def test_json_round_trip(examples):
     s = b200c.load_schedule_file(examples[-1])
     assert b200c.Schedule.from_json(s.to_json()) == s
+
+
+def test_variant_schedules_validate():
+    from conftest import ROOT
+
+    files = sorted((ROOT / "examples/variants").glob("*.py"))
+    assert len(files) >= 6
+    for p in files:
+        b200c.load_schedule_file(p).validate()

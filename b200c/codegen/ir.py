@@ -447,7 +447,7 @@ class KernelIR:
                f"  threads={p.threads} dynamic_smem={p.smem_bytes} tmem_cols={p.tmem_alloc_cols}"]
         for r in self.roles:
             inst = ", ".join(f"q={q}: warps {w[0]}-{w[-1]}" for q, w in r.instances) if r.instances else \
-                f"warps {r.warps[0]}" + (f"-{r.warps[-1]}" if len(r.warps) > 1 else "")
+                (f"warps {r.warps[0]}-{r.warps[-1]}" if len(r.warps) > 1 else f"warp {r.warps[0]}")
             regs = f", setmaxnreg {r.regs}" if r.regs else ""
             out.append(f"\nrole {r.name} ({inst}{regs})" + (f"   // {r.blog}" if r.blog else ""))
             _print(r.body, 1, out)
