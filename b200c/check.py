@@ -72,7 +72,8 @@ def format_table(rows: list, sass: bool = True) -> str:
 
 
 def check_files(files: list, sass: bool = True, jobs: int = 2) -> int:
-    """Check schedule files, print the table, return the exit status."""
+    """Check schedule files, print the table, return the exit status (0 ok, 1
+    if any schedule failed validation or compilation, or spilled)."""
     if sass:
         from .sass import find_cuobjdump
 
@@ -81,13 +82,19 @@ def check_files(files: list, sass: bool = True, jobs: int = 2) -> int:
         except B200cError as e:
             print(f"note: no SASS counts ({e})", file=sys.stderr)
             sass = False
-    with tempfile.TemporaryDirectory(prefix="b200c_check_") as d:
-        with ThreadPoolExecutor(max_workers=jobs) as ex:
-            rows = list(ex.map(lambda f: check_one(f, Path(d), sass), files))
+    import shutil
+
+    d = tempfile.mkdtemp(prefix="b200c_check_")
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        rows = list(ex.map(lambda f: check_one(f, Path(d), sass), files))
     print(format_table(rows, sass))
+    if any(r.get("stack_frame") for r in rows):
+        print("stack B / LDL/STL: local memory of runtime-indexed phase-bit arrays (not spills); "
+              "phase_tracking='bitmask' removes it (minor 17)")
     bad = [r for r in rows if "error" in r]
     if bad:
-        print(f"{len(bad)} of {len(rows)} schedules failed", file=sys.stderr)
+        print(f"{len(bad)} of {len(rows)} schedules failed; generated sources kept in {d}", file=sys.stderr)
         return 1
+    shutil.rmtree(d, ignore_errors=True)
     print(f"{len(rows)} schedules ok (sm_100a, 0 spill bytes)")
     return 0

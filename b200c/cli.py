@@ -32,13 +32,18 @@ def _compile(args) -> int:
     kernel = generate(schedule)
     if args.emit == "cu":
         return _write(kernel.source, args.output)
+    import tempfile
+
     from .nvcc import compile_cuda
 
     out = Path(args.output) if args.output else Path(Path(args.file).stem + "." + args.emit)
-    res = compile_cuda(kernel.source, out, fmt=args.emit, target="sm_100a",
-                       keep_source=out.with_name(out.stem + ".cu"))
-    r = res.resources()
-    print(f"wrote {out} (sm_100a: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
+    src = Path(tempfile.mkdtemp(prefix="b200c_")) / "kernel.cu"  # kept: a failing build names it
+    res = compile_cuda(kernel.source, out, fmt=args.emit, target="sm_100a", keep_source=src)
+    if args.emit == "cubin":
+        r = res.resources()
+        print(f"wrote {out} (sm_100a: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
+    else:
+        print(f"wrote {out} (sm_100a PTX)", file=sys.stderr)
     return 0
 
 
@@ -54,7 +59,7 @@ def _write(text: str, output) -> int:
 def _check(args) -> int:
     from .check import check_files
 
-    return check_files(args.files, sass=not args.no_sass)
+    return check_files(args.files, sass=not args.no_sass, jobs=args.jobs)
 
 
 def _build(args) -> int:
@@ -74,6 +79,7 @@ def make_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="validate, emit and compile schedules for sm_100a; print a resource table")
     k.add_argument("files", nargs="+")
     k.add_argument("--no-sass", action="store_true", help="skip the SASS instruction counts")
+    k.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc runs (default 2)")
     k.set_defaults(func=_check)
     b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)")
     b.add_argument("files", nargs="+")
@@ -90,6 +96,9 @@ def main(argv=None) -> int:
         return args.func(args)
     except B200cError as e:
         print(f"b200c: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # e.g. an output path in a folder that does not exist
+        print(f"b200c: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

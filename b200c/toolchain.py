@@ -43,7 +43,7 @@ def normalize_target(target: str) -> str:
         if _NATIVE_ALIASES[t]:
             log.info("b200c: target %r upgraded to 'sm100a' (tcgen05 needs the arch-specific sm_100a ISA)", target)
         return "sm100a"
-    raise BuildError(f"unknown build target {target!r}; allowed targets: 'sm100a' (alias 'sm_100'), 'emulate'")
+    raise BuildError(f"unknown build target {target!r}; allowed: 'sm_100a' (also spelled 'sm100a', 'sm_100'), 'emulate'")
 
 
 def find_nvcc() -> str:

@@ -78,6 +78,24 @@ def test_infeasible_schedule(tmp_path):
     assert "need 768 of 512 TMEM columns" in _one_line_error(run("compile", str(f)))
 
 
+def test_unwritable_output(tmp_path):
+    line = _one_line_error(run("compile", str(EXAMPLES[0]), "-o", str(tmp_path / "no" / "such" / "k.cu")))
+    assert "No such file or directory" in line
+
+
+def test_nested_schedule_error_names_the_outer_file(tmp_path):
+    f = tmp_path / "s.py"
+    f.write_text("import b200c\nprev = b200c.load_schedule_file('missing.py')\nschedule = prev\n")
+    line = _one_line_error(run("compile", str(f)))
+    assert f"in schedule file '{f}'" in line and "'missing.py' does not exist (relative to" in line
+
+
+def test_syntax_error_names_the_line(tmp_path):
+    f = tmp_path / "s.py"
+    f.write_text("import b200c\nschedule = b200c.Schedule(\n")
+    assert "line 2: syntax error" in _one_line_error(run("compile", str(f)))
+
+
 def test_help():
     r = run("--help")
     assert r.returncode == 0 and "compile" in r.stdout and "check" in r.stdout

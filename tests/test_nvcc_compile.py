@@ -16,6 +16,16 @@ def test_sm100a_zero_spills(example, generated, tmp_path):
 
 
 @pytest.mark.nvcc
+def test_s_cache_without_warp_roles_compiles(tmp_path):
+    """The 4-warp cta role supports the S register cache too (review finding)."""
+    import b200c
+
+    s = b200c.load_schedule_file(EXAMPLES[2]).replace(exp2="ex2.approx.ftz", s_cache_cols=96, split_rowsum=True)
+    res = compile_cuda(b200c.generate(s).source, tmp_path / "k.cubin", "cubin", "sm_100a")
+    assert res.resources()["spill_bytes"] == 0
+
+
+@pytest.mark.nvcc
 @pytest.mark.parametrize("example", [EXAMPLES[0], EXAMPLES[3], EXAMPLES[6], EXAMPLES[13], EXAMPLES[17]],
                          ids=lambda p: p.stem)
 def test_emulated_sm90a_build(example, generated, tmp_path):

@@ -72,7 +72,7 @@ def test_normalize_target():
     assert toolchain.normalize_target("sm100a") == "sm100a"
     assert toolchain.normalize_target("sm_100") == "sm100a"
     assert toolchain.normalize_target("emulate") == "emulate"
-    with pytest.raises(BuildError, match="unknown build target 'sm_80'; allowed targets: 'sm100a'.*'emulate'"):
+    with pytest.raises(BuildError, match="unknown build target 'sm_80'; allowed: 'sm_100a' .*'emulate'"):
         toolchain.normalize_target("sm_80")
 
 

@@ -13,6 +13,15 @@ EX2 = TWO_Q.replace(exp2="ex2.approx.ftz")
 
 CASES = [
     # (id, schedule, error type, substrings the message must contain)
+    ("type-int", SPEC.replace(kv_stages="3"), ScheduleError, ["kv_stages='3' is a str", "expected an int"]),
+    ("type-float-for-int", SPEC.replace(kv_stages=3.0), ScheduleError, ["kv_stages=3.0 is a float"]),
+    ("type-bool-for-int", SPEC.replace(kv_stages=True), ScheduleError, ["kv_stages=True is a bool"]),
+    ("type-regs", TWO_Q.replace(softmax_regs=192.0, other_regs=48), ScheduleError, ["softmax_regs=192.0"]),
+    ("type-issue-order", SPEC.replace(issue_order=123), ScheduleError, ["issue_order=123 is a int"]),
+    ("type-bool", SPEC.replace(persistent=1), ScheduleError, ["persistent=1", "True or False"]),
+    ("name", BASE.replace(name="x\n#error"), ScheduleError, ["name=", "letters, digits"]),
+    ("threshold-nan", EX2.replace(rescale_threshold=float("nan")), ScheduleError, ["finite", ">= 0"]),
+    ("threshold-negative", EX2.replace(rescale_threshold=-1.0), ScheduleError, ["rescale_threshold=-1.0", ">= 0"]),
     ("enum", BASE.replace(p_storage="dram"), ScheduleError, ["p_storage='dram'", "'smem'", "'tmem'"]),
     ("tile-shape", BASE.replace(head_dim=64), ScheduleError, ["head_dim=64", "only 128"]),
     ("q-stages-range", SPEC.replace(q_stages=0), ScheduleError, ["q_stages=0", "1..4"]),
@@ -45,7 +54,10 @@ CASES = [
      ["98304 of 65536 registers"]),
     ("tmem-columns", TWO_Q.replace(q_stages=3), ResourceError,
      ["3 Q stages at head dim 128 need 768 of 512 TMEM columns"]),
-    ("smem-bytes", SPEC.replace(q_stages=2, kv_stages=3), ResourceError, ["dynamic SMEM needs", "of 232448 bytes"]),
+    ("smem-bytes", SPEC.replace(q_stages=2, kv_stages=3), ResourceError,
+     ["dynamic SMEM needs", "of 232448 bytes", "kv_stages <= 2 fits"]),
+    ("tmem-before-registers", TWO_Q.replace(q_stages=3, correction_warps=4, softmax_regs=192, correction_regs=80,
+                                            other_regs=48), ResourceError, ["768 of 512 TMEM columns"]),
     ("issue-order", TWO_Q.replace(issue_order="Q0K(i+1) P0V(i) Q1K(i+1) P1V(i)"), IssueOrderError,
      ["Q0K(i+1)", "while P0V"]),
 ]
@@ -85,7 +97,7 @@ def test_all_examples_validate(examples):
 
 
 def test_replace_rejects_unknown_field():
-    with pytest.raises(ScheduleError, match="no field 'qstages'"):
+    with pytest.raises(ScheduleError, match="no field 'qstages'; did you mean 'q_stages'"):
         BASE.replace(qstages=2)
 
 

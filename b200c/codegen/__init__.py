@@ -40,8 +40,7 @@ def generate(schedule) -> GeneratedKernel:
     from .lower import lower
     from .emit import emit
 
-    schedule.validate()
-    plan = make_plan(schedule)
+    plan = make_plan(schedule)  # validates
     ir = lower(plan)
     return GeneratedKernel(source=emit(ir), launch=plan.launch_info(ir))
 

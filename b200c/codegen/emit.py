@@ -130,6 +130,10 @@ def emit(ir: KernelIR) -> str:
     ]
     o_base = s.q_stages * s.block_n
     p_off = s.block_n // 2 if s.s_cache_cols else 0
+    for r in plan.tmem:  # the formulas below must place every buffer where the plan does
+        want = {"S": r.q_stage * s.block_n, "P": r.q_stage * s.block_n + p_off,
+                "O": o_base + r.q_stage * s.head_dim}[r.name[0]]
+        assert r.col == want, f"TMEM {r.name}: plan column {r.col}, emitted formula {want}"
     text = _env().get_template("kernel.cu.j2").render(
         s=s,
         plan=plan,

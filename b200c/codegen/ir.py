@@ -293,7 +293,15 @@ class SoftmaxRowmax(Node):
     params: SoftmaxParams
 
     def describe(self) -> str:
-        return f"softmax.rowmax S[tmem {self.params.s_col}]  {self.params.describe()}"
+        p = self.params
+        bits = [f"ld=x{p.s_load_cols}"]
+        if p.s_cache_cols:
+            bits.append(f"keep high {p.s_cache_cols} columns in registers")
+        if p.deferred_s_wait:
+            bits.append("deferred wait::ld")
+        if p.rowmax_chains > 1:
+            bits.append(f"{p.rowmax_chains} rowmax chains")
+        return f"softmax.rowmax S[tmem {p.s_col}]  " + " ".join(bits)
 
 
 @dataclass(frozen=True)
@@ -443,7 +451,9 @@ class KernelIR:
         """Printable IR (``b200c compile --emit ir``)."""
         p = self.plan
         s = p.schedule
-        out = [f"kernel b200c_attention  // {s.name} (blog stage {s.blog_stage})",
+        from .launch import KERNEL_NAME
+
+        out = [f"kernel {KERNEL_NAME}  // {s.name} (blog stage {s.blog_stage})",
                f"  threads={p.threads} dynamic_smem={p.smem_bytes} tmem_cols={p.tmem_alloc_cols}"]
         for r in self.roles:
             inst = ", ".join(f"q={q}: warps {w[0]}-{w[-1]}" for q, w in r.instances) if r.instances else \

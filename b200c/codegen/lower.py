@@ -23,10 +23,10 @@ class Lowering:
     def phase(self, var: str, index: str | None = None, count: int = 1) -> PhaseRef:
         """PhaseRef of a barrier family with ``count`` instances: scalar for
         one instance, else the schedule's phase storage (array/bitmask)."""
-        storage = "scalar" if count == 1 else self.s.phase_tracking
-        return PhaseRef(var, index if count > 1 else None, storage)
+        return PhaseRef(var, index if count > 1 else None, self.storage(count))
 
     def storage(self, count: int) -> str:
+        """Phase-bit storage of a barrier family with ``count`` instances."""
         return "scalar" if count == 1 else self.s.phase_tracking
 
     def softmax_params(self, q: str) -> SoftmaxParams:

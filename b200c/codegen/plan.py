@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..dsl import resources as R
-from ..dsl.issue_order import IssueOrder, default_order, parse_issue_order
+from ..dsl.issue_order import IssueOrder
 from ..dsl.schedule import Schedule
-from .launch import LaunchInfo, WaitSite
+from .launch import LaunchInfo
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def smem_layout(s: Schedule) -> tuple:
     if s.correction_warps:
         put("stats", R.stats_bytes(s), 16, "per Q stage: 128 rescale factors + 128 rowsums (FP32, ch.12)")
     put("tmem_slot", 16, 16, "TMEM base address written by tcgen05.alloc")
-    put("barriers", 8 * R.barrier_count(s), 8, "mbarriers")
+    put("barriers", 8 * sum(b.count for b in _barriers(s)), 8, "mbarriers")
     return tuple(bufs), off + R.SMEM_ALIGN_SLACK
 
 
@@ -121,7 +121,6 @@ def _barriers(s: Schedule) -> tuple:
         # its own barrier: a fast softmax warp could otherwise arrive for the rowsum before a
         # slow one arrived for the last factor, completing that phase early
         add("rowsum_ready", qn, 4, "softmax warps of q (final rowsums)", "correction warps (epilogue)", "ch.12")
-    assert idx == R.barrier_count(s), (idx, R.barrier_count(s))
     return tuple(out)
 
 
@@ -154,19 +153,10 @@ class Plan:
     threads: int
     issue: Optional[IssueOrder]
 
-    def buf(self, name: str) -> SmemBuffer:
-        return next(b for b in self.smem if b.name == name)
-
-    def barrier(self, name: str) -> BarrierSpec:
-        return next(b for b in self.barriers if b.name == name)
-
-    def has_barrier(self, name: str) -> bool:
-        return any(b.name == name for b in self.barriers)
-
-    def tmem_col(self, name: str) -> int:
-        return next(r.col for r in self.tmem if r.name == name)
-
     def launch_info(self, ir=None) -> LaunchInfo:
+        """Launch configuration for the runtime (wait sites from ``ir``)."""
+        from .emit import descriptor_constants
+
         s = self.schedule
         return LaunchInfo(
             name=s.name,
@@ -178,7 +168,7 @@ class Plan:
             block_n=s.block_n,
             head_dim=s.head_dim,
             persistent=s.persistent,
-            tma_box_inner=64 if s.swizzle == "128B" else 8,
+            tma_box_inner=descriptor_constants(s.swizzle)["tma"]["inner"],
             tma_box_rows=128,
             tma_swizzle=s.swizzle,
             tma_l2_promotion=s.tma_l2_promotion,
@@ -206,23 +196,21 @@ class Plan:
         if self.issue is not None:
             out += ["", f"MMA issue order: {' '.join(st.symbolic for st in self.issue.steps)}"]
             if self.issue.lead:
-                out.append(f"  prologue (K/V tile 0): {' '.join(st.symbolic.replace('(i+1)', '(0)') for st in self.issue.prologue())}")
-                out.append(f"  epilogue (last tile):  {' '.join(st.symbolic.replace('(i)', '(n-1)') for st in self.issue.epilogue())}")
+                out.append(f"  prologue (K/V tile 0): {' '.join(st.label('0') for st in self.issue.prologue())}")
+                out.append(f"  epilogue (last tile):  {' '.join(st.label('n-1') for st in self.issue.epilogue())}")
         return "\n".join(out) + "\n"
 
 
 def make_plan(s: Schedule) -> Plan:
-    """Plan a validated schedule.
+    """Validate and plan a schedule.
 
     Raises:
         ScheduleError / ResourceError / IssueOrderError if ``s`` is invalid.
     """
-    s.validate()
+    from ..dsl.validate import validate_schedule
+
+    issue = validate_schedule(s)  # the checked issue order (None without warp roles)
     smem, total = smem_layout(s)
-    issue = None
-    if s.warp_specialized:
-        text = s.issue_order if s.issue_order is not None else default_order(s.q_stages)
-        issue = parse_issue_order(text, s.q_stages, s.kv_tokens, s.kv_stages)
     return Plan(
         schedule=s,
         smem=smem,

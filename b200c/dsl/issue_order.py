@@ -23,6 +23,11 @@ import lark
 from ..errors import IssueOrderError
 
 _GRAMMAR = Path(__file__).with_name("issue_order.lark").read_text()
+MAX_KV_STAGES = 8  # the validation limit of kv_stages
+# the dependency check replays the order for these K/V tile counts: 1 and 2 cover
+# the peeled prologue/epilogue alone and touching, 3 and 5 a steady state of 1 and 3
+# iterations (enough for a ring of up to MAX_KV_STAGES tokens to wrap)
+CHECKED_TILE_COUNTS = (1, 2, 3, 5)
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,6 +55,10 @@ class Step:
     def at(self, j: int) -> str:
         """The step on concrete K/V tile j, e.g. ``Q0K(3)``."""
         return f"Q{self.q}K({j})" if self.kind == "QK" else f"P{self.q}V({j})"
+
+    def label(self, index: str) -> str:
+        """The step on a named K/V tile, e.g. ``label("0")`` -> ``Q0K(0)``."""
+        return f"Q{self.q}K({index})" if self.kind == "QK" else f"P{self.q}V({index})"
 
     @property
     def symbolic(self) -> str:
@@ -166,7 +175,8 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int) 
         if q >= q_stages:
             raise IssueOrderError(
                 f"issue order step {src} names Q stage {q}, but the schedule has "
-                f"q_stages={q_stages} (stages 0..{q_stages - 1})"
+                f"q_stages={q_stages} (stages 0..{q_stages - 1}); set issue_order for {q_stages} stage(s) "
+                f"or None for the default"
             )
     seen = {}
     for kind, q, _, src in raw:
@@ -194,7 +204,7 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int) 
             f"each Q stage has one S/P buffer in TMEM, so a QK may lead its PV by at most one iteration"
         )
     order = IssueOrder(text, steps, lead, kv_tokens, kv_stages)
-    for n in (1, 2, 3, 5):
+    for n in CHECKED_TILE_COUNTS:
         _check_dependencies(order, n)
     return order
 
@@ -246,7 +256,7 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
                 prev = u - slots
                 holder_pos = last_use[prev]
                 hs, hj = seq[holder_pos]
-                need = next((k for k in range(slots + 1, 9) if _ring_ok(order, k)), None)
+                need = next((k for k in range(slots + 1, MAX_KV_STAGES + 1) if _ring_ok(order, k)), None)
                 hint = f"use kv_stages >= {need}" if need else "reorder the steps"
                 raise IssueOrderError(
                     f"issue order step {here} needs {_token_name(order, u)} in K/V slot {u % slots}, "
@@ -264,6 +274,6 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
 def _ring_ok(order: IssueOrder, slots: int) -> bool:
     trial = IssueOrder(order.text, order.steps, order.lead, order.kv_tokens, slots)
     try:
-        return all(_check_dependencies(trial, n, report=False) for n in (1, 2, 3, 5))
+        return all(_check_dependencies(trial, n, report=False) for n in CHECKED_TILE_COUNTS)
     except IssueOrderError:
         return False

@@ -20,15 +20,20 @@ def load_schedule_file(path: str | Path) -> Schedule:
     """
     p = Path(path)
     if not p.is_file():
-        raise ScheduleError(f"schedule file {str(p)!r} does not exist")
+        where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
+        raise ScheduleError(f"schedule file {str(p)!r} does not exist{where}")
     import sys
 
     sys.path.insert(0, str(p.parent.resolve()))
     try:
         ns = runpy.run_path(str(p), run_name="__b200c_schedule__")
-    except ScheduleError:
-        raise
-    except Exception as e:  # user code: report one line, not a traceback
+    except ScheduleError as e:  # e.g. a base schedule it loads: say which file asked
+        raise type(e)(f"in schedule file {str(p)!r}: {e}") from None
+    except SyntaxError as e:
+        raise ScheduleError(f"schedule file {str(p)!r} line {e.lineno}: syntax error: {e.msg}") from None
+    except BaseException as e:  # user code (also sys.exit): report one line, not a traceback
+        if isinstance(e, KeyboardInterrupt):
+            raise
         raise ScheduleError(f"schedule file {str(p)!r} failed to run: {type(e).__name__}: {e}") from None
     finally:
         sys.path.pop(0)

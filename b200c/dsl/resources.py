@@ -121,21 +121,6 @@ def kv_slot_bytes(s: Schedule) -> int:
     return 2 * TILE_BYTES if s.kv_tokens == "paired" else TILE_BYTES
 
 
-def barrier_count(s: Schedule) -> int:
-    """Number of 8-byte mbarriers the planner allocates."""
-    if not s.warp_specialized:
-        return 4  # q_full, kv_full, s_full, pv_done
-    n = 1 + 2 * s.kv_stages  # q_full, kv_full[], kv_empty[]
-    if s.persistent:
-        n += 1  # q_free
-    per_q = 3  # s_full, p_ready (or p_hi), pv_done
-    if s.early_pv_cols:
-        per_q += 1  # p_lo
-    if s.correction_warps:
-        per_q += 2  # stats_ready, rowsum_ready
-    return n + per_q * s.q_stages
-
-
 def stats_bytes(s: Schedule) -> int:
     """SMEM for the softmax -> correction hand-off: per Q stage, 128 rescale
     factors and 128 final rowsums (FP32)."""

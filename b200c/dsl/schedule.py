@@ -67,8 +67,9 @@ class Schedule:
       register budget per warpgroup (24..256, multiple of 8); ``None`` leaves
       the compiler's launch-bounds allocation.
 
-    Raises:
-        ScheduleError / ResourceError from :meth:`validate`.
+    Construction checks nothing; :meth:`validate` (run by every compile) checks
+    types, ranges (see ``b200c/dsl/validate.py``, one function per rule) and
+    budgets, raising ScheduleError / ResourceError / IssueOrderError.
     """
 
     name: str = "custom"
@@ -117,9 +118,11 @@ class Schedule:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
-            raise ScheduleError(
-                f"Schedule has no field {unknown[0]!r}; known fields: {', '.join(sorted(known))}"
-            )
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(sorted(known))}"
+            raise ScheduleError(f"Schedule has no field {unknown[0]!r}; {hint}")
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> "Schedule":

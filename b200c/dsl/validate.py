@@ -2,9 +2,12 @@
 message names the knob or budget, the limit and the value (Halide-style)."""
 from __future__ import annotations
 
+import math
+import re
+
 from ..errors import ResourceError, ScheduleError
 from . import resources as R
-from .issue_order import default_order, parse_issue_order
+from .issue_order import MAX_KV_STAGES, default_order, parse_issue_order
 from .schedule import Schedule
 
 _ENUMS = {
@@ -15,6 +18,43 @@ _ENUMS = {
     "phase_tracking": ("array", "bitmask"),
     "tma_l2_promotion": ("none", "64B", "128B", "256B"),
 }
+
+
+_INT_FIELDS = ("blog_stage", "block_m", "block_n", "head_dim", "q_stages", "kv_stages", "sw_exp2_per16",
+               "s_cache_cols", "correction_warps", "early_pv_cols", "s_load_cols", "rowmax_chains")
+_OPT_INT_FIELDS = ("softmax_regs", "correction_regs", "other_regs")
+_BOOL_FIELDS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rowsum")
+_STR_FIELDS = ("name", "p_storage", "swizzle", "kv_tokens", "exp2", "phase_tracking", "tma_l2_promotion")
+
+
+def _types(s: Schedule) -> None:
+    def bad(field, want):
+        v = getattr(s, field)
+        raise ScheduleError(f"{field}={v!r} is a {type(v).__name__}; expected {want}")
+
+    for f in _INT_FIELDS:
+        v = getattr(s, f)
+        if isinstance(v, bool) or not isinstance(v, int):
+            bad(f, "an int")
+    for f in _OPT_INT_FIELDS:
+        v = getattr(s, f)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            bad(f, "an int or None")
+    for f in _BOOL_FIELDS:
+        if not isinstance(getattr(s, f), bool):
+            bad(f, "True or False")
+    for f in _STR_FIELDS:
+        if not isinstance(getattr(s, f), str):
+            bad(f, "a str")
+    if s.issue_order is not None and not isinstance(s.issue_order, str):
+        bad("issue_order", "a str such as 'P0V(i) Q0K(i+1)' or None")
+    t = s.rescale_threshold
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+        bad("rescale_threshold", "a number of log2 units or None")
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", s.name):
+        raise ScheduleError(
+            f"name={s.name!r}: use 1-64 letters, digits or '_.+-' (it is printed into the generated file)"
+        )
 
 
 def _enums(s: Schedule) -> None:
@@ -55,8 +95,8 @@ def _needs_specialization(s: Schedule) -> None:
 def _counts(s: Schedule) -> None:
     if not (1 <= s.q_stages <= 4):
         raise ScheduleError(f"q_stages={s.q_stages} must be in 1..4")
-    if not (1 <= s.kv_stages <= 8):
-        raise ScheduleError(f"kv_stages={s.kv_stages} must be in 1..8")
+    if not (1 <= s.kv_stages <= MAX_KV_STAGES):
+        raise ScheduleError(f"kv_stages={s.kv_stages} must be in 1..{MAX_KV_STAGES}")
     if s.correction_warps not in (0, 4):
         raise ScheduleError(
             f"correction_warps={s.correction_warps} must be 0 or 4: one warp per 32 TMEM lanes of O (blog ch.12)"
@@ -83,7 +123,12 @@ def _exp2(s: Schedule) -> None:
             raise ScheduleError(
                 f"rescale_threshold={s.rescale_threshold} is in log2 units and needs exp2='ex2.approx.ftz' (blog ch.11)"
             )
-        if not (0.0 <= s.rescale_threshold <= 64.0):
+        if not math.isfinite(s.rescale_threshold) or s.rescale_threshold < 0:
+            raise ScheduleError(
+                f"rescale_threshold={s.rescale_threshold} must be a finite number of log2 units >= 0 "
+                f"(0 rebases on every larger max; the blog uses 8.0)"
+            )
+        if s.rescale_threshold > 64.0:
             raise ScheduleError(
                 f"rescale_threshold={s.rescale_threshold} must be in [0, 64] log2 units; larger values "
                 f"overflow FP32 P/rowsum (exp2(64) = 1.8e19)"
@@ -142,7 +187,7 @@ def _registers(s: Schedule) -> None:
     if missing:
         raise ScheduleError(f"register budgets are all-or-nothing: also set {', '.join(missing)}")
     if not s.correction_warps and s.correction_regs is not None:
-        raise ScheduleError("correction_regs is set but correction_warps=0")
+        raise ScheduleError("correction_regs is set but correction_warps=0: set correction_regs=None or correction_warps=4")
     total = 0
     for g, names, budgets in R.warpgroup_budgets(s):
         if len(budgets) != 1:
@@ -177,41 +222,49 @@ def _smem(s: Schedule) -> None:
     layout, total = smem_layout(s)
     if total > R.SMEM_LIMIT_BYTES:
         parts = ", ".join(f"{b.name} {b.size}" for b in layout if b.size)
+        fit = max((k for k in range(1, s.kv_stages) if smem_layout(s.replace(kv_stages=k))[1] <= R.SMEM_LIMIT_BYTES),
+                  default=None)
+        hint = f"kv_stages <= {fit} fits" if fit else "lower q_stages"
         raise ResourceError(
             f"dynamic SMEM needs {total} of {R.SMEM_LIMIT_BYTES} bytes (227 KiB) including barriers and "
-            f"1024-B alignment of swizzled tiles ({parts}); lower kv_stages or q_stages"
+            f"1024-B alignment of swizzled tiles ({parts}); {hint}"
         )
 
 
-def _issue_order(s: Schedule) -> None:
+def _issue_order(s: Schedule):
     if not s.warp_specialized:
-        return
+        return None
     text = s.issue_order if s.issue_order is not None else default_order(s.q_stages)
-    parse_issue_order(text, s.q_stages, s.kv_tokens, s.kv_stages)
+    return parse_issue_order(text, s.q_stages, s.kv_tokens, s.kv_stages)
 
 
 RULES = (
+    _types,
     _enums,
     _tile_shape,
     _counts,
     _needs_specialization,
     _exp2,
     _p_and_cache,
-    _registers,
-    _threads,
     _tmem,
     _smem,
+    _threads,
+    _registers,
     _issue_order,
 )
 
 
-def validate_schedule(s: Schedule) -> None:
+def validate_schedule(s: Schedule):
     """Run every rule in order; the first violation raises.
+
+    Returns:
+        The checked :class:`IssueOrder` of a warp-specialized schedule, else None.
 
     Raises:
         ScheduleError, ResourceError, IssueOrderError.
     """
     if not isinstance(s, Schedule):
         raise ScheduleError(f"expected a b200c.Schedule, got {type(s).__name__}")
-    for rule in RULES:
+    for rule in RULES[:-1]:
         rule(s)
+    return _issue_order(s)

@@ -2,27 +2,37 @@
 kernels on PyTorch tensors, as the ``b200c::attention`` custom op.
 
 Public API:
-    attention(q, k, v, *, schedule, softmax_scale=None, target="auto") -> Tensor
+    attention(q, k, v, *, schedule, softmax_scale=None, layout="bhsd", target="auto") -> Tensor
     attention_generated(q, k, v, generated_kernel, *, softmax_scale=None, target="auto") -> Tensor
     build(generated_kernel, target) -> BuiltKernel
     build_many([(name, generated_kernel), ...], target, jobs=None, progress=True) -> [BuiltKernel]
     check_hang(kernel=None), synchronize(device=None)   bounded-wait reports (emulation)
     validate_inputs(q, k, v) -> Problem                 the input rules, without a launch
-"""
-from . import op as _op  # noqa: F401  (registers torch.ops.b200c.attention)
-from .api import attention, attention_generated
-from .build import BuiltKernel, build, build_many
-from .driver import check_hang, synchronize
-from .inputs import Problem, validate_inputs
 
-__all__ = [
-    "attention",
-    "attention_generated",
-    "build",
-    "build_many",
-    "BuiltKernel",
-    "check_hang",
-    "synchronize",
-    "validate_inputs",
-    "Problem",
-]
+Building needs no torch; the names that do (attention, the custom op, the
+driver) are imported on first use, so ``b200c build`` stays quick.
+"""
+from .build import BuiltKernel, build, build_many
+
+_LAZY = {
+    "attention": ".api",
+    "attention_generated": ".api",
+    "check_hang": ".driver",
+    "synchronize": ".driver",
+    "validate_inputs": ".inputs",
+    "Problem": ".inputs",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        from . import op as _op  # noqa: F401  (registers torch.ops.b200c.attention)
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'b200c.runtime' has no attribute {name!r}")
+
+
+__all__ = ["attention", "attention_generated", "build", "build_many", "BuiltKernel", "check_hang",
+           "synchronize", "validate_inputs", "Problem"]

@@ -119,7 +119,7 @@ def attention(q, k, v, *, schedule, softmax_scale: float | None = None, layout: 
 
     check_tensor_types(q, k, v)
     if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm100a' (alias 'sm_100'), 'emulate'")
+        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
     if layout not in ("bhsd", "bshd"):
         raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
     if layout == "bshd":  # views only: the kernel reads any strides
@@ -145,7 +145,7 @@ def attention_generated(q, k, v, generated, *, softmax_scale: float | None = Non
 
     check_tensor_types(q, k, v)
     if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm100a' (alias 'sm_100'), 'emulate'")
+        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
     problem = validate_inputs(q, k, v)
     if not problem.needs_launch:
         return empty_result(q, problem)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..codegen import GeneratedKernel, LaunchInfo
 from ..errors import BuildError
+from ..nvcc import first_error_line
 from . import cache
 from ..toolchain import find_nvcc, header_digest_text, normalize_target, nvcc_flags, nvcc_version
 
@@ -152,14 +153,6 @@ def _write_ninja(path: Path, todo: dict[str, tuple[str, GeneratedKernel]], nvcc:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _first_error_line(log_text: str) -> str:
-    for line in log_text.splitlines():
-        if "error" in line.lower():
-            return line.strip()
-    lines = [l.strip() for l in log_text.splitlines() if l.strip()]
-    return lines[0] if lines else "(no compiler output)"
-
-
 def _ninja_build(
     todo: dict[str, tuple[str, GeneratedKernel]],
     nvcc: str,
@@ -210,7 +203,7 @@ def _ninja_build(
             fdir.mkdir(parents=True)
             shutil.copy(d / "kernel.cu", fdir / "kernel.cu")
             (fdir / "build.log").write_text(log_text)
-            line = _first_error_line(log_text).replace(f"{key}/kernel.cu", str(fdir / "kernel.cu"))
+            line = first_error_line(log_text).replace(f"{key}/kernel.cu", str(fdir / "kernel.cu"))
             failures.append((name, fdir, line))
         if failures:
             name, fdir, line = failures[0]

@@ -730,7 +730,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         __syncwarp();
       }
     }
-    // epilogue (blog ch.7): drain the PVs of the last K/V tile
+    // epilogue (blog ch.7): the steps of the last K/V tile not issued in the loop
     {  // P0V(n-1): O0 += P0 V(c.n_kv - 1)
       const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
       mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 11, c.n_kv - 1, work);  // wait site 11

@@ -1,7 +1,6 @@
 """Small IR pieces shared by roles."""
 from __future__ import annotations
 
-from ...dsl.resources import TILE_BYTES
 from ..ir import SetMaxNReg
 
 
@@ -21,5 +20,3 @@ def q_buf(q: int) -> str:
     """SMEM offset expression of Q stage q's tile."""
     return "SMEM_Q" if q == 0 else f"SMEM_Q + {q} * TILE_BYTES"
 
-
-TILE = TILE_BYTES

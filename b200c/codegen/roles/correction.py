@@ -14,6 +14,7 @@ from .common import setmaxnreg
 
 
 def build(lw) -> RoleIR:
+    """The ``correction`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
     s = lw.s
     name = "correction"
     role = next(r for r in lw.plan.roles if r.name == "correction")

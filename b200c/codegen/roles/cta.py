@@ -5,13 +5,13 @@ Thread 0 issues every TMA load and MMA; all 128 threads wait on each hand-off
 """
 from __future__ import annotations
 
-from ...dsl.resources import TILE_BYTES
 from ..ir import (Arrive, Comment, Commit, CtaSync, Decl, Epilogue, If, IssueEnd, Loop, MmaPV, MmaQK,
                   PhaseDecl, RescaleO, RoleIR, Single, SoftmaxP, SoftmaxRebase, SoftmaxRowmax,
                   TmaLoadTile, Wait, WorkLoop)
 
 
 def build(lw) -> RoleIR:
+    """The ``cta`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
     s = lw.s
     p = lw.softmax_params("0")
     name = "cta"
@@ -45,6 +45,7 @@ def build(lw) -> RoleIR:
         WorkLoop(False, (
             Decl("float", "row_max", "-INFINITY"),
             Decl("float", "row_sum", "0.f"),
+            *((Decl("float", "s_cache", "{}", array=s.s_cache_cols),) if s.s_cache_cols else ()),
             Single("thread0", (
                 Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),
                 TmaLoadTile("q", "SMEM_Q", "w.q_tile * BLOCK_M", "q_full"),

@@ -30,6 +30,7 @@ def _token(lw, tensors, note):
 
 
 def build(lw) -> RoleIR:
+    """The ``load`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
     s = lw.s
     name = "load"
     role = next(r for r in lw.plan.roles if r.name == "load")

@@ -15,15 +15,7 @@ from ..ir import (Assign, Comment, Commit, Decl, If, IssueEnd, Loop, MmaPV, MmaQ
 from .common import q_buf, setmaxnreg
 
 
-def _label(st, j: str) -> str:
-    """The step as issued here: symbolic in the loop, concrete in prologue/epilogue."""
-    if j.startswith("i"):
-        return st.symbolic
-    idx = "0" if j == "0" else "n-1"
-    return f"Q{st.q}K({idx})" if st.kind == "QK" else f"P{st.q}V({idx})"
-
-
-def _step(lw, order, st, j: str):
+def _step(lw, order, st, j: str, label: str):
     s = lw.s
     name = "mma"
     q = st.q
@@ -44,7 +36,7 @@ def _step(lw, order, st, j: str):
         if s.persistent and order.is_last_qk(st):
             issue.append(If(f"({j}) == c.n_kv - 1", (Commit("q_free"),)))
         nodes.append(Single("elect", tuple(issue)))
-        note = f"{_label(st, j)}: S{q} = Q{q} K({j})^T"
+        note = f"{label}: S{q} = Q{q} K({j})^T"
     else:
         pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", buf, lo, hi, acc, p_col=f"TMEM_P({q})")
         if s.early_pv_cols:
@@ -60,11 +52,12 @@ def _step(lw, order, st, j: str):
             nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), s.q_stages),
                               lw.site(name, "p_ready"), j, fence_after=True))
             nodes.append(Single("elect", (pv(0, 8, f"({j}) > 0"), Commit("pv_done", str(q)), *release)))
-        note = f"{_label(st, j)}: O{q} += P{q} V({j})"
+        note = f"{label}: O{q} += P{q} V({j})"
     return Scope(note, tuple(nodes))
 
 
 def build(lw) -> RoleIR:
+    """The ``mma`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
     s = lw.s
     name = "mma"
     role = next(r for r in lw.plan.roles if r.name == "mma")
@@ -73,14 +66,15 @@ def build(lw) -> RoleIR:
     item = [Wait("q_full", None, lw.phase("q_full_ph"), lw.site(name, "q_full"), "-1", fence_after=True)]
     if order.lead:
         item.append(Comment("prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead"))
-        item += [_step(lw, order, st, "0") for st in order.prologue()]
-        steady = tuple(_step(lw, order, st, f"i + {st.offset}" if st.offset else "i") for st in order.steps)
+        item += [_step(lw, order, st, "0", st.label("0")) for st in order.prologue()]
+        steady = tuple(_step(lw, order, st, f"i + {st.offset}" if st.offset else "i", st.symbolic)
+                       for st in order.steps)
         item.append(Loop("i", "0", f"c.n_kv - {order.lead}", steady,
                          "steady state: " + " ".join(st.symbolic for st in order.steps)))
-        item.append(Comment("epilogue (blog ch.7): drain the PVs of the last K/V tile"))
-        item += [_step(lw, order, st, "c.n_kv - 1") for st in order.epilogue()]
+        item.append(Comment("epilogue (blog ch.7): the steps of the last K/V tile not issued in the loop"))
+        item += [_step(lw, order, st, "c.n_kv - 1", st.label("n-1")) for st in order.epilogue()]
     else:
-        steady = tuple(_step(lw, order, st, "i") for st in order.steps)
+        steady = tuple(_step(lw, order, st, "i", st.symbolic) for st in order.steps)
         item.append(Loop("i", "0", "c.n_kv", steady, " ".join(st.symbolic for st in order.steps)))
     item.append(Assign("kv_base", f"kv_base + {tokens_per_tile} * c.n_kv"))
     p_var = "p_hi_ph" if s.early_pv_cols else "p_ready_ph"

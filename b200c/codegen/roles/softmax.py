@@ -15,6 +15,7 @@ from .common import setmaxnreg
 
 
 def build(lw) -> RoleIR:
+    """The ``softmax`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
     s = lw.s
     name = "softmax"
     roles = [r for r in lw.plan.roles if r.name == "softmax"]
