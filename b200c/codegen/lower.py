@@ -6,6 +6,11 @@ from .launch import WaitSite
 from .plan import Plan
 
 
+# wait-site ids start at a fixed base per role, so a change in one role does
+# not renumber the waits of the others in neighbouring generated kernels
+SITE_BASE = {"cta": 0, "softmax": 100, "correction": 200, "load": 300, "mma": 400}
+
+
 class Lowering:
     """Shared state of one lowering: the plan and the wait-site table."""
 
@@ -16,7 +21,7 @@ class Lowering:
 
     def site(self, role: str, barrier: str) -> int:
         """A new wait-site id for ``role`` waiting on ``barrier``."""
-        sid = len(self.sites)
+        sid = SITE_BASE[role] + sum(1 for w in self.sites if w.role == role)
         self.sites.append(WaitSite(sid, role, barrier))
         return sid
 

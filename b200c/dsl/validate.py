@@ -217,12 +217,10 @@ def _tmem(s: Schedule) -> None:
 
 
 def _smem(s: Schedule) -> None:
-    from ..codegen.plan import smem_layout
-
-    layout, total = smem_layout(s)
+    layout, total = R.smem_layout(s)
     if total > R.SMEM_LIMIT_BYTES:
         parts = ", ".join(f"{b.name} {b.size}" for b in layout if b.size)
-        fit = max((k for k in range(1, s.kv_stages) if smem_layout(s.replace(kv_stages=k))[1] <= R.SMEM_LIMIT_BYTES),
+        fit = max((k for k in range(1, s.kv_stages) if R.smem_layout(s.replace(kv_stages=k))[1] <= R.SMEM_LIMIT_BYTES),
                   default=None)
         hint = f"kv_stages <= {fit} fits" if fit else "lower q_stages"
         raise ResourceError(

@@ -541,7 +541,7 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {  // O0 += P0[:, 16kk:16kk+16] V[16kk:16kk+16, :]
           const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + TILE_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-          const uint32_t acc = (kk > 0 || (j > 0)) ? 1u : 0u;
+          const uint32_t acc = (kk > 0 || j > 0) ? 1u : 0u;  // overwrite O only on tile 0
           tcgen05_mma_ss(c.tmem + TMEM_O(0),
                          smem_desc(c.smem + SMEM_KV + kmajor_kstep(kk), KMAJOR_LBO, KMAJOR_SBO, SMEM_SWIZZLE),
                          v_desc, IDESC_PV, acc);  // P from SMEM, K-major like Q (blog ch.1 §C)

@@ -438,7 +438,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
     float row_sum = 0.f;
     #pragma unroll 1
     for (int j = 0; j < c.n_kv; ++j) {  // K/V tiles
-      mbar_wait(c.bar(BAR_S_FULL + Q), s_full_ph, 0, j, work);  // wait site 0
+      mbar_wait(c.bar(BAR_S_FULL + Q), s_full_ph, 100, j, work);  // wait site 100
       s_full_ph ^= 1u;
       tcgen05_fence_after();
       // pass 1 over S[Q]: tile rowmax (blog ch.1 §B)
@@ -459,7 +459,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
       row_sum *= rescale;
       row_max = m_new;
       if (j > 0) {
-        mbar_wait(c.bar(BAR_PV_DONE + Q), pv_done_ph, 1, j, work);  // wait site 1
+        mbar_wait(c.bar(BAR_PV_DONE + Q), pv_done_ph, 101, j, work);  // wait site 101
         pv_done_ph ^= 1u;
         tcgen05_fence_after();
         {  // OQ *= rescale: old O into the new rowmax basis (blog ch.1 §B)
@@ -518,7 +518,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + Q));  // one arrival per warp
     }
-    mbar_wait(c.bar(BAR_PV_DONE + Q), pv_done_ph, 2, c.n_kv, work);  // wait site 2
+    mbar_wait(c.bar(BAR_PV_DONE + Q), pv_done_ph, 102, c.n_kv, work);  // wait site 102
     pv_done_ph ^= 1u;
     tcgen05_fence_after();
     {  // epilogue (blog ch.1): OQ / rowsum -> BF16 -> global memory, one row per thread
@@ -569,7 +569,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
     for (int j = 0; j < c.n_kv; ++j) {  // K/V tokens in consumption order
       {  // token K(j) (blog ch.6)
         const uint32_t slot = kv_token % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 3, j, work);  // wait site 3
+        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 300, j, work);  // wait site 300
         kv_empty_ph[slot] ^= 1u;
         if (elect_one()) {
           mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), TILE_BYTES);
@@ -583,7 +583,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
       }
       {  // token V(j)
         const uint32_t slot = kv_token % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 4, j, work);  // wait site 4
+        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 301, j, work);  // wait site 301
         kv_empty_ph[slot] ^= 1u;
         if (elect_one()) {
           mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), TILE_BYTES);
@@ -610,14 +610,14 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
   {  // one work item per CTA
     const int work = blockIdx.x;
     const WorkItem w = decode_work(c, work);
-    mbar_wait(c.bar(BAR_Q_FULL), q_full_ph, 5, -1, work);  // wait site 5
+    mbar_wait(c.bar(BAR_Q_FULL), q_full_ph, 400, -1, work);  // wait site 400
     q_full_ph ^= 1u;
     tcgen05_fence_after();
     #pragma unroll 1
     for (int i = 0; i < c.n_kv; ++i) {  // Q0K(i) Q1K(i) P0V(i) P1V(i)
       {  // Q0K(i): S0 = Q0 K(i)^T
-        const uint32_t slot = (kv_base + 2 * (i)) % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 6, i, work);  // wait site 6
+        const uint32_t slot = (kv_base + 2 * i) % KV_STAGES;
+        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 401, i, work);  // wait site 401
         kv_full_ph[slot] ^= 1u;
         tcgen05_fence_after();
         if (elect_one()) {
@@ -634,7 +634,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         __syncwarp();
       }
       {  // Q1K(i): S1 = Q1 K(i)^T
-        const uint32_t slot = (kv_base + 2 * (i)) % KV_STAGES;
+        const uint32_t slot = (kv_base + 2 * i) % KV_STAGES;
         if (elect_one()) {
           #pragma unroll
           for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {  // S1 = Q1 K^T, K=16 per MMA, both K-major
@@ -650,18 +650,18 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         __syncwarp();
       }
       {  // P0V(i): O0 += P0 V(i)
-        const uint32_t slot = (kv_base + 2 * (i) + 1) % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 7, i, work);  // wait site 7
+        const uint32_t slot = (kv_base + 2 * i + 1) % KV_STAGES;
+        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 402, i, work);  // wait site 402
         kv_full_ph[slot] ^= 1u;
         tcgen05_fence_after();
-        mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 8, i, work);  // wait site 8
+        mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 403, i, work);  // wait site 403
         p_ready_ph[0] ^= 1u;
         tcgen05_fence_after();
         if (elect_one()) {
           #pragma unroll
           for (int kk = 0; kk < 8; ++kk) {  // O0 += P0[:, 16kk:16kk+16] V[16kk:16kk+16, :]
             const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-            const uint32_t acc = (kk > 0 || ((i) > 0)) ? 1u : 0u;
+            const uint32_t acc = (kk > 0 || i > 0) ? 1u : 0u;  // overwrite O only on tile 0
             tcgen05_mma_ts(c.tmem + TMEM_O(0), c.tmem + TMEM_P(0) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
           }
           tcgen05_commit(c.bar(BAR_PV_DONE + 0));
@@ -669,15 +669,15 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         __syncwarp();
       }
       {  // P1V(i): O1 += P1 V(i)
-        const uint32_t slot = (kv_base + 2 * (i) + 1) % KV_STAGES;
-        mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 9, i, work);  // wait site 9
+        const uint32_t slot = (kv_base + 2 * i + 1) % KV_STAGES;
+        mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 404, i, work);  // wait site 404
         p_ready_ph[1] ^= 1u;
         tcgen05_fence_after();
         if (elect_one()) {
           #pragma unroll
           for (int kk = 0; kk < 8; ++kk) {  // O1 += P1[:, 16kk:16kk+16] V[16kk:16kk+16, :]
             const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-            const uint32_t acc = (kk > 0 || ((i) > 0)) ? 1u : 0u;
+            const uint32_t acc = (kk > 0 || i > 0) ? 1u : 0u;  // overwrite O only on tile 0
             tcgen05_mma_ts(c.tmem + TMEM_O(1), c.tmem + TMEM_P(1) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
           }
           tcgen05_commit(c.bar(BAR_PV_DONE + 1));

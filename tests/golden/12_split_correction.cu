@@ -455,7 +455,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
     float s_cache[96] = {};
     #pragma unroll 1
     for (int j = 0; j < c.n_kv; ++j) {  // K/V tiles
-      mbar_wait(c.bar(BAR_S_FULL + Q), s_full_ph, 0, j, work);  // wait site 0
+      mbar_wait(c.bar(BAR_S_FULL + Q), s_full_ph, 100, j, work);  // wait site 100
       s_full_ph ^= 1u;
       tcgen05_fence_after();
       // pass 1 over S[Q]: tile rowmax (blog ch.1 §B); keep the high 96 columns in registers (ch.10)
@@ -582,10 +582,10 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
     const WorkItem w = decode_work(c, work);
     #pragma unroll 1
     for (int j = 0; j < c.n_kv; ++j) {  // K/V tiles
-      mbar_wait(c.bar(BAR_STATS_READY + 0), stats_ph[0], 1, j, work);  // wait site 1
+      mbar_wait(c.bar(BAR_STATS_READY + 0), stats_ph[0], 200, j, work);  // wait site 200
       stats_ph[0] ^= 1u;
       if (j > 0) {
-        mbar_wait(c.bar(BAR_PV_DONE + 0), pv_done_ph[0], 2, j, work);  // wait site 2
+        mbar_wait(c.bar(BAR_PV_DONE + 0), pv_done_ph[0], 201, j, work);  // wait site 201
         pv_done_ph[0] ^= 1u;
         tcgen05_fence_after();
         const float rescale = c.stats(0, 0)[row];  // factor published by the softmax warps (blog ch.12)
@@ -607,10 +607,10 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
       tcgen05_fence_before();
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + 0));  // one arrival per warp
-      mbar_wait(c.bar(BAR_STATS_READY + 1), stats_ph[1], 3, j, work);  // wait site 3
+      mbar_wait(c.bar(BAR_STATS_READY + 1), stats_ph[1], 202, j, work);  // wait site 202
       stats_ph[1] ^= 1u;
       if (j > 0) {
-        mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 4, j, work);  // wait site 4
+        mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 203, j, work);  // wait site 203
         pv_done_ph[1] ^= 1u;
         tcgen05_fence_after();
         const float rescale = c.stats(1, 0)[row];  // factor published by the softmax warps (blog ch.12)
@@ -633,9 +633,9 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + 1));  // one arrival per warp
     }
-    mbar_wait(c.bar(BAR_ROWSUM_READY + 0), rowsum_ph[0], 5, c.n_kv, work);  // wait site 5
+    mbar_wait(c.bar(BAR_ROWSUM_READY + 0), rowsum_ph[0], 204, c.n_kv, work);  // wait site 204
     rowsum_ph[0] ^= 1u;
-    mbar_wait(c.bar(BAR_PV_DONE + 0), pv_done_ph[0], 6, c.n_kv, work);  // wait site 6
+    mbar_wait(c.bar(BAR_PV_DONE + 0), pv_done_ph[0], 205, c.n_kv, work);  // wait site 205
     pv_done_ph[0] ^= 1u;
     tcgen05_fence_after();
     {  // epilogue (blog ch.1): O0 / rowsum -> BF16 -> global memory, one row per thread
@@ -658,9 +658,9 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
     }
-    mbar_wait(c.bar(BAR_ROWSUM_READY + 1), rowsum_ph[1], 7, c.n_kv, work);  // wait site 7
+    mbar_wait(c.bar(BAR_ROWSUM_READY + 1), rowsum_ph[1], 206, c.n_kv, work);  // wait site 206
     rowsum_ph[1] ^= 1u;
-    mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 8, c.n_kv, work);  // wait site 8
+    mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 207, c.n_kv, work);  // wait site 207
     pv_done_ph[1] ^= 1u;
     tcgen05_fence_after();
     {  // epilogue (blog ch.1): O1 / rowsum -> BF16 -> global memory, one row per thread
@@ -712,7 +712,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
     for (int j = 0; j < c.n_kv; ++j) {  // K/V tokens in consumption order
       {  // token K(j) (blog ch.6)
         const uint32_t slot = kv_token % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 9, j, work);  // wait site 9
+        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 300, j, work);  // wait site 300
         kv_empty_ph[slot] ^= 1u;
         if (elect_one()) {
           mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), TILE_BYTES);
@@ -726,7 +726,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
       }
       {  // token V(j)
         const uint32_t slot = kv_token % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 10, j, work);  // wait site 10
+        mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 301, j, work);  // wait site 301
         kv_empty_ph[slot] ^= 1u;
         if (elect_one()) {
           mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), TILE_BYTES);
@@ -754,13 +754,13 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
   {  // one work item per CTA
     const int work = blockIdx.x;
     const WorkItem w = decode_work(c, work);
-    mbar_wait(c.bar(BAR_Q_FULL), q_full_ph, 11, -1, work);  // wait site 11
+    mbar_wait(c.bar(BAR_Q_FULL), q_full_ph, 400, -1, work);  // wait site 400
     q_full_ph ^= 1u;
     tcgen05_fence_after();
     // prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead
     {  // Q0K(0): S0 = Q0 K(0)^T
-      const uint32_t slot = (kv_base + 2 * (0)) % KV_STAGES;
-      mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 12, 0, work);  // wait site 12
+      const uint32_t slot = kv_base % KV_STAGES;
+      mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 401, 0, work);  // wait site 401
       kv_full_ph[slot] ^= 1u;
       tcgen05_fence_after();
       if (elect_one()) {
@@ -777,7 +777,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       __syncwarp();
     }
     {  // Q1K(0): S1 = Q1 K(0)^T
-      const uint32_t slot = (kv_base + 2 * (0)) % KV_STAGES;
+      const uint32_t slot = kv_base % KV_STAGES;
       if (elect_one()) {
         #pragma unroll
         for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {  // S1 = Q1 K^T, K=16 per MMA, both K-major
@@ -795,18 +795,18 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
     #pragma unroll 1
     for (int i = 0; i < c.n_kv - 1; ++i) {  // steady state: P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)
       {  // P0V(i): O0 += P0 V(i)
-        const uint32_t slot = (kv_base + 2 * (i) + 1) % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 13, i, work);  // wait site 13
+        const uint32_t slot = (kv_base + 2 * i + 1) % KV_STAGES;
+        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 402, i, work);  // wait site 402
         kv_full_ph[slot] ^= 1u;
         tcgen05_fence_after();
-        mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 14, i, work);  // wait site 14
+        mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 403, i, work);  // wait site 403
         p_ready_ph[0] ^= 1u;
         tcgen05_fence_after();
         if (elect_one()) {
           #pragma unroll
           for (int kk = 0; kk < 8; ++kk) {  // O0 += P0[:, 16kk:16kk+16] V[16kk:16kk+16, :]
             const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-            const uint32_t acc = (kk > 0 || ((i) > 0)) ? 1u : 0u;
+            const uint32_t acc = (kk > 0 || i > 0) ? 1u : 0u;  // overwrite O only on tile 0
             tcgen05_mma_ts(c.tmem + TMEM_O(0), c.tmem + TMEM_P(0) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
           }
           tcgen05_commit(c.bar(BAR_PV_DONE + 0));
@@ -815,7 +815,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       {  // Q0K(i+1): S0 = Q0 K(i + 1)^T
         const uint32_t slot = (kv_base + 2 * (i + 1)) % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 15, i + 1, work);  // wait site 15
+        mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 404, i + 1, work);  // wait site 404
         kv_full_ph[slot] ^= 1u;
         tcgen05_fence_after();
         if (elect_one()) {
@@ -832,15 +832,15 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         __syncwarp();
       }
       {  // P1V(i): O1 += P1 V(i)
-        const uint32_t slot = (kv_base + 2 * (i) + 1) % KV_STAGES;
-        mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 16, i, work);  // wait site 16
+        const uint32_t slot = (kv_base + 2 * i + 1) % KV_STAGES;
+        mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 405, i, work);  // wait site 405
         p_ready_ph[1] ^= 1u;
         tcgen05_fence_after();
         if (elect_one()) {
           #pragma unroll
           for (int kk = 0; kk < 8; ++kk) {  // O1 += P1[:, 16kk:16kk+16] V[16kk:16kk+16, :]
             const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-            const uint32_t acc = (kk > 0 || ((i) > 0)) ? 1u : 0u;
+            const uint32_t acc = (kk > 0 || i > 0) ? 1u : 0u;  // overwrite O only on tile 0
             tcgen05_mma_ts(c.tmem + TMEM_O(1), c.tmem + TMEM_P(1) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
           }
           tcgen05_commit(c.bar(BAR_PV_DONE + 1));
@@ -868,17 +868,17 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
     // epilogue (blog ch.7): the steps of the last K/V tile not issued in the loop
     {  // P0V(n-1): O0 += P0 V(c.n_kv - 1)
       const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
-      mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 17, c.n_kv - 1, work);  // wait site 17
+      mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 406, c.n_kv - 1, work);  // wait site 406
       kv_full_ph[slot] ^= 1u;
       tcgen05_fence_after();
-      mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 18, c.n_kv - 1, work);  // wait site 18
+      mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 407, c.n_kv - 1, work);  // wait site 407
       p_ready_ph[0] ^= 1u;
       tcgen05_fence_after();
       if (elect_one()) {
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {  // O0 += P0[:, 16kk:16kk+16] V[16kk:16kk+16, :]
           const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-          const uint32_t acc = (kk > 0 || ((c.n_kv - 1) > 0)) ? 1u : 0u;
+          const uint32_t acc = (kk > 0 || c.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
           tcgen05_mma_ts(c.tmem + TMEM_O(0), c.tmem + TMEM_P(0) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
         }
         tcgen05_commit(c.bar(BAR_PV_DONE + 0));
@@ -887,14 +887,14 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
     }
     {  // P1V(n-1): O1 += P1 V(c.n_kv - 1)
       const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
-      mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 19, c.n_kv - 1, work);  // wait site 19
+      mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 408, c.n_kv - 1, work);  // wait site 408
       p_ready_ph[1] ^= 1u;
       tcgen05_fence_after();
       if (elect_one()) {
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {  // O1 += P1[:, 16kk:16kk+16] V[16kk:16kk+16, :]
           const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-          const uint32_t acc = (kk > 0 || ((c.n_kv - 1) > 0)) ? 1u : 0u;
+          const uint32_t acc = (kk > 0 || c.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
           tcgen05_mma_ts(c.tmem + TMEM_O(1), c.tmem + TMEM_P(1) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
         }
         tcgen05_commit(c.bar(BAR_PV_DONE + 1));

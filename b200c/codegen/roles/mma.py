@@ -10,9 +10,19 @@ last PVs. Each K/V token is waited on by its first consumer and released
 """
 from __future__ import annotations
 
+import re
+
 from ..ir import (Assign, Comment, Commit, Decl, If, IssueEnd, Loop, MmaPV, MmaQK, PhaseDecl, RoleIR,
                   Scope, Single, Wait, WorkLoop)
 from .common import q_buf, setmaxnreg
+
+
+def _term(k: int, j: str):
+    """``k * j`` as readable C: None for j == 0, no parentheses around names."""
+    if j == "0":
+        return None
+    t = j if re.fullmatch(r"\w+", j) else f"({j})"
+    return t if k == 1 else f"{k} * {t}"
 
 
 def _step(lw, order, st, j: str, label: str):
@@ -20,13 +30,13 @@ def _step(lw, order, st, j: str, label: str):
     name = "mma"
     q = st.q
     nodes = []
-    if s.kv_tokens == "paired":
-        tok = f"kv_base + ({j})"
+    if s.kv_tokens == "paired":  # token j of this work item
+        tok = " + ".join(filter(None, ("kv_base", _term(1, j))))
         buf = "SMEM_KV + slot * KV_SLOT_BYTES" + (" + TILE_BYTES" if st.kind == "PV" else "")
-    else:
-        tok = f"kv_base + 2 * ({j})" + (" + 1" if st.kind == "PV" else "")
+    else:  # K(j) is token 2j, V(j) token 2j + 1
+        tok = " + ".join(filter(None, ("kv_base", _term(2, j), "1" if st.kind == "PV" else None)))
         buf = "SMEM_KV + slot * KV_SLOT_BYTES"
-    nodes.append(Decl("const uint32_t", "slot", f"({tok}) % KV_STAGES"))
+    nodes.append(Decl("const uint32_t", "slot", (f"({tok})" if " " in tok else tok) + " % KV_STAGES"))
     if order.is_first_consumer(st):
         nodes.append(Wait("kv_full", "slot", lw.phase("kv_full_ph", "slot", s.kv_stages),
                           lw.site(name, "kv_full"), j, fence_after=True))
@@ -34,7 +44,7 @@ def _step(lw, order, st, j: str, label: str):
     if st.kind == "QK":
         issue = [MmaQK(q, f"TMEM_S({q})", q_buf(q), buf), Commit("s_full", str(q)), *release]
         if s.persistent and order.is_last_qk(st):
-            issue.append(If(f"({j}) == c.n_kv - 1", (Commit("q_free"),)))
+            issue.append(If(f"{j} == c.n_kv - 1", (Commit("q_free"),)))
         nodes.append(Single("elect", tuple(issue)))
         note = f"{label}: S{q} = Q{q} K({j})^T"
     else:
@@ -44,14 +54,14 @@ def _step(lw, order, st, j: str, label: str):
             nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), s.q_stages),
                               lw.site(name, "p_hi_ready"), j, fence_after=True))
             nodes.append(Comment(f"blog ch.13: PV on the {s.early_pv_cols} high P columns published first"))
-            nodes.append(Single("elect", (pv(k_split, 8, f"({j}) > 0"),)))
+            nodes.append(Single("elect", (pv(k_split, 8, "0" if j == "0" else f"{j} > 0"),)))
             nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), s.q_stages),
                               lw.site(name, "p_lo_ready"), j, fence_after=True))
             nodes.append(Single("elect", (pv(0, k_split, "1"), Commit("pv_done", str(q)), *release)))
         else:
             nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), s.q_stages),
                               lw.site(name, "p_ready"), j, fence_after=True))
-            nodes.append(Single("elect", (pv(0, 8, f"({j}) > 0"), Commit("pv_done", str(q)), *release)))
+            nodes.append(Single("elect", (pv(0, 8, "0" if j == "0" else f"{j} > 0"), Commit("pv_done", str(q)), *release)))
         note = f"{label}: O{q} += P{q} V({j})"
     return Scope(note, tuple(nodes))
 
