@@ -4,6 +4,7 @@ dynamic SMEM, TMEM columns, registers and spills from ptxas, SASS counts).
 Exit status 1 if any schedule fails to validate or compile, or spills."""
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -82,8 +83,6 @@ def check_files(files: list, sass: bool = True, jobs: int = 2) -> int:
         except B200cError as e:
             print(f"note: no SASS counts ({e})", file=sys.stderr)
             sass = False
-    import shutil
-
     d = tempfile.mkdtemp(prefix="b200c_check_")
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         rows = list(ex.map(lambda f: check_one(f, Path(d), sass), files))

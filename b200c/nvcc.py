@@ -11,11 +11,6 @@ from .errors import BuildError
 from .toolchain import find_nvcc, nvcc_flags
 
 
-def arch_flags(target: str) -> list:
-    """nvcc flags of a target without the output kind (see b200c.toolchain)."""
-    return [f for f in nvcc_flags(target) if f not in ("-cubin", "-O3", "-std=c++17")]
-
-
 @dataclass(frozen=True)
 class CompileResult:
     """Output of one nvcc run: the artifact path and ptxas' resource report."""
@@ -62,8 +57,8 @@ def compile_cuda(source: str, out: Path, fmt: str = "cubin", target: str = "sm_1
         src = out.with_name(out.stem + ".src.cu")
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text(source)
-    flag = "-ptx" if fmt == "ptx" else "-cubin"
-    cmd = [nvcc, *arch_flags(target), flag, "-O3", "-std=c++17", "-Xptxas", "-v", *extra, str(src), "-o", str(out)]
+    flags = ["-ptx" if f == "-cubin" and fmt == "ptx" else f for f in nvcc_flags(target)]  # the build's flags
+    cmd = [nvcc, *flags, "-Xptxas", "-v", *extra, str(src), "-o", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except OSError as e:

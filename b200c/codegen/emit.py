@@ -97,6 +97,25 @@ def _range_cond(warps) -> str:
     return f"warp <= {hi}" if lo == 0 else f"warp >= {lo} && warp <= {hi}"
 
 
+def _tmem_formulas(plan) -> dict:
+    """C expressions of the TMEM column of S, P and O of Q stage ``q``, read off
+    the plan's TMEM map (first column + per-stage stride)."""
+    cols = {}
+    for r in plan.tmem:
+        cols.setdefault(r.name[0], {})[r.q_stage] = (r.col, r.ncols)
+    out = {}
+    for kind, by_q in cols.items():
+        base = by_q[0][0]
+        stride = by_q[1][0] - base if 1 in by_q else (plan.schedule.block_n if kind in "SP" else by_q[0][1])
+        if kind == "O":
+            out[kind] = f"{base}u + (uint32_t)q * {stride}u"
+        elif kind == "P":
+            out[kind] = f"(uint32_t)q * {stride}u + {base}u"
+        else:
+            out[kind] = f"{base}u + (uint32_t)q * {stride}u" if base else f"(uint32_t)q * {stride}u"
+    return out
+
+
 def _dispatch(ir: KernelIR) -> list:
     out = []
     for r in ir.roles:
@@ -128,12 +147,7 @@ def emit(ir: KernelIR) -> str:
              rows=r.name in ("cta", "softmax", "correction"), body=_indent(render_block(r.body)))
         for r in ir.roles
     ]
-    o_base = s.q_stages * s.block_n
-    p_off = s.block_n // 2 if s.s_cache_cols else 0
-    for r in plan.tmem:  # the formulas below must place every buffer where the plan does
-        want = {"S": r.q_stage * s.block_n, "P": r.q_stage * s.block_n + p_off,
-                "O": o_base + r.q_stage * s.head_dim}[r.name[0]]
-        assert r.col == want, f"TMEM {r.name}: plan column {r.col}, emitted formula {want}"
+    tmem = _tmem_formulas(plan)
     text = _env().get_template("kernel.cu.j2").render(
         s=s,
         plan=plan,
@@ -142,9 +156,9 @@ def emit(ir: KernelIR) -> str:
         ptx_helpers=_ptx_helpers(),
         tile_bytes=TILE_BYTES,
         kv_slot_bytes=kv_slot_bytes(s),
-        tmem_s=f"(uint32_t)q * {s.block_n}u",
-        tmem_p=(f"(uint32_t)q * {s.block_n}u + {p_off}u" if s.p_storage == "tmem" else None),
-        tmem_o=f"{o_base}u + (uint32_t)q * {s.head_dim}u",
+        tmem_s=tmem["S"],
+        tmem_p=tmem.get("P"),
+        tmem_o=tmem["O"],
         num_barriers=sum(b.count for b in plan.barriers),
         tma=d["tma"],
         desc=d,

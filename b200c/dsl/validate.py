@@ -248,8 +248,7 @@ RULES = (
     _smem,
     _threads,
     _registers,
-    _issue_order,
-)
+)  # then _issue_order, whose parsed order validate_schedule returns
 
 
 def validate_schedule(s: Schedule):
@@ -263,6 +262,6 @@ def validate_schedule(s: Schedule):
     """
     if not isinstance(s, Schedule):
         raise ScheduleError(f"expected a b200c.Schedule, got {type(s).__name__}")
-    for rule in RULES[:-1]:
+    for rule in RULES:
         rule(s)
     return _issue_order(s)

@@ -111,11 +111,10 @@ __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, in
     bool seen = false;                    // best effort: one record per wait site
     for (int i = 0; i < 7 && i < r->more; ++i) seen |= r->others[i].site == site;
     if (r->flag && r->site == site) seen = true;
-    if (seen) {
-    } else if (atomicCAS(&r->flag, 0, 1) == 0) {
+    if (!seen && atomicCAS(&r->flag, 0, 1) == 0) {
       r->site = site; r->parity = (int)parity; r->cta = (int)blockIdx.x;
       r->iter = iter; r->work = work; r->lane_thread = (int)threadIdx.x;
-    } else {
+    } else if (!seen) {
       const int i = atomicAdd(&r->more, 1);
       if (i < 7) r->others[i] = HangSite{site, (int)parity, (int)blockIdx.x, iter, work, (int)threadIdx.x};
     }

@@ -49,19 +49,20 @@ def _step(lw, order, st, j: str, label: str):
         note = f"{label}: S{q} = Q{q} K({j})^T"
     else:
         pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", buf, lo, hi, acc, p_col=f"TMEM_P({q})")
+        not_first_tile = "0" if j == "0" else f"{j} > 0"  # PV accumulates into O except on K/V tile 0
         if s.early_pv_cols:
             k_split = (128 - s.early_pv_cols) // 16
             nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), s.q_stages),
                               lw.site(name, "p_hi_ready"), j, fence_after=True))
             nodes.append(Comment(f"blog ch.13: PV on the {s.early_pv_cols} high P columns published first"))
-            nodes.append(Single("elect", (pv(k_split, 8, "0" if j == "0" else f"{j} > 0"),)))
+            nodes.append(Single("elect", (pv(k_split, 8, not_first_tile),)))
             nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), s.q_stages),
                               lw.site(name, "p_lo_ready"), j, fence_after=True))
             nodes.append(Single("elect", (pv(0, k_split, "1"), Commit("pv_done", str(q)), *release)))
         else:
             nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), s.q_stages),
                               lw.site(name, "p_ready"), j, fence_after=True))
-            nodes.append(Single("elect", (pv(0, 8, "0" if j == "0" else f"{j} > 0"), Commit("pv_done", str(q)), *release)))
+            nodes.append(Single("elect", (pv(0, 8, not_first_tile), Commit("pv_done", str(q)), *release)))
         note = f"{label}: O{q} += P{q} V({j})"
     return Scope(note, tuple(nodes))
 
