@@ -3,10 +3,11 @@
 Public API:
     Schedule                 the declarative kernel schedule (b200c.dsl)
     load_schedule_file(path) run a schedule file, return its ``schedule``
+    plan(schedule)           the layout (SMEM, TMEM, barriers, warp roles); checks budgets
     generate(schedule)       CUDA source + launch info (b200c.codegen)
     attention(q, k, v, *, schedule, ...)  PyTorch op (b200c.runtime)
     errors: ScheduleError, ResourceError, IssueOrderError, BuildError,
-            LaunchError, UnsupportedDeviceError, BarrierTimeoutError
+            LaunchError, UnsupportedDeviceError, BarrierTimeoutError, ProtocolError
 """
 from .errors import (
     B200cError,
@@ -14,6 +15,7 @@ from .errors import (
     BuildError,
     IssueOrderError,
     LaunchError,
+    ProtocolError,
     ResourceError,
     ScheduleError,
     UnsupportedDeviceError,
@@ -21,6 +23,14 @@ from .errors import (
 from .dsl import Schedule, load_schedule_file
 
 __version__ = "0.1.0"
+
+
+def plan(schedule):
+    """Validate ``schedule`` and return its layout plan (``print`` it); raises
+    ScheduleError / IssueOrderError / ResourceError (see b200c.codegen.make_plan)."""
+    from .codegen import make_plan
+
+    return make_plan(schedule)
 
 
 def generate(schedule):
@@ -40,6 +50,7 @@ def attention(q, k, v, *, schedule, softmax_scale=None, layout="bhsd", target="a
 __all__ = [
     "Schedule",
     "load_schedule_file",
+    "plan",
     "generate",
     "attention",
     "B200cError",
@@ -48,6 +59,7 @@ __all__ = [
     "IssueOrderError",
     "BuildError",
     "LaunchError",
+    "ProtocolError",
     "UnsupportedDeviceError",
     "BarrierTimeoutError",
     "__version__",

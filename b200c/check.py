@@ -18,7 +18,7 @@ SASS_COLS = ("MUFU.EX2", "FMUL", "FSETP.GEU", "predicated", "LDL/STL", "UTC*MMA"
 def check_one(path: str, workdir: Path, sass: bool = True) -> dict:
     """Check one schedule file; returns a row dict (``error`` set on failure)."""
     from . import generate, load_schedule_file
-    from .codegen.plan import make_plan
+    from .codegen import make_plan
     from .nvcc import compile_cuda
 
     row = {"file": path}

@@ -21,14 +21,13 @@ def _compile(args) -> int:
 
     schedule = load_schedule_file(args.file)
     if args.emit == "plan":
-        from .codegen.plan import make_plan
+        from .codegen import make_plan
 
         return _write(str(make_plan(schedule)), args.output)
     if args.emit == "ir":
-        from .codegen.lower import lower
-        from .codegen.plan import make_plan
+        from .codegen import lower
 
-        return _write(lower(make_plan(schedule)).text(), args.output)
+        return _write(lower(schedule).text(), args.output)
     kernel = generate(schedule)
     if args.emit == "cu":
         return _write(kernel.source, args.output)

@@ -35,6 +35,17 @@ class IssueOrderError(ScheduleError):
     """
 
 
+class ProtocolError(B200cError, RuntimeError):
+    """The generated kernel's barrier protocol is inconsistent: a wait without a
+    matching arrive, a wrong arrival count per phase, a wrong phase parity.
+
+    Raised by the protocol verifier in every ``generate()`` before any code is
+    emitted; the message names the barrier, the warp role and the step. It
+    points at a bug in a backend's lowering (or a hand-edited IR), not at the
+    schedule.
+    """
+
+
 class BuildError(B200cError, RuntimeError):
     """nvcc/ptxas/ninja failed or is missing; the message names the generated
     file and the first compiler error line."""

@@ -131,18 +131,8 @@ def broken_variant():
     code = r"""
 import sys, time, torch
 sys.path.insert(0, %r)
-import b200c
-from b200c.codegen import GeneratedKernel
-from b200c.codegen.plan import make_plan
-from b200c.codegen.lower import lower
-from b200c.codegen.emit import emit
-from b200c.codegen import ir as IR
-from tests.gpu.broken import drop_arrive
-s = b200c.load_schedule_file(%r)
-plan = make_plan(s)
-k = lower(plan)
-k = drop_arrive(k, "softmax", "p_ready")
-gen = GeneratedKernel(emit(k), plan.launch_info(k))
+from tests.gpu.broken import broken_kernel
+gen = broken_kernel(%r, "softmax", "p_ready")
 from b200c.runtime import attention_generated
 q = torch.randn(1, 1, 256, 128, device="cuda", dtype=torch.bfloat16)
 t0 = time.time()

@@ -1,12 +1,20 @@
-"""Code generation: Schedule -> Plan -> KernelIR -> CUDA source.
+"""Code generation: Schedule -> Plan -> KernelIR -> (verified) -> CUDA source.
 
-``generate(schedule)`` is the one entry point the CLI and the runtime use.
+``generate(schedule)`` is the one entry point the CLI and the runtime use;
+``make_plan(schedule)`` stops after the layout (and its budget checks).
+
+Passes, in order (each printable: ``b200c compile --emit plan|ir|cu``):
+    1. validate the knobs           b200c/dsl/validate.py
+    2. plan the layout, budgets     b200c/codegen/<backend>/plan.py
+    3. lower to the kernel IR       b200c/codegen/<backend>/lower.py (+ roles/)
+    4. verify the barrier protocol  b200c/codegen/verify.py
+    5. emit CUDA                    b200c/codegen/<backend>/emit.py (+ templates/)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .launch import KERNEL_NAME, LaunchInfo
+from .launch import KERNEL_NAME, LaunchInfo, launch_info
 
 
 @dataclass(frozen=True)
@@ -30,19 +38,52 @@ def cuda_include_dir() -> str:
     return str(Path(__file__).with_name("cuda"))
 
 
-def generate(schedule) -> GeneratedKernel:
-    """Validate, plan, lower and emit one schedule.
+def _backend(schedule):
+    from . import tcgen05
+
+    return tcgen05
+
+
+def make_plan(schedule):
+    """Validate ``schedule`` and plan its layout.
+
+    Returns:
+        The :class:`~b200c.codegen.plan.Plan` (``print`` it to see the layout).
 
     Raises:
-        ScheduleError, ResourceError, IssueOrderError.
+        ScheduleError, IssueOrderError: invalid knobs.
+        ResourceError: TMEM, SMEM, threads or registers exceeded.
     """
-    from .plan import make_plan
-    from .lower import lower
-    from .emit import emit
+    from ..dsl.validate import validate_schedule
 
-    plan = make_plan(schedule)  # validates
-    ir = lower(plan)
-    return GeneratedKernel(source=emit(ir), launch=plan.launch_info(ir))
+    issue = validate_schedule(schedule)
+    return _backend(schedule).make_plan(schedule, issue)
 
 
-__all__ = ["GeneratedKernel", "LaunchInfo", "KERNEL_NAME", "generate", "cuda_include_dir"]
+def lower(schedule, plan=None):
+    """Kernel IR of ``schedule`` (its plan computed unless given); verified.
+
+    Raises:
+        ScheduleError, IssueOrderError, ResourceError: see :func:`make_plan`.
+        ProtocolError: the barrier protocol verifier rejected the IR (a bug).
+    """
+    from .verify import verify
+
+    p = plan if plan is not None else make_plan(schedule)
+    ir = _backend(schedule).lower(schedule, p)
+    verify(ir)
+    return ir
+
+
+def generate(schedule) -> GeneratedKernel:
+    """Validate, plan, lower, verify and emit one schedule.
+
+    Raises:
+        ScheduleError, ResourceError, IssueOrderError, ProtocolError.
+    """
+    ir = lower(schedule)
+    li = launch_info(ir.plan, ir)
+    return GeneratedKernel(source=_backend(schedule).emit(ir, li), launch=li)
+
+
+__all__ = ["GeneratedKernel", "LaunchInfo", "KERNEL_NAME", "generate", "make_plan", "lower", "cuda_include_dir"]

@@ -12,7 +12,7 @@ each generated file)::
         int batch, int heads, int seq_q, int seq_kv,
         float softmax_scale);                        // natural-log units (1/sqrt(D) by default)
 
-Tensor maps (cuTensorMapEncodeTiled, sm100-facts.md §6): rank 4, BF16,
+Tensor maps (cuTensorMapEncodeTiled, docs/sm100-facts.md §6): rank 4, BF16,
 ``globalDim = {D, S, H, B}``, ``globalStrides`` = the tensor's S, H, B strides
 in bytes (so (B,H,S,D) and (B,S,H,D) layouts both work without copies),
 ``boxDim = {tma_box_inner, tma_box_rows, 1, 1}``, element strides 1, no
@@ -29,7 +29,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-KERNEL_NAME = "b200c_attention"
+from .signature import ATTENTION_PARAMS, KERNEL_NAME  # noqa: F401 (KERNEL_NAME re-exported)
+
 EMULATOR_THREADS = 32  # the emulation target's extra MMA-engine warp
 
 
@@ -59,6 +60,8 @@ class LaunchInfo:
         tma_swizzle: ``"none"`` or ``"128B"``.
         tma_l2_promotion: ``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
         wait_sites: the bounded-wait sites, for naming a hang.
+        params: ``(name, kind)`` of every entry parameter in order
+            (:mod:`b200c.codegen.signature`), for the launcher.
     """
 
     name: str
@@ -75,6 +78,7 @@ class LaunchInfo:
     tma_swizzle: str
     tma_l2_promotion: str
     wait_sites: tuple = ()
+    params: tuple = tuple((p.name, p.kind) for p in ATTENTION_PARAMS)
 
     def num_work_items(self, batch: int, heads: int, seq_q: int) -> int:
         """Work items for a problem: B * H * ceil(ceil(S_q / block_m) / q_stages)."""
@@ -102,4 +106,26 @@ class LaunchInfo:
         """Inverse of :meth:`to_json`."""
         d = json.loads(text)
         d["wait_sites"] = tuple(WaitSite(**w) for w in d.get("wait_sites", ()))
+        if "params" in d:
+            d["params"] = tuple(tuple(p) for p in d["params"])
         return cls(**d)
+
+
+def launch_info(plan, ir=None) -> LaunchInfo:
+    """Launch configuration of a plan (wait sites from ``ir``, if given)."""
+    return LaunchInfo(
+        name=plan.name,
+        threads=plan.threads,
+        dynamic_smem_bytes=plan.smem_bytes,
+        tmem_cols=plan.tmem_alloc_cols,
+        q_stages=plan.q_stages,
+        block_m=plan.tile.block_m,
+        block_n=plan.tile.block_n,
+        head_dim=plan.tile.head_dim,
+        persistent=plan.persistent,
+        tma_box_inner=plan.tma.inner,
+        tma_box_rows=plan.tma.rows,
+        tma_swizzle=plan.tma.swizzle,
+        tma_l2_promotion=plan.tma.l2_promotion,
+        wait_sites=tuple(ir.wait_sites) if ir is not None else (),
+    )

@@ -1,52 +1,120 @@
-"""Plan: the frozen resource allocation of a schedule.
+"""The plan: the frozen resource allocation of one kernel, the single owner of
+its layout.
 
-SMEM layout (offset, size, alignment of each buffer), TMEM column map per Q
-stage, barrier table (name, arrival count, who arrives, who waits) and the
-warp-role map. Printable with ``str(plan)`` (``b200c compile --emit plan``).
+SMEM regions (offset, size, alignment), TMEM column arrays, the barrier
+protocol (:mod:`b200c.codegen.barriers`), warp roles with their register
+budgets, the tile shape, descriptor constants, TMA boxes and the kernel's entry
+signature. Backends build it (``b200c/codegen/<backend>/plan.py``); lowering,
+the protocol verifier, the templates and the runtime only read it. Templates
+never see the Schedule. ``str(plan)`` is ``b200c compile --emit plan``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-from ..dsl import resources as R
-from ..dsl.issue_order import IssueOrder
-from ..dsl.resources import BarrierSpec, SmemBuffer, barrier_table, smem_layout  # noqa: F401 (re-exported)
-from ..dsl.schedule import Schedule
-from .launch import LaunchInfo
+from .hardware import Limits
+from .tile import TileShape
 
 
 @dataclass(frozen=True)
-class TmemRegion:
-    """TMEM columns of one buffer (all 128 lanes): S/P or O of a Q stage."""
+class SmemRegion:
+    """One SMEM buffer: byte offset from the 1024-aligned base, size, alignment."""
 
     name: str
-    q_stage: int
-    col: int
-    ncols: int
+    offset: int
+    size: int
+    align: int
     note: str = ""
 
 
-def _tmem(s: Schedule) -> tuple:
-    regs = []
-    for q in range(s.q_stages):
-        s_col = q * s.block_n
-        regs.append(TmemRegion(f"S{q}", q, s_col, s.block_n, "FP32 scores"))
-        if s.p_storage == "tmem":
-            p_col = s_col + (s.block_n // 2 if s.s_cache_cols else 0)
-            half = "upper" if s.s_cache_cols else "lower"
-            regs.append(TmemRegion(f"P{q}", q, p_col, s.block_n // 2, f"packed BF16 P over the {half} half of S{q}"))
-    o_base = s.q_stages * s.block_n
-    for q in range(s.q_stages):
-        regs.append(TmemRegion(f"O{q}", q, o_base + q * s.head_dim, s.head_dim, "FP32 output accumulator"))
-    return tuple(regs)
+@dataclass(frozen=True)
+class TmemArray:
+    """One TMEM buffer per Q stage (all 128 lanes): stage q occupies columns
+    ``base + q * stride`` .. ``+ ncols - 1``.
+
+    Attributes:
+        kind: ``"S"``, ``"P"`` or ``"O"``.
+        base, stride, ncols: columns.
+        note: what the columns hold.
+    """
+
+    kind: str
+    base: int
+    stride: int
+    ncols: int
+    note: str = ""
+
+    def col(self, q: int) -> int:
+        """First column of Q stage ``q``."""
+        return self.base + q * self.stride
+
+    def expr(self) -> str:
+        """C expression of the first column of Q stage ``q`` (an int named ``q``)."""
+        if self.kind == "P":
+            return f"(uint32_t)q * {self.stride}u + {self.base}u"
+        if self.kind == "S" and not self.base:
+            return f"(uint32_t)q * {self.stride}u"
+        return f"{self.base}u + (uint32_t)q * {self.stride}u"
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """Warps of one warp role (one entry per instance).
+
+    Attributes:
+        name: ``cta``, ``softmax``, ``correction``, ``load``, ``mma``, ``spare``.
+        warps: warp indices inside the CTA.
+        q_stage: the Q stage an instance serves (softmax warpgroups), else None.
+        regs: ``setmaxnreg`` budget of its warpgroup, or None.
+    """
+
+    name: str
+    warps: tuple
+    q_stage: Optional[int] = None
+    regs: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class TmaBoxes:
+    """How one tile is loaded by TMA (docs/sm100-facts.md §6).
+
+    Attributes:
+        inner: columns per box (64 with 128B swizzle: one 128-B row).
+        rows: rows per box.
+        slices: boxes per tile (head_dim / inner).
+        slice_bytes: SMEM bytes of one box.
+        swizzle: ``"none"`` or ``"128B"``.
+        l2_promotion: ``"none"``, ``"64B"``, ``"128B"`` or ``"256B"``.
+    """
+
+    inner: int
+    rows: int
+    slices: int
+    slice_bytes: int
+    swizzle: str
+    l2_promotion: str
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Frozen resource plan of one schedule (see module docstring)."""
+    """Frozen resource plan of one kernel (see the module docstring).
 
-    schedule: Schedule
+    ``descriptors`` holds the backend's MMA operand constants (for tcgen05:
+    :class:`b200c.codegen.tcgen05.descriptors.Descriptors`).
+    """
+
+    name: str
+    blog_stage: int
+    summary: tuple
+    backend: str
+    limits: Limits
+    tile: TileShape
+    q_stages: int
+    kv_tokens: str
+    kv_stages: int
+    kv_slot_bytes: int
+    persistent: bool
     smem: tuple
     smem_bytes: int
     tmem: tuple
@@ -54,74 +122,77 @@ class Plan:
     barriers: tuple
     roles: tuple
     threads: int
-    issue: Optional[IssueOrder]
+    tma: TmaBoxes
+    descriptors: object
+    issue: object = None
+    flags: frozenset = field(default_factory=frozenset)
 
-    def launch_info(self, ir=None) -> LaunchInfo:
-        """Launch configuration for the runtime (wait sites from ``ir``)."""
-        from .emit import descriptor_constants
+    # ---- lookups -----------------------------------------------------------------
+    def barrier(self, name: str):
+        """The barrier family ``name``.
 
-        s = self.schedule
-        return LaunchInfo(
-            name=s.name,
-            threads=self.threads,
-            dynamic_smem_bytes=self.smem_bytes,
-            tmem_cols=self.tmem_alloc_cols,
-            q_stages=s.q_stages,
-            block_m=s.block_m,
-            block_n=s.block_n,
-            head_dim=s.head_dim,
-            persistent=s.persistent,
-            tma_box_inner=descriptor_constants(s.swizzle)["tma"]["inner"],
-            tma_box_rows=128,
-            tma_swizzle=s.swizzle,
-            tma_l2_promotion=s.tma_l2_promotion,
-            wait_sites=tuple(ir.wait_sites) if ir is not None else (),
-        )
+        Raises:
+            KeyError: the plan has no such barrier.
+        """
+        for b in self.barriers:
+            if b.name == name:
+                return b
+        raise KeyError(f"plan {self.name!r} has no barrier {name!r}")
 
+    def region(self, name: str):
+        """The SMEM region ``name``, or None."""
+        return next((r for r in self.smem if r.name == name), None)
+
+    def tmem_array(self, kind: str):
+        """The TMEM array of ``kind`` (``S``, ``P``, ``O``), or None."""
+        return next((t for t in self.tmem if t.kind == kind), None)
+
+    def role_specs(self, name: str) -> tuple:
+        """Every instance of warp role ``name``."""
+        return tuple(r for r in self.roles if r.name == name)
+
+    @property
+    def num_barriers(self) -> int:
+        """mbarriers in the CTA's barrier array."""
+        return sum(b.count for b in self.barriers)
+
+    @property
+    def tmem_columns_used(self) -> int:
+        """TMEM columns up to the last one any array of any Q stage uses."""
+        return max((t.col(self.q_stages - 1) + t.ncols for t in self.tmem), default=0)
+
+    # ---- text --------------------------------------------------------------------
     def __str__(self) -> str:
-        s = self.schedule
-        out = [f"plan for {s.name!r} (blog stage {s.blog_stage})", "", "warp roles:"]
+        out = [f"plan for {self.name!r} (blog stage {self.blog_stage}, backend {self.backend})", "",
+               f"tile: block_m {self.tile.block_m}, block_n {self.tile.block_n}, head_dim {self.tile.head_dim} "
+               f"(Q tile {self.tile.q_tile_bytes} B, K tile {self.tile.k_tile_bytes} B, V tile "
+               f"{self.tile.v_tile_bytes} B; QK {self.tile.qk_k_steps} and PV {self.tile.pv_k_steps} MMA k-steps)",
+               "", "warp roles:"]
         for r in self.roles:
             q = f" q={r.q_stage}" if r.q_stage is not None else ""
             regs = f" setmaxnreg {r.regs}" if r.regs else ""
             out.append(f"  {r.name:<11s} warps {','.join(map(str, r.warps))}{q}{regs}")
         out.append(f"  threads per CTA: {self.threads}")
-        out += ["", f"SMEM (dynamic {self.smem_bytes} B of {R.SMEM_LIMIT_BYTES}, incl. 1024 B realignment slack):"]
+        out += ["", f"SMEM (dynamic {self.smem_bytes} B of {self.limits.smem_bytes}, incl. "
+                    f"{self.limits.smem_align_slack} B realignment slack):"]
         for b in self.smem:
             out.append(f"  {b.name:<10s} offset {b.offset:>7d}  size {b.size:>6d}  align {b.align:>4d}  {b.note}")
-        out += ["", f"TMEM (alloc {self.tmem_alloc_cols} of {R.TMEM_COLUMNS} columns):"]
-        for t in self.tmem:
-            out.append(f"  {t.name:<4s} columns {t.col:>3d}..{t.col + t.ncols - 1:<3d}  {t.note}")
-        out += ["", "barriers:"]
+        if self.tmem:
+            out += ["", f"TMEM (alloc {self.tmem_alloc_cols} of {self.limits.tmem_columns} columns):"]
+            for t in sorted(self.tmem, key=lambda t: "SPO".index(t.kind)):
+                for q in range(self.q_stages):
+                    c = t.col(q)
+                    out.append(f"  {t.kind}{q:<3d} columns {c:>3d}..{c + t.ncols - 1:<3d}  {t.note.format(q=q)}")
+        out += ["", "barriers (arrivals per phase = sum over producers):"]
         for b in self.barriers:
             rng = f"[{b.count}]" if b.count > 1 else ""
-            out.append(f"  {b.name + rng:<14s} #{b.first:<2d} arrivals {b.arrivals}  by {b.arrive_by}; waited by {b.wait_by}")
+            prod = " + ".join(f"{p.role}{'[q]' if p.same_q_stage else ''} {p.arrivals} ({p.how})" for p in b.producers)
+            free = "; starts free" if b.starts_free else ""
+            out.append(f"  {b.name + rng:<14s} #{b.first:<2d} arrivals {b.arrivals} = {prod}; "
+                       f"waited by {', '.join(b.consumers)}{free}")
         if self.issue is not None:
             out += ["", f"MMA issue order: {' '.join(st.symbolic for st in self.issue.steps)}"]
             if self.issue.lead:
                 out.append(f"  prologue (K/V tile 0): {' '.join(st.label('0') for st in self.issue.prologue())}")
                 out.append(f"  epilogue (last tile):  {' '.join(st.label('n-1') for st in self.issue.epilogue())}")
         return "\n".join(out) + "\n"
-
-
-def make_plan(s: Schedule) -> Plan:
-    """Validate and plan a schedule.
-
-    Raises:
-        ScheduleError / ResourceError / IssueOrderError if ``s`` is invalid.
-    """
-    from ..dsl.validate import validate_schedule
-
-    issue = validate_schedule(s)  # the checked issue order (None without warp roles)
-    smem, total = smem_layout(s)
-    return Plan(
-        schedule=s,
-        smem=smem,
-        smem_bytes=total,
-        tmem=_tmem(s),
-        tmem_alloc_cols=R.tmem_columns_alloc(s),
-        barriers=barrier_table(s),
-        roles=R.warp_roles(s),
-        threads=R.threads_per_cta(s),
-        issue=issue,
-    )

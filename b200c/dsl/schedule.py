@@ -1,7 +1,7 @@
 """The declarative schedule of a B200 attention forward kernel.
 
 A :class:`Schedule` holds every knob the blog's 14 stages and 4 minor
-optimizations turn (../shared/seed/b200-attention-blog.md). Neighbouring
+optimizations turn (docs/blog-stages.md). Neighbouring
 examples are one :meth:`Schedule.replace` apart. Problem shapes (batch, heads,
 sequence lengths, layout, softmax scale) are runtime arguments, not knobs.
 """
@@ -68,8 +68,9 @@ class Schedule:
       the compiler's launch-bounds allocation.
 
     Construction checks nothing; :meth:`validate` (run by every compile) checks
-    types, ranges (see ``b200c/dsl/validate.py``, one function per rule) and
-    budgets, raising ScheduleError / ResourceError / IssueOrderError.
+    types, ranges and contradictions (``b200c/dsl/validate.py``, one function
+    per rule), raising ScheduleError / IssueOrderError; ``b200c.plan`` then
+    checks the hardware budgets (ResourceError).
     """
 
     name: str = "custom"
@@ -126,12 +127,12 @@ class Schedule:
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> "Schedule":
-        """Check every knob and hardware budget; return ``self`` if feasible.
+        """Check every knob (types, ranges, contradictions, the issue order);
+        return ``self``. Hardware budgets depend on the layout and are checked
+        by ``b200c.plan(schedule)`` / ``b200c.generate(schedule)``.
 
         Raises:
             ScheduleError: invalid or contradictory knobs.
-            ResourceError: TMEM (512 columns), dynamic SMEM (232448 B), threads
-                (1024) or register pool (65536) exceeded.
             IssueOrderError: ``issue_order`` does not parse or breaks a
                 dependency.
         """

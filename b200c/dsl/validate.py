@@ -1,12 +1,16 @@
-"""Schedule validation: one function per rule, each raising a typed error whose
-message names the knob or budget, the limit and the value (Halide-style)."""
+"""Schedule validation: one function per knob rule, each raising a typed error
+whose message names the knob, the limit and the value (Halide-style).
+
+Hardware budgets (TMEM columns, SMEM bytes, threads, the register pool) depend
+on the layout, which the code generator's plan owns: ``b200c.plan(schedule)``
+and ``b200c.generate(schedule)`` check them after these rules.
+"""
 from __future__ import annotations
 
 import math
 import re
 
-from ..errors import ResourceError, ScheduleError
-from . import resources as R
+from ..errors import ScheduleError
 from .issue_order import MAX_KV_STAGES, default_order, parse_issue_order
 from .schedule import Schedule
 
@@ -168,6 +172,10 @@ def _p_and_cache(s: Schedule) -> None:
         raise ScheduleError("deferred_s_wait=True needs p_storage='tmem': the wait moves before the first P store")
 
 
+def _uses_setmaxnreg(s: Schedule) -> bool:
+    return any(r is not None for r in (s.softmax_regs, s.correction_regs, s.other_regs))
+
+
 def _registers(s: Schedule) -> None:
     for field in ("softmax_regs", "correction_regs", "other_regs"):
         v = getattr(s, field)
@@ -177,7 +185,7 @@ def _registers(s: Schedule) -> None:
             raise ScheduleError(
                 f"{field}={v}: setmaxnreg takes a multiple of 8 in 24..256 registers per thread"
             )
-    if not R.uses_setmaxnreg(s):
+    if not _uses_setmaxnreg(s):
         return
     if not s.warp_specialized:
         raise ScheduleError("register budgets need warp_specialized=True: setmaxnreg is set per warpgroup role")
@@ -188,45 +196,6 @@ def _registers(s: Schedule) -> None:
         raise ScheduleError(f"register budgets are all-or-nothing: also set {', '.join(missing)}")
     if not s.correction_warps and s.correction_regs is not None:
         raise ScheduleError("correction_regs is set but correction_warps=0: set correction_regs=None or correction_warps=4")
-    total = 0
-    for g, names, budgets in R.warpgroup_budgets(s):
-        if len(budgets) != 1:
-            raise ScheduleError(f"warpgroup {g} mixes roles {names} with different register budgets")
-        total += 128 * budgets.pop()
-    if total > R.REGISTER_POOL:
-        raise ResourceError(
-            f"register budgets need {total} of {R.REGISTER_POOL} registers per CTA "
-            f"(sum over warpgroups of 128 x setmaxnreg); lower softmax_regs/correction_regs/other_regs"
-        )
-
-
-def _threads(s: Schedule) -> None:
-    t = R.threads_per_cta(s)
-    if t > R.MAX_THREADS:
-        raise ResourceError(f"the warp roles need {t} of {R.MAX_THREADS} threads per CTA")
-
-
-def _tmem(s: Schedule) -> None:
-    need = R.tmem_columns_used(s)
-    if need > R.TMEM_COLUMNS:
-        raise ResourceError(
-            f"{s.q_stages} Q stages at head dim {s.head_dim} need {need} of {R.TMEM_COLUMNS} TMEM columns "
-            f"({s.block_n} for S/P + {s.head_dim} for O per Q stage); use q_stages <= "
-            f"{R.TMEM_COLUMNS // (s.block_n + s.head_dim)}"
-        )
-
-
-def _smem(s: Schedule) -> None:
-    layout, total = R.smem_layout(s)
-    if total > R.SMEM_LIMIT_BYTES:
-        parts = ", ".join(f"{b.name} {b.size}" for b in layout if b.size)
-        fit = max((k for k in range(1, s.kv_stages) if R.smem_layout(s.replace(kv_stages=k))[1] <= R.SMEM_LIMIT_BYTES),
-                  default=None)
-        hint = f"kv_stages <= {fit} fits" if fit else "lower q_stages"
-        raise ResourceError(
-            f"dynamic SMEM needs {total} of {R.SMEM_LIMIT_BYTES} bytes (227 KiB) including barriers and "
-            f"1024-B alignment of swizzled tiles ({parts}); {hint}"
-        )
 
 
 def _issue_order(s: Schedule):
@@ -244,21 +213,18 @@ RULES = (
     _needs_specialization,
     _exp2,
     _p_and_cache,
-    _tmem,
-    _smem,
-    _threads,
     _registers,
 )  # then _issue_order, whose parsed order validate_schedule returns
 
 
 def validate_schedule(s: Schedule):
-    """Run every rule in order; the first violation raises.
+    """Run every knob rule in order; the first violation raises.
 
     Returns:
         The checked :class:`IssueOrder` of a warp-specialized schedule, else None.
 
     Raises:
-        ScheduleError, ResourceError, IssueOrderError.
+        ScheduleError, IssueOrderError.
     """
     if not isinstance(s, Schedule):
         raise ScheduleError(f"expected a b200c.Schedule, got {type(s).__name__}")

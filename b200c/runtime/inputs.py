@@ -8,7 +8,7 @@ contiguous last dim are accepted, so both memory layouts work without copies:
 * ``(B, S, H, D)`` memory: pass ``x.transpose(1, 2)`` of a contiguous
   ``(B, S, H, D)`` tensor.
 
-The S, H and B strides become TMA global strides (sm100-facts.md §6), hence
+The S, H and B strides become TMA global strides (docs/sm100-facts.md §6), hence
 the 16-byte rules. Every failure is a :class:`b200c.LaunchError` naming the
 tensor, the rule and the value.
 """

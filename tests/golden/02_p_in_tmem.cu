@@ -27,7 +27,7 @@
 // ==== section: helpers ====
 // ---------------------------------------------------------------------------
 // b200c PTX helpers: one small inline function per instruction.
-// Sources: PTX ISA 9.0 (sections cited per helper) and ../shared/docs/sm100-facts.md.
+// Sources: PTX ISA 9.0 (sections cited per helper) and docs/sm100-facts.md.
 // The tcgen05 family, setmaxnreg and packed f32x2 math are replaced by the
 // software model in b200c_emulate.cuh when B200C_EMULATE is defined (sm_90a);
 // everything else (TMA, mbarrier, named barriers, elect.sync) is shared.
@@ -172,7 +172,7 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// ---- SMEM matrix descriptor for tcgen05.mma (PTX 9.7.16.4.1, facts §3) -----
+// ---- SMEM matrix descriptor for tcgen05.mma (PTX 9.7.16.4.1, docs/sm100-facts.md §3) -----
 // bits 0-13 start>>4, 16-29 LBO>>4, 32-45 SBO>>4, 46 fixed 1, 61-63 swizzle
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t swizzle) {
   return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
@@ -370,7 +370,7 @@ __host__ __device__ constexpr uint32_t TMEM_O(int q) { return 128u + (uint32_t)q
 [[maybe_unused]] constexpr int TMA_BOX_INNER = 8;
 [[maybe_unused]] constexpr uint32_t TMA_SLICE_BYTES = 2048;
 
-// tcgen05.mma descriptors (PTX 9.7.16.4, sm100-facts.md §3-4)
+// tcgen05.mma descriptors (PTX 9.7.16.4, docs/sm100-facts.md §3-4)
 [[maybe_unused]] constexpr uint32_t SMEM_SWIZZLE = 0;  // descriptor bits 61-63: 0 = none
 [[maybe_unused]] constexpr uint32_t KMAJOR_LBO = 2048, KMAJOR_SBO = 128;      // Q, K: K-major
 [[maybe_unused]] constexpr uint32_t MNMAJOR_LBO = 128, MNMAJOR_SBO = 2048;  // V: MN-major
@@ -589,7 +589,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
                 const int batch, const int heads, const int seq_q, const int seq_kv, const float softmax_scale) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;  // SW128 tiles need 1024-B alignment (sm100-facts.md §6)
+  const uint32_t base = (raw + 1023u) & ~1023u;  // SW128 tiles need 1024-B alignment (docs/sm100-facts.md §6)
   Ctx c;
   c.smem = base;
   c.smem_ptr = smem_raw + (base - raw);

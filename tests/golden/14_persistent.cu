@@ -36,14 +36,14 @@
 //   softmax_scale           float: natural-log units, usually 1/sqrt(D)
 // Launch: grid = min(work items, #SMs) (B * H * ceil(ceil(seq_q / 128) / 2)),
 //         block = 512 threads (+32 emulator warp with -DB200C_EMULATE),
-//         dynamic SMEM = 167088 bytes, TMEM = 512 columns
+//         dynamic SMEM = 167104 bytes, TMEM = 512 columns
 // Build:  nvcc -arch=sm_100a -cubin kernel.cu
 //         emulated on sm_90a: nvcc -arch=sm_90a -DB200C_EMULATE -DB200C_BOUNDED_WAIT -I <b200c>/codegen/cuda -cubin kernel.cu
 // ==== end section: launch ====
 // ==== section: helpers ====
 // ---------------------------------------------------------------------------
 // b200c PTX helpers: one small inline function per instruction.
-// Sources: PTX ISA 9.0 (sections cited per helper) and ../shared/docs/sm100-facts.md.
+// Sources: PTX ISA 9.0 (sections cited per helper) and docs/sm100-facts.md.
 // The tcgen05 family, setmaxnreg and packed f32x2 math are replaced by the
 // software model in b200c_emulate.cuh when B200C_EMULATE is defined (sm_90a);
 // everything else (TMA, mbarrier, named barriers, elect.sync) is shared.
@@ -188,7 +188,7 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// ---- SMEM matrix descriptor for tcgen05.mma (PTX 9.7.16.4.1, facts §3) -----
+// ---- SMEM matrix descriptor for tcgen05.mma (PTX 9.7.16.4.1, docs/sm100-facts.md §3) -----
 // bits 0-13 start>>4, 16-29 LBO>>4, 32-45 SBO>>4, 46 fixed 1, 61-63 swizzle
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t swizzle) {
   return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
@@ -358,7 +358,7 @@ namespace plan {
 [[maybe_unused]] constexpr int NUM_THREADS = 512;
 [[maybe_unused]] constexpr uint32_t TILE_BYTES = 32768;  // one 128 x 128 BF16 tile
 
-// SMEM layout: byte offsets from the 1024-aligned base (167088 bytes dynamic, incl. 1024 B realignment slack)
+// SMEM layout: byte offsets from the 1024-aligned base (167104 bytes dynamic, incl. 1024 B realignment slack)
 [[maybe_unused]] constexpr uint32_t SMEM_Q0 = 0;  // 32768 B, align 1024: Q tile of Q stage 0 (K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_Q1 = 32768;  // 32768 B, align 1024: Q tile of Q stage 1 (K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_KV0 = 65536;  // 32768 B, align 1024: one K or V tile (ring slot, ch.6)
@@ -366,7 +366,7 @@ namespace plan {
 [[maybe_unused]] constexpr uint32_t SMEM_KV2 = 131072;  // 32768 B, align 1024: one K or V tile (ring slot, ch.6)
 [[maybe_unused]] constexpr uint32_t SMEM_STATS = 163840;  // 2048 B, align 16: per Q stage: 128 rescale factors + 128 rowsums (FP32, ch.12)
 [[maybe_unused]] constexpr uint32_t SMEM_TMEM_SLOT = 165888;  // 16 B, align 16: TMEM base address written by tcgen05.alloc
-[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 165904;  // 160 B, align 8: mbarriers
+[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 165904;  // 176 B, align 8: mbarriers
 [[maybe_unused]] constexpr uint32_t SMEM_Q = SMEM_Q0;
 [[maybe_unused]] constexpr uint32_t SMEM_KV = SMEM_KV0;
 [[maybe_unused]] constexpr uint32_t KV_SLOT_BYTES = 32768;
@@ -389,14 +389,15 @@ __host__ __device__ constexpr uint32_t TMEM_O(int q) { return 256u + (uint32_t)q
 [[maybe_unused]] constexpr uint32_t BAR_PV_DONE = 14;  // [2] arrivals 1: tcgen05.commit after PqV; waited by correction warps
 [[maybe_unused]] constexpr uint32_t BAR_STATS_READY = 16;  // [2] arrivals 4: softmax warps of q (rescale factors); waited by correction warps
 [[maybe_unused]] constexpr uint32_t BAR_ROWSUM_READY = 18;  // [2] arrivals 4: softmax warps of q (final rowsums); waited by correction warps (epilogue)
-[[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 20;
+[[maybe_unused]] constexpr uint32_t BAR_ROWSUM_FREE = 20;  // [2] arrivals 4: correction warps after the epilogue read the rowsum; waited by softmax warps of q (before publishing the next rowsum)
+[[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 22;
 
 // TMA boxes: 2 slices of 64 columns x 128 rows per tile (swizzle 128B, blog ch.3)
 [[maybe_unused]] constexpr int TMA_SLICES = 2;
 [[maybe_unused]] constexpr int TMA_BOX_INNER = 64;
 [[maybe_unused]] constexpr uint32_t TMA_SLICE_BYTES = 16384;
 
-// tcgen05.mma descriptors (PTX 9.7.16.4, sm100-facts.md §3-4)
+// tcgen05.mma descriptors (PTX 9.7.16.4, docs/sm100-facts.md §3-4)
 [[maybe_unused]] constexpr uint32_t SMEM_SWIZZLE = 2;  // descriptor bits 61-63: 2 = 128B swizzle
 [[maybe_unused]] constexpr uint32_t KMAJOR_LBO = 16, KMAJOR_SBO = 1024;      // Q, K: K-major
 [[maybe_unused]] constexpr uint32_t MNMAJOR_LBO = 16384, MNMAJOR_SBO = 1024;  // V: MN-major
@@ -450,6 +451,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
   setmaxnreg_inc<192>();  // this warpgroup's register budget
   // one thread per row of S/P/O; Q is this warpgroup's Q stage (template parameter)
   uint32_t s_full_ph = 0u;  // mbarrier phase parity
+  uint32_t rowsum_free_ph = 1u;  // mbarrier phase parity
   // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
   for (int work = blockIdx.x; work < c.num_work; work += gridDim.x) {
     const WorkItem w = decode_work(c, work);
@@ -570,6 +572,9 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_LO_READY + Q));  // one arrival per warp
     }
+    // blog ch.14: the correction warps have read the previous work item's rowsum
+    mbar_wait(c.bar(BAR_ROWSUM_FREE + Q), rowsum_free_ph, 101, c.n_kv, work);  // wait site 101
+    rowsum_free_ph ^= 1u;
     c.stats(Q, 1)[row] = row_sum;  // final rowsum for the correction warps
     __syncwarp();
     if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_READY + Q));  // one arrival per warp
@@ -667,6 +672,8 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
     }
+    __syncwarp();
+    if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_FREE + 0));  // one arrival per warp
     mbar_wait(c.bar(BAR_ROWSUM_READY + 1), rowsum_ph[1], 206, c.n_kv, work);  // wait site 206
     rowsum_ph[1] ^= 1u;
     mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 207, c.n_kv, work);  // wait site 207
@@ -692,6 +699,8 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
     }
+    __syncwarp();
+    if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_FREE + 1));  // one arrival per warp
   }
 }
 // ==== end section: role correction ====
@@ -996,7 +1005,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
                 const int batch, const int heads, const int seq_q, const int seq_kv, const float softmax_scale) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;  // SW128 tiles need 1024-B alignment (sm100-facts.md §6)
+  const uint32_t base = (raw + 1023u) & ~1023u;  // SW128 tiles need 1024-B alignment (docs/sm100-facts.md §6)
   Ctx c;
   c.smem = base;
   c.smem_ptr = smem_raw + (base - raw);
@@ -1028,6 +1037,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_PV_DONE + i), 1);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_STATS_READY + i), 4);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_ROWSUM_READY + i), 4);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_ROWSUM_FREE + i), 4);
     fence_mbarrier_init();
     prefetch_tensormap(&tmap_q);
     prefetch_tensormap(&tmap_k);

@@ -18,6 +18,21 @@ def _drop(body, barrier):
     return tuple(out)
 
 
+def broken_kernel(schedule_path, role: str, barrier: str):
+    """GeneratedKernel of a schedule file whose ``role`` never arrives on
+    ``barrier``, emitted WITHOUT the protocol verifier (which rejects it), so
+    the bounded waits of the emulation target must name the hang at run time."""
+    import b200c
+    from b200c.codegen import GeneratedKernel, make_plan, tcgen05
+    from b200c.codegen.launch import launch_info
+
+    s = b200c.load_schedule_file(schedule_path)
+    plan = make_plan(s)
+    ir = drop_arrive(tcgen05.lower(s, plan), role, barrier)
+    li = launch_info(plan, ir)
+    return GeneratedKernel(tcgen05.emit(ir, li), li)
+
+
 def drop_arrive(ir: KernelIR, role: str, barrier: str) -> KernelIR:
     """Copy of ``ir`` in which ``role`` never arrives on ``barrier``."""
     roles = tuple(dataclasses.replace(r, body=_drop(r.body, barrier)) if r.name == role else r for r in ir.roles)

@@ -55,7 +55,7 @@ constexpr int kWorkThreads = 128;                                   // 4 warps: 
 constexpr int kThreads = kWorkThreads + b200c::kEmulatorThreads;    // + the engine warp
 constexpr uint32_t kTileBytes = kRows * kD * 2;                     // 32768
 constexpr uint32_t kSmemBytes = 1024 + 4 * kTileBytes + 64;         // align slack, 4 tiles, barriers
-constexpr uint32_t kIdescQK = 0x08200490u;  // M128 N128, A K-major, B K-major (facts §4)
+constexpr uint32_t kIdescQK = 0x08200490u;  // M128 N128, A K-major, B K-major (docs/sm100-facts.md §4)
 constexpr uint32_t kIdescPV = 0x08210490u;  // M128 N128, A K-major, B MN-major
 constexpr uint32_t kIdescQK64 = 0x08100490u;  // M128 N64, A K-major, B K-major
 

@@ -7,7 +7,7 @@
 //
 // Build: nvcc -arch=sm_90a -DB200C_EMULATE -DB200C_BOUNDED_WAIT -I b200c/codegen/cuda
 //
-// Sections cited: PTX ISA 9.0 (9.7.16.x = tcgen05) and ../../shared/docs/sm100-facts.md.
+// Sections cited: PTX ISA 9.0 (9.7.16.x = tcgen05) and docs/sm100-facts.md.
 //
 // The model
 //   * Tensor Memory (PTX 9.7.16.1) is a global-memory image, one 128-lane x
@@ -228,7 +228,7 @@ __device__ __forceinline__ void emu_require_init(const char* who) {
 
 // 0 when `idesc` is an instruction descriptor this model executes (kind::f16,
 // BF16 x BF16 -> F32, dense, A K-major, M = 128, N = 16..256 step 16), else a
-// reason code (PTX 9.7.16.4.2 Table 42, facts §4; shapes PTX 9.7.16.2.1 Table 39)
+// reason code (PTX 9.7.16.4.2 Table 42, docs/sm100-facts.md §4; shapes PTX 9.7.16.2.1 Table 39)
 __host__ __device__ __forceinline__ int emu_idesc_check(uint32_t idesc) {
   if (idesc & 0xFu) return 1;                                        // bits 0-3 sparsity / saturate
   if (((idesc >> 4) & 3u) != 1u) return 2;                           // bits 4-5 D format: 1 = F32
@@ -258,7 +258,7 @@ __host__ __device__ __forceinline__ const char* emu_idesc_reason(int r) {
 }
 
 // 0 when `desc` is a shared-memory matrix descriptor this model executes, else a
-// reason code (PTX 9.7.16.4.1 Table 40/41, facts §3)
+// reason code (PTX 9.7.16.4.1 Table 40/41, docs/sm100-facts.md §3)
 __host__ __device__ __forceinline__ int emu_smem_desc_check(uint64_t desc, bool mn_major) {
   if (((desc >> 46) & 7u) != 1u) return 1;                           // bits 46-48 fixed 0b001
   if (((desc >> 14) & 3u) || ((desc >> 30) & 3u) || ((desc >> 53) & 0xFFu)) return 2;  // reserved
@@ -311,7 +311,7 @@ __host__ __device__ __forceinline__ uint32_t emu_operand_addr(uint64_t desc, boo
 
 // A operand in TMEM (tcgen05.mma ... [a_tmem], kind::f16): row m in lane
 // lane(a)+m, two bf16 per 32-bit column, column col(a) + k/2, even k in bits
-// 0-15 (facts §3; CUTLASS tmem_frg addressing -- not confirmed on a B200).
+// 0-15 (docs/sm100-facts.md §3.1, §12; CUTLASS tmem_frg addressing -- not confirmed on a B200).
 // Word holding A[m][2*kp] (low half) and A[m][2*kp+1] (high half):
 __device__ __forceinline__ const uint32_t* emu_tmem_a_words(uint32_t a_tmem, uint32_t m, uint32_t kp) {
   return emu_tmem_row((a_tmem >> 16) + m) + (a_tmem & 0xFFFFu) + kp;

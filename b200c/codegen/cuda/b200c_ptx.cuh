@@ -1,6 +1,6 @@
 // ---------------------------------------------------------------------------
 // b200c PTX helpers: one small inline function per instruction.
-// Sources: PTX ISA 9.0 (sections cited per helper) and ../shared/docs/sm100-facts.md.
+// Sources: PTX ISA 9.0 (sections cited per helper) and docs/sm100-facts.md.
 // The tcgen05 family, setmaxnreg and packed f32x2 math are replaced by the
 // software model in b200c_emulate.cuh when B200C_EMULATE is defined (sm_90a);
 // everything else (TMA, mbarrier, named barriers, elect.sync) is shared.
@@ -145,7 +145,7 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// ---- SMEM matrix descriptor for tcgen05.mma (PTX 9.7.16.4.1, facts §3) -----
+// ---- SMEM matrix descriptor for tcgen05.mma (PTX 9.7.16.4.1, docs/sm100-facts.md §3) -----
 // bits 0-13 start>>4, 16-29 LBO>>4, 32-45 SBO>>4, 46 fixed 1, 61-63 swizzle
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t swizzle) {
   return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |

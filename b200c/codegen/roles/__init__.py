@@ -1,2 +1,2 @@
-"""One module per warp role; each builds that role's RoleIR from the plan.
-A blog stage's change lives in the role(s) it touches (see each module)."""
+"""Warp roles shared by every backend (the TMA load warp). Backend-specific
+roles live in ``b200c/codegen/<backend>/roles/``."""

@@ -8,13 +8,28 @@ after the slot's previous token was released by its last consumer
 """
 from __future__ import annotations
 
-from ..ir import (Arrive, Assign, Comment, Decl, Loop, PhaseDecl, RoleIR, Scope, Single, TmaLoadTile,
-                  Wait, WorkLoop)
-from .common import q_buf, setmaxnreg
+from ..ir import (Arrive, Assign, Comment, Decl, Loop, PhaseDecl, RoleIR, Scope, SetMaxNReg, Single,
+                  TmaLoadTile, Wait, WorkLoop)
+
+
+def setmaxnreg(lw, regs) -> tuple:
+    """setmaxnreg for a role's warpgroup, inc or dec against the entry count
+    (nothing when no budget is set or it equals the entry count)."""
+    if regs is None:
+        return ()
+    entry = lw.plan.limits.entry_registers(lw.plan.threads)
+    if regs == entry:
+        return ()
+    return (SetMaxNReg(regs, inc=regs > entry),)
+
+
+def q_buf(q: int) -> str:
+    """SMEM offset expression of Q stage q's tile."""
+    return "SMEM_Q" if q == 0 else f"SMEM_Q + {q} * TILE_BYTES"
 
 
 def _token(lw, tensors, note):
-    s = lw.s
+    plan = lw.plan
     name = "load"
     tx = "2 * TILE_BYTES" if len(tensors) == 2 else "TILE_BYTES"
     loads = []
@@ -23,36 +38,36 @@ def _token(lw, tensors, note):
         loads.append(TmaLoadTile(t, dst, "j * BLOCK_N", "kv_full", "slot"))
     return Scope(note, (
         Decl("const uint32_t", "slot", "kv_token % KV_STAGES"),
-        Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", s.kv_stages), lw.site(name, "kv_empty"), "j"),
+        Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", plan.kv_stages), lw.site(name, "kv_empty"), "j"),
         Single("elect", (Arrive("kv_full", "slot", by="thread", tx_bytes=tx), *loads)),
         Assign("kv_token", "kv_token + 1"),
     ))
 
 
 def build(lw) -> RoleIR:
-    """The ``load`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
-    s = lw.s
+    """The ``load`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
+    plan = lw.plan
     name = "load"
-    role = next(r for r in lw.plan.roles if r.name == "load")
-    if s.kv_tokens == "paired":
+    role = lw.role_spec("load")
+    if plan.kv_tokens == "paired":
         tokens = (_token(lw, ("k", "v"), "K/V(j): K and V share one slot"),)
     else:
         tokens = (_token(lw, ("k",), "token K(j) (blog ch.6)"), _token(lw, ("v",), "token V(j)"))
-    q_loads = tuple(TmaLoadTile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M", "q_full") for q in range(s.q_stages))
+    q_loads = tuple(TmaLoadTile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M", "q_full") for q in range(plan.q_stages))
     item = []
-    if s.persistent:
+    if plan.persistent:
         item.append(Comment("blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed"))
         item.append(Wait("q_free", None, lw.phase("q_free_ph"), lw.site(name, "q_free"), "-1", fence_after=False))
     item += [
-        Single("elect", (Arrive("q_full", by="thread", tx_bytes=f"{s.q_stages} * TILE_BYTES"), *q_loads)),
+        Single("elect", (Arrive("q_full", by="thread", tx_bytes=f"{plan.q_stages} * TILE_BYTES"), *q_loads)),
         Loop("j", "0", "c.n_kv", tokens, "K/V tokens in consumption order"),
     ]
     body = [
         *setmaxnreg(lw, role.regs),
         Comment("blog ch.4: one load warp; ch.6: K/V ring of KV_STAGES slots"),
-        PhaseDecl("kv_empty_ph", s.kv_stages, 1, lw.storage(s.kv_stages)),
+        PhaseDecl("kv_empty_ph", plan.kv_stages, 1, lw.storage(plan.kv_stages)),
     ]
-    if s.persistent:
+    if plan.persistent:
         body.append(PhaseDecl("q_free_ph", 1, 1, "scalar"))
-    body += [Decl("uint32_t", "kv_token", "0"), WorkLoop(s.persistent, tuple(item))]
+    body += [Decl("uint32_t", "kv_token", "0"), WorkLoop(plan.persistent, tuple(item))]
     return RoleIR(name, role.warps, tuple(body), regs=role.regs, blog="ch.4, ch.6 (ring), ch.14 (q_free), minor 17")

@@ -5,20 +5,21 @@ Thread 0 issues every TMA load and MMA; all 128 threads wait on each hand-off
 """
 from __future__ import annotations
 
-from ..ir import (Arrive, Comment, Commit, CtaSync, Decl, Epilogue, If, IssueEnd, Loop, MmaPV, MmaQK,
-                  PhaseDecl, RescaleO, RoleIR, Single, SoftmaxP, SoftmaxRebase, SoftmaxRowmax,
-                  TmaLoadTile, Wait, WorkLoop)
+from ...ir import Arrive, Comment, Decl, If, Loop, PhaseDecl, RoleIR, Single, TmaLoadTile, Wait, WorkLoop
+from ..ir import (Commit, CtaSync, Epilogue, IssueEnd, MmaPV, MmaQK, RescaleO, SoftmaxP, SoftmaxRebase,
+                  SoftmaxRowmax)
 
 
 def build(lw) -> RoleIR:
-    """The ``cta`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
+    """The ``cta`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
     s = lw.s
     p = lw.softmax_params("0")
     name = "cta"
     ph = {b: lw.phase(f"{b}_ph") for b in ("q_full", "kv_full", "s_full", "pv_done")}
-    pv = (MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, 8, "j > 0", p_col="TMEM_P(0)")
+    k_steps = lw.plan.tile.pv_k_steps
+    pv = (MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, k_steps, "j > 0", p_col="TMEM_P(0)")
           if s.p_storage == "tmem" else
-          MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, 8, "j > 0", p_buf="SMEM_KV"))
+          MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, k_steps, "j > 0", p_buf="SMEM_KV"))
     kv_loop = (
         Comment("load K(j) and V(j) into the one K/V slot (blog ch.1: wait on every hand-off)"),
         Single("thread0", (
@@ -33,8 +34,8 @@ def build(lw) -> RoleIR:
         SoftmaxRowmax(p),
         SoftmaxRebase(p),
         If("j > 0", (RescaleO(p, "reg", skip_unit=s.rescale_threshold is not None),)),
-        SoftmaxP(p),
-        CtaSync(128, proxy_fence=s.p_storage == "smem"),
+        SoftmaxP(p, "all", (0, lw.plan.tile.block_n)),
+        CtaSync(lw.plan.threads, proxy_fence=s.p_storage == "smem"),
         Comment("O += P V(j)"),
         Single("thread0", (pv, Commit("pv_done"))),
         Wait("pv_done", None, ph["pv_done"], lw.site(name, "pv_done"), "j", fence_after=True),

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from ..ir import (Assign, Comment, Commit, Decl, If, IssueEnd, Loop, MmaPV, MmaQK, PhaseDecl, RoleIR,
-                  Scope, Single, Wait, WorkLoop)
-from .common import q_buf, setmaxnreg
+from ...ir import Assign, Comment, Decl, If, Loop, PhaseDecl, RoleIR, Scope, Single, Wait, WorkLoop
+from ..ir import Commit, IssueEnd, MmaPV, MmaQK
+from ...roles.load import q_buf, setmaxnreg
 
 
 def _term(k: int, j: str):
@@ -30,7 +30,7 @@ def _step(lw, order, st, j: str, label: str):
     name = "mma"
     q = st.q
     nodes = []
-    if s.kv_tokens == "paired":  # token j of this work item
+    if lw.plan.kv_tokens == "paired":  # token j of this work item
         tok = " + ".join(filter(None, ("kv_base", _term(1, j))))
         buf = "SMEM_KV + slot * KV_SLOT_BYTES" + (" + TILE_BYTES" if st.kind == "PV" else "")
     else:  # K(j) is token 2j, V(j) token 2j + 1
@@ -38,12 +38,12 @@ def _step(lw, order, st, j: str, label: str):
         buf = "SMEM_KV + slot * KV_SLOT_BYTES"
     nodes.append(Decl("const uint32_t", "slot", (f"({tok})" if " " in tok else tok) + " % KV_STAGES"))
     if order.is_first_consumer(st):
-        nodes.append(Wait("kv_full", "slot", lw.phase("kv_full_ph", "slot", s.kv_stages),
+        nodes.append(Wait("kv_full", "slot", lw.phase("kv_full_ph", "slot", lw.plan.kv_stages),
                           lw.site(name, "kv_full"), j, fence_after=True))
     release = (Commit("kv_empty", "slot"),) if order.is_last_consumer(st) else ()
     if st.kind == "QK":
         issue = [MmaQK(q, f"TMEM_S({q})", q_buf(q), buf), Commit("s_full", str(q)), *release]
-        if s.persistent and order.is_last_qk(st):
+        if lw.plan.persistent and order.is_last_qk(st):
             issue.append(If(f"{j} == c.n_kv - 1", (Commit("q_free"),)))
         nodes.append(Single("elect", tuple(issue)))
         note = f"{label}: S{q} = Q{q} K({j})^T"
@@ -51,29 +51,31 @@ def _step(lw, order, st, j: str, label: str):
         pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", buf, lo, hi, acc, p_col=f"TMEM_P({q})")
         not_first_tile = "0" if j == "0" else f"{j} > 0"  # PV accumulates into O except on K/V tile 0
         if s.early_pv_cols:
-            k_split = (128 - s.early_pv_cols) // 16
-            nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), s.q_stages),
+            tile = lw.plan.tile
+            k_split = (tile.block_n - s.early_pv_cols) // tile.mma_k
+            nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), lw.plan.q_stages),
                               lw.site(name, "p_hi_ready"), j, fence_after=True))
             nodes.append(Comment(f"blog ch.13: PV on the {s.early_pv_cols} high P columns published first"))
-            nodes.append(Single("elect", (pv(k_split, 8, not_first_tile),)))
-            nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), s.q_stages),
+            nodes.append(Single("elect", (pv(k_split, tile.pv_k_steps, not_first_tile),)))
+            nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), lw.plan.q_stages),
                               lw.site(name, "p_lo_ready"), j, fence_after=True))
             nodes.append(Single("elect", (pv(0, k_split, "1"), Commit("pv_done", str(q)), *release)))
         else:
-            nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), s.q_stages),
+            nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), lw.plan.q_stages),
                               lw.site(name, "p_ready"), j, fence_after=True))
-            nodes.append(Single("elect", (pv(0, 8, not_first_tile), Commit("pv_done", str(q)), *release)))
+            nodes.append(Single("elect", (pv(0, lw.plan.tile.pv_k_steps, not_first_tile), Commit("pv_done", str(q)),
+                                          *release)))
         note = f"{label}: O{q} += P{q} V({j})"
     return Scope(note, tuple(nodes))
 
 
 def build(lw) -> RoleIR:
-    """The ``mma`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
+    """The ``mma`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
     s = lw.s
     name = "mma"
-    role = next(r for r in lw.plan.roles if r.name == "mma")
+    role = lw.role_spec("mma")
     order = lw.plan.issue
-    tokens_per_tile = 1 if s.kv_tokens == "paired" else 2
+    tokens_per_tile = 1 if lw.plan.kv_tokens == "paired" else 2
     item = [Wait("q_full", None, lw.phase("q_full_ph"), lw.site(name, "q_full"), "-1", fence_after=True)]
     if order.lead:
         item.append(Comment("prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead"))
@@ -93,14 +95,14 @@ def build(lw) -> RoleIR:
         *setmaxnreg(lw, role.regs),
         Comment("blog ch.4: one MMA warp; an elected lane issues tcgen05.mma and tcgen05.commit"),
         PhaseDecl("q_full_ph", 1, 0, "scalar"),
-        PhaseDecl("kv_full_ph", s.kv_stages, 0, lw.storage(s.kv_stages)),
-        PhaseDecl(p_var, s.q_stages, 0, lw.storage(s.q_stages)),
+        PhaseDecl("kv_full_ph", lw.plan.kv_stages, 0, lw.storage(lw.plan.kv_stages)),
+        PhaseDecl(p_var, lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages)),
     ]
     if s.early_pv_cols:
-        body.append(PhaseDecl("p_lo_ph", s.q_stages, 0, lw.storage(s.q_stages)))
+        body.append(PhaseDecl("p_lo_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages)))
     body += [
         Decl("uint32_t", "kv_base", "0"),
-        WorkLoop(s.persistent, tuple(item)),
+        WorkLoop(lw.plan.persistent, tuple(item)),
         Single("elect", (IssueEnd(),)),
     ]
     return RoleIR(name, role.warps, tuple(body), regs=role.regs,

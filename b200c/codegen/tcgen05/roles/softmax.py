@@ -9,16 +9,16 @@ early-published high columns ch.13) and signal the MMA warp.
 """
 from __future__ import annotations
 
-from ..ir import (Arrive, Comment, Decl, Epilogue, If, Loop, PhaseDecl, RescaleO, RoleIR, SoftmaxP,
-                  SoftmaxRebase, SoftmaxRowmax, StoreStats, Wait, WorkLoop)
-from .common import setmaxnreg
+from ...ir import Arrive, Comment, Decl, If, Loop, PhaseDecl, RoleIR, Wait, WorkLoop
+from ..ir import Epilogue, RescaleO, SoftmaxP, SoftmaxRebase, SoftmaxRowmax, StoreStats
+from ...roles.load import setmaxnreg
 
 
 def build(lw) -> RoleIR:
-    """The ``softmax`` role's program (``lw``: the :class:`~b200c.codegen.lower.Lowering`)."""
+    """The ``softmax`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
     s = lw.s
     name = "softmax"
-    roles = [r for r in lw.plan.roles if r.name == "softmax"]
+    roles = lw.plan.role_specs("softmax")
     p = lw.softmax_params("Q")
     tile = [
         Wait("s_full", "Q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
@@ -34,11 +34,11 @@ def build(lw) -> RoleIR:
             RescaleO(p, "reg", skip_unit=s.rescale_threshold is not None),
         )))
     if s.early_pv_cols:
-        split = 128 - s.early_pv_cols
-        tile += [SoftmaxP(p, "hi", (split, 128)), Arrive("p_hi_ready", "Q", by="warp", fence_before=True),
+        split = lw.plan.tile.block_n - s.early_pv_cols
+        tile += [SoftmaxP(p, "hi", (split, lw.plan.tile.block_n)), Arrive("p_hi_ready", "Q", by="warp", fence_before=True),
                  SoftmaxP(p, "lo", (0, split)), Arrive("p_lo_ready", "Q", by="warp", fence_before=True)]
     else:
-        tile += [SoftmaxP(p), Arrive("p_ready", "Q", by="warp", fence_before=True)]
+        tile += [SoftmaxP(p, "all", (0, lw.plan.tile.block_n)), Arrive("p_ready", "Q", by="warp", fence_before=True)]
     item = [
         Decl("float", "row_max", "-INFINITY"),
         Decl("float", "row_sum", "0.f"),
@@ -47,6 +47,9 @@ def build(lw) -> RoleIR:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
     item.append(Loop("j", "0", "c.n_kv", tuple(tile), "K/V tiles"))
     if s.correction_warps:
+        if lw.plan.persistent:
+            item += [Comment("blog ch.14: the correction warps have read the previous work item's rowsum"),
+                     Wait("rowsum_free", "Q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "c.n_kv")]
         item += [StoreStats("Q", "rowsum"), Arrive("rowsum_ready", "Q", by="warp")]
     else:
         item += [Wait("pv_done", "Q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "c.n_kv", fence_after=True),
@@ -56,6 +59,8 @@ def build(lw) -> RoleIR:
             PhaseDecl("s_full_ph", 1, 0, "scalar")]
     if not s.correction_warps:
         body.append(PhaseDecl("pv_done_ph", 1, 0, "scalar"))
-    body.append(WorkLoop(s.persistent, tuple(item)))
+    if s.correction_warps and lw.plan.persistent:
+        body.append(PhaseDecl("rowsum_free_ph", 1, 1, "scalar"))
+    body.append(WorkLoop(lw.plan.persistent, tuple(item)))
     return RoleIR(name, roles[0].warps, tuple(body), instances=tuple((r.q_stage, r.warps) for r in roles),
                   regs=roles[0].regs, blog="ch.1-2, 5, 8-13, minor 15-16")

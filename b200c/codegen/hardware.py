@@ -1,0 +1,54 @@
+"""Hardware limits of the GPUs b200c generates for (facts, not layout).
+
+Sources (docs/sm100-facts.md): §1 TMEM is 512 columns x 128 lanes per SM,
+allocated in powers of 2 from 32 columns; §8 setmaxnreg takes a multiple of 8 in
+24..256 and draws on a 65536-register pool per CTA; §11 232448 B of opt-in
+dynamic SMEM per CTA (CUTLASS ``sm100_smem_capacity_bytes``; the H200 allows the
+same), 1024 threads per CTA, at most 255 registers per thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-CTA budgets of one GPU architecture.
+
+    Attributes:
+        arch: ``"sm_100a"`` (B200) or ``"sm_90a"`` (H100/H200).
+        smem_bytes: opt-in dynamic shared memory per CTA, bytes.
+        max_threads: threads per CTA.
+        register_pool: 32-bit registers per CTA (setmaxnreg budgets draw on it).
+        max_regs_per_thread: registers per thread.
+        tmem_columns: Tensor Memory columns per SM (0: no TMEM).
+        smem_align_slack: bytes added to the dynamic SMEM request because the
+            kernel realigns its base to 1024 B (128B-swizzled tiles).
+    """
+
+    arch: str
+    smem_bytes: int = 232448
+    max_threads: int = 1024
+    register_pool: int = 65536
+    max_regs_per_thread: int = 255
+    tmem_columns: int = 0
+    smem_align_slack: int = 1024
+
+    def entry_registers(self, threads: int) -> int:
+        """Registers per thread at kernel entry under ``__launch_bounds__(threads, 1)``:
+        the pool over the thread count, rounded down to a multiple of 8, at most
+        ``max_regs_per_thread`` (what ptxas allocates, docs/sm100-facts.md §11)."""
+        return min(self.max_regs_per_thread, (self.register_pool // threads) // 8 * 8)
+
+
+SM100 = Limits("sm_100a", tmem_columns=512)
+SM90 = Limits("sm_90a")
+
+
+def tmem_alloc_columns(need: int) -> int:
+    """Columns passed to ``tcgen05.alloc`` for ``need`` used columns: the next
+    power of 2 in [32, 512] (PTX ISA 9.7.16.7.1)."""
+    n = 32
+    while n < need:
+        n *= 2
+    return n

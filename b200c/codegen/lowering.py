@@ -1,0 +1,47 @@
+"""Shared state of one lowering (plan -> KernelIR): the plan, the schedule's
+knobs, the wait-site table and phase-bit bookkeeping. Backends build each warp
+role's program in ``b200c/codegen/<backend>/roles/<role>.py`` (the load role is
+shared: ``b200c/codegen/roles/load.py``)."""
+from __future__ import annotations
+
+from .ir import PhaseRef
+from .launch import WaitSite
+from .plan import Plan
+
+# wait-site ids start at a fixed base per role, so a change in one role does
+# not renumber the waits of the others in neighbouring generated kernels
+SITE_BASE = {"cta": 0, "softmax": 100, "correction": 200, "load": 300, "mma": 400}
+
+
+class Lowering:
+    """Shared state of one lowering.
+
+    Attributes:
+        plan: the layout (every offset, column, barrier and warp comes from it).
+        s: the schedule, for behaviour knobs only (issue order, exp2 mode, ...).
+        sites: the bounded-wait sites created so far.
+    """
+
+    def __init__(self, plan: Plan, schedule):
+        self.plan = plan
+        self.s = schedule
+        self.sites: list = []
+
+    def site(self, role: str, barrier: str) -> int:
+        """A new wait-site id for ``role`` waiting on ``barrier``."""
+        sid = SITE_BASE[role] + sum(1 for w in self.sites if w.role == role)
+        self.sites.append(WaitSite(sid, role, barrier))
+        return sid
+
+    def phase(self, var: str, index: str | None = None, count: int = 1) -> PhaseRef:
+        """PhaseRef of a barrier family with ``count`` instances: scalar for
+        one instance, else the schedule's phase storage (array/bitmask)."""
+        return PhaseRef(var, index if count > 1 else None, self.storage(count))
+
+    def storage(self, count: int) -> str:
+        """Phase-bit storage of a barrier family with ``count`` instances."""
+        return "scalar" if count == 1 else self.s.phase_tracking
+
+    def role_spec(self, name: str):
+        """The plan's (first) RoleSpec of warp role ``name``."""
+        return self.plan.role_specs(name)[0]

@@ -1,0 +1,78 @@
+"""KernelIR -> CUDA source of the tcgen05 backend.
+
+``templates/kernel.cu.j2`` is the file skeleton (header, launch notes, the
+inlined PTX helper header, plan constants, one function per warp role, the
+entry point); ``templates/stmt/<NodeType>.j2`` (here or shared) renders one IR
+node each. The file is split into ``// ==== section: NAME ====`` blocks so tests
+can check which part a schedule change touched. The templates receive the plan
+and the IR only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..ir import KernelIR
+from ..render import environment, indent, render_block
+from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
+
+_HERE = Path(__file__).parent
+_CUDA = _HERE.parent / "cuda"
+
+
+def _env():
+    return environment(str(_HERE / "templates"))
+
+
+def _ptx_helpers() -> str:
+    return (_CUDA / "b200c_ptx.cuh").read_text().rstrip("\n")
+
+
+def _range_cond(warps) -> str:
+    lo, hi = warps[0], warps[-1]
+    if lo == hi:
+        return f"warp == {lo}"
+    return f"warp <= {hi}" if lo == 0 else f"warp >= {lo} && warp <= {hi}"
+
+
+def _dispatch(ir: KernelIR) -> list:
+    out = []
+    for r in ir.roles:
+        if r.instances:
+            for q, warps in r.instances:
+                out.append(dict(cond=_range_cond(warps), role=r.name, targs=f"<{q}>"))
+        else:
+            out.append(dict(cond=_range_cond(r.warps), role=r.name, targs=""))
+    return out
+
+
+def _where(r) -> str:
+    if r.instances:
+        return "; ".join(f"Q stage {q}: warps {w[0]}-{w[-1]}" for q, w in r.instances)
+    return f"warp{'s' if len(r.warps) > 1 else ''} " + (f"{r.warps[0]}-{r.warps[-1]}" if len(r.warps) > 1 else str(r.warps[0]))
+
+
+def emit(ir: KernelIR, launch) -> str:
+    """Render the whole .cu file of a kernel IR (``launch``: its LaunchInfo)."""
+    from ... import __version__
+
+    plan = ir.plan
+    env = _env()
+    roles = [
+        dict(name=r.name, blog=r.blog, where=_where(r), templated=bool(r.instances),
+             rows=r.name in ("cta", "softmax", "correction"), body=indent(render_block(env, r.body)))
+        for r in ir.roles
+    ]
+    text = env.get_template("kernel.cu.j2").render(
+        plan=plan,
+        li=launch,
+        version=__version__,
+        ptx_helpers=_ptx_helpers(),
+        tmem={t.kind: t for t in plan.tmem},
+        desc=plan.descriptors,
+        roles=roles,
+        dispatch=_dispatch(ir),
+        alloc_warp=0,
+        kernel_name=KERNEL_NAME,
+        entry_params=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("),
+    )
+    return text.rstrip() + "\n"

@@ -1,0 +1,391 @@
+"""Barrier-protocol verifier: runs in every ``generate()``, before any code is
+emitted.
+
+It executes the warp roles' IR programs together, as a model of the CTA: every
+role instance (softmax warpgroup of Q stage q, correction, load, MMA) is an
+interpreter over its IR; ``Wait`` blocks until the barrier's phase with that
+parity has completed, ``Arrive``/``Commit`` count arrivals, ``arrive.expect_tx``
+and TMA loads count transaction bytes (PTX ISA 9.7.13.15: a phase completes
+when the pending arrival count and the transaction count both reach zero;
+``try_wait.parity(p)`` succeeds once the phase of parity ``p`` completed).
+It runs several problem sizes (K/V tiles per work item, work items per
+persistent CTA) under several interleavings of the roles, and checks, against
+the plan's typed protocol (:mod:`b200c.codegen.barriers`):
+
+* every barrier the IR names is in the plan, every plan barrier is waited on
+  and arrived on, and only by the roles the plan names;
+* each completed phase got exactly the arrivals the plan declares, from the
+  declared producers (a dropped or doubled arrive shows here);
+* every wait returns at the phase it is meant for: a consumer's k-th wait after
+  phase k completed, the k-th wait on a "starts free" barrier after phase k-1
+  (a wrong initial parity or a missing flip shows here);
+* no phase completes before every waiter saw the previous one (back-pressure);
+* no run deadlocks, and at the end every completed phase was waited for.
+
+A violation raises :class:`b200c.ProtocolError` naming the barrier, the role
+and the step (the IR path to the node, with loop indices).
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..errors import ProtocolError
+from .cexpr import evaluate
+from .ir import (Arrive, AsyncArrive, Assign, Decl, If, KernelIR, Loop, PhaseDecl, Scope, Single,
+                 TmaLoadTile, Wait, WorkLoop)
+
+# (K/V tiles per work item) x (work items per CTA) problem sizes, and interleavings
+TILE_COUNTS = (1, 2, 3, 5)
+WORK_COUNTS = (1, 2)
+POLICIES = ("in_order", "reverse", "random")
+
+
+@dataclass
+class _Proc:
+    """One role instance being executed."""
+
+    name: str
+    role: str
+    q: int | None
+    warps: int
+    gen: object = None
+    waiting: tuple | None = None  # (barrier index, parity, Wait node, path)
+    done: bool = False
+    waits: Counter = field(default_factory=Counter)  # barrier index -> completed waits
+    last_wait: dict = field(default_factory=dict)  # barrier index -> IR path of the last completed wait
+
+
+@dataclass
+class _Bar:
+    """State of one mbarrier instance."""
+
+    spec: object
+    instance: int
+    pending: int
+    tx: int = 0
+    completed: int = 0
+    contrib: Counter = field(default_factory=Counter)  # (proc name, how) -> arrivals this phase
+    last_step: str = ""
+
+
+class _Model:
+    def __init__(self, ir: KernelIR, n_kv: int, num_work: int):
+        self.ir = ir
+        self.plan = ir.plan
+        self.n_kv = n_kv
+        self.num_work = num_work
+        self.bars = {}
+        self.by_name = {b.name: b for b in self.plan.barriers}
+        for b in self.plan.barriers:
+            for i in range(b.count):
+                self.bars[b.first + i] = _Bar(b, i, b.arrivals)
+        t = self.plan.tile
+        self.consts = dict(KV_STAGES=self.plan.kv_stages, Q_STAGES=self.plan.q_stages, BLOCK_M=t.block_m,
+                           BLOCK_N=t.block_n, HEAD_DIM=t.head_dim, TILE_BYTES=t.q_tile_bytes,
+                           KV_SLOT_BYTES=self.plan.kv_slot_bytes, c_n_kv=n_kv, c_num_work=num_work)
+        self.procs = []
+        for r in ir.roles:
+            insts = r.instances or ((None, r.warps),)
+            for q, warps in insts:
+                name = r.name if q is None else f"{r.name}[{q}]"
+                p = _Proc(name, r.name, q, len(warps))
+                env = dict(self.consts)
+                if q is not None:
+                    env["Q"] = q
+                p.gen = self._run(r.body, env, p, [name], False)
+                self.procs.append(p)
+
+    # ---- errors --------------------------------------------------------------
+    def fail(self, msg: str):
+        raise ProtocolError(f"barrier protocol of kernel {self.plan.name!r} (K/V tiles per work item {self.n_kv}, "
+                            f"work items {self.num_work}): {msg}")
+
+    # ---- the interpreter ------------------------------------------------------
+    def _eval(self, text, env, path, what):
+        try:
+            return int(evaluate(text, env))
+        except Exception as e:  # noqa: BLE001 - report where
+            self.fail(f"cannot evaluate {what} {text!r} at {' > '.join(path)}: {type(e).__name__}: {e}")
+
+    def _bar_index(self, name, index, env, path, proc):
+        spec = self.by_name.get(name)
+        if spec is None:
+            self.fail(f"role {proc.name} uses barrier {name!r}, which the plan does not have "
+                      f"(plan barriers: {', '.join(self.by_name)}) at {' > '.join(path)}")
+        i = 0 if index is None else self._eval(index, env, path, f"index of barrier {name}")
+        if not 0 <= i < spec.count:
+            self.fail(f"role {proc.name} indexes barrier {name}[{i}] of {spec.count} at {' > '.join(path)}")
+        return spec.first + i
+
+    def _run(self, nodes, env, proc, path, single):
+        for n in nodes:
+            t = type(n)
+            if t is Wait:
+                idx = self._bar_index(n.barrier, n.index, env, path, proc)
+                ph = n.phase
+                if ph.storage == "scalar":
+                    parity = env[ph.var] & 1
+                else:
+                    bit = self._eval(ph.index, env, path, f"phase index of {ph.var}")
+                    parity = env[ph.var][bit] & 1 if ph.storage == "array" else (env[ph.var] >> bit) & 1
+                yield ("wait", idx, parity, n, tuple(path))
+                if ph.storage == "scalar":
+                    env[ph.var] ^= 1
+                elif ph.storage == "array":
+                    env[ph.var][bit] ^= 1
+                else:
+                    env[ph.var] ^= 1 << bit
+            elif isinstance(n, Arrive):
+                idx = self._bar_index(n.barrier, n.index, env, path, proc)
+                if n.by == "warp":
+                    count, how = proc.warps, "warp"
+                else:
+                    count, how = (1 if single else 32 * proc.warps), "thread"
+                tx = 0
+                if n.tx_bytes:
+                    tx, how = self._eval(n.tx_bytes, env, path, "expect_tx bytes"), "expect_tx"
+                yield ("arrive", idx, count, tx, how, tuple(path) + (n.describe(),))
+            elif isinstance(n, AsyncArrive):
+                idx = self._bar_index(n.barrier, n.index, env, path, proc)
+                count = 1 if single else 32 * proc.warps
+                yield ("arrive", idx, count, 0, "commit", tuple(path) + (n.describe(),))
+            elif t is TmaLoadTile:
+                idx = self._bar_index(n.barrier, n.index, env, path, proc)
+                yield ("tx", idx, self.plan.tile.tile_bytes(n.tensor))
+            elif t is Loop:
+                lo = self._eval(n.start, env, path, "loop start")
+                hi = self._eval(n.stop, env, path, "loop bound")
+                for v in range(lo, hi):
+                    env[n.var] = v
+                    yield from self._run(n.body, env, proc, path + [f"{n.var}={v}"], single)
+            elif t is If:
+                if self._eval(n.cond, env, path, "condition"):
+                    yield from self._run(n.body, env, proc, path + [f"if {n.cond}"], single)
+            elif t is Single:
+                yield from self._run(n.body, env, proc, path, True)
+            elif t is WorkLoop:
+                items = range(self.num_work) if n.persistent else range(1)
+                for w in items:
+                    env["work"] = w
+                    env["w_q_tile"] = w * self.plan.q_stages
+                    yield from self._run(n.body, env, proc, path + [f"work item {w}"], single)
+            elif t is Scope:
+                yield from self._run(n.body, env, proc, path + [n.note], single)
+            elif t is Decl:
+                if "int" in n.ctype and not n.array:
+                    env[n.name] = self._eval(n.init, env, path, f"initial value of {n.name}")
+            elif t is Assign:
+                if n.target in env:
+                    env[n.target] = self._eval(n.expr, env, path, f"value of {n.target}")
+            elif t is PhaseDecl:
+                if n.storage == "array":
+                    env[n.var] = [n.init] * n.count
+                elif n.storage == "bitmask":
+                    env[n.var] = (2 ** n.count - 1) if n.init else 0
+                else:
+                    env[n.var] = n.init
+            elif n.children():
+                yield from self._run(n.children(), env, proc, path, single)
+
+    # ---- barrier semantics ----------------------------------------------------
+    def _waiters(self, bar: _Bar):
+        spec = bar.spec
+        return [p for p in self.procs if p.role in spec.consumers and (p.q is None or p.q == bar.instance)]
+
+    def _expected_at_return(self, bar: _Bar, k: int) -> int:
+        return k if bar.spec.starts_free else k + 1
+
+    def _satisfied(self, proc) -> bool:
+        idx, parity, _, _ = proc.waiting
+        return self.bars[idx].completed % 2 != parity
+
+    def _finish_wait(self, proc):
+        idx, parity, node, path = proc.waiting
+        bar = self.bars[idx]
+        k = proc.waits[idx]
+        want = self._expected_at_return(bar, k)
+        name = f"{bar.spec.name}[{bar.instance}]" if bar.spec.count > 1 else bar.spec.name
+        if bar.completed < want:
+            self.fail(f"role {proc.name} passes its wait #{k} on barrier {name} with parity {parity} before phase "
+                      f"{want - 1} completed ({bar.completed} phases completed): wrong phase parity, at "
+                      f"{' > '.join(path)}")
+        if bar.completed > want:
+            self.fail(f"role {proc.name} waits (#{k}, parity {parity}) on barrier {name} for phase {want - 1}, but "
+                      f"{bar.completed} phases completed: it missed a phase, at {' > '.join(path)}")
+        proc.waits[idx] += 1
+        proc.last_wait[idx] = " > ".join(path)
+        proc.waiting = None
+
+    def _arrive(self, proc, idx, count, tx, how, step):
+        bar = self.bars[idx]
+        spec = bar.spec
+        name = f"{spec.name}[{bar.instance}]" if spec.count > 1 else spec.name
+        party = spec.party(proc.role)
+        where = " > ".join(step)
+        if party is None:
+            self.fail(f"role {proc.name} arrives on barrier {name}, whose producers are "
+                      f"{', '.join(p.role for p in spec.producers)} in the plan, at {where}")
+        if party.same_q_stage and proc.q != bar.instance:
+            self.fail(f"role {proc.name} arrives on barrier {name}: the plan has Q stage {bar.instance}'s "
+                      f"{party.role} warps arrive there, at {where}")
+        if party.how != how:
+            self.fail(f"role {proc.name} arrives on barrier {name} by {how}; the plan says by {party.how}, at {where}")
+        if count > bar.pending:
+            self.fail(f"role {proc.name} arrives {count} time(s) on barrier {name} with {bar.pending} arrival(s) "
+                      f"left in phase {bar.completed} (count {spec.arrivals}): too many arrivals, at {where}")
+        bar.pending -= count
+        bar.tx += tx
+        bar.contrib[proc.name] += count
+        bar.last_step = f"role {proc.name} at {where}"
+        self._maybe_complete(bar)
+
+    def _tx(self, idx, nbytes):
+        bar = self.bars[idx]
+        bar.tx -= nbytes
+        self._maybe_complete(bar)
+
+    def _maybe_complete(self, bar: _Bar):
+        if bar.pending or bar.tx:
+            return
+        spec = bar.spec
+        name = f"{spec.name}[{bar.instance}]" if spec.count > 1 else spec.name
+        want = Counter()
+        for p in spec.producers:
+            procs = [x for x in self.procs if x.role == p.role and (not p.same_q_stage or x.q == bar.instance)]
+            if len(procs) != 1:
+                self.fail(f"barrier {name}: the plan names producer role {p.role}, which has {len(procs)} matching "
+                          f"instances in the kernel")
+            want[procs[0].name] += p.arrivals
+        if bar.contrib != want:
+            got = ", ".join(f"{k} {v}" for k, v in sorted(bar.contrib.items()))
+            exp = ", ".join(f"{k} {v}" for k, v in sorted(want.items()))
+            self.fail(f"barrier {name} completed phase {bar.completed} with arrivals from {got}; the plan "
+                      f"declares {exp} per phase (last arrival: {bar.last_step})")
+        k = bar.completed
+        for w in self._waiters(bar):
+            need = k + 1 if spec.starts_free else k
+            if w.waits[spec.first + bar.instance] < need:
+                self.fail(f"barrier {name} completed phase {k} before role {w.name} waited for phase "
+                          f"{need - 1 if not spec.starts_free else k}: a producer ran ahead of its consumer "
+                          f"(missing back-pressure), last arrival: {bar.last_step}")
+        bar.completed += 1
+        bar.pending = spec.arrivals
+        bar.contrib = Counter()
+
+    # ---- scheduling -----------------------------------------------------------
+    def _step(self, proc, rng):
+        """Run ``proc`` until it blocks or ends (random policy: maybe stop after an arrive)."""
+        while True:
+            try:
+                ev = next(proc.gen)
+            except StopIteration:
+                proc.done = True
+                return
+            kind = ev[0]
+            if kind == "wait":
+                proc.waiting = ev[1:]
+                if self._satisfied(proc):
+                    self._finish_wait(proc)
+                    if rng is not None and rng.random() < 0.3:
+                        return
+                    continue
+                return
+            if kind == "arrive":
+                self._arrive(proc, *ev[1:])
+            else:
+                self._tx(*ev[1:])
+            if rng is not None and rng.random() < 0.3:
+                return
+
+    def run(self, policy: str, seed: int = 0):
+        rng = random.Random(seed) if policy == "random" else None
+        order = list(self.procs) if policy != "reverse" else list(reversed(self.procs))
+        while True:
+            live = [p for p in order if not p.done]
+            if not live:
+                break
+            ready = [p for p in live if p.waiting is None or self._satisfied(p)]
+            if not ready:
+                stuck = []
+                for p in live:
+                    idx, parity, node, path = p.waiting
+                    bar = self.bars[idx]
+                    name = f"{bar.spec.name}[{bar.instance}]" if bar.spec.count > 1 else bar.spec.name
+                    stuck.append(f"role {p.name} waits on {name} parity {parity} ({bar.completed} phases completed, "
+                                 f"{bar.pending} of {bar.spec.arrivals} arrivals missing) at {' > '.join(path)}")
+                self.fail("deadlock: " + "; ".join(stuck))
+            p = rng.choice(ready) if rng is not None else ready[0]
+            if p.waiting is not None:
+                self._finish_wait(p)
+            self._step(p, rng)
+        for idx, bar in self.bars.items():
+            name = f"{bar.spec.name}[{bar.instance}]" if bar.spec.count > 1 else bar.spec.name
+            if bar.pending != bar.spec.arrivals or bar.tx:
+                self.fail(f"barrier {name} ends with a partial phase: {bar.spec.arrivals - bar.pending} of "
+                          f"{bar.spec.arrivals} arrivals and {bar.tx} transaction bytes outstanding "
+                          f"(last arrival: {bar.last_step})")
+            for w in self._waiters(bar):
+                if w.waits[idx] < bar.completed:
+                    self.fail(f"barrier {name} completed {bar.completed} phases but role {w.name} waited for only "
+                              f"{w.waits[idx]}: a phase nobody waited for (an extra arrive?), last arrival: "
+                              f"{bar.last_step or 'none'}")
+                if w.waits[idx] > bar.completed:
+                    producers = ", ".join(p.role for p in bar.spec.producers)
+                    self.fail(f"role {w.name} waited {w.waits[idx]} times on barrier {name} (starts free: it reuses "
+                              f"what the producers {producers} release) but only {bar.completed} phases completed: "
+                              f"a missing arrive; its last wait at {w.last_wait.get(idx, '?')}")
+
+
+def _static_checks(ir: KernelIR):
+    plan = ir.plan
+    names = {b.name for b in plan.barriers}
+    used_wait, used_arrive = {}, {}
+
+    def walk(nodes, role):
+        for n in nodes:
+            if isinstance(n, Wait):
+                used_wait.setdefault(n.barrier, set()).add(role)
+            elif isinstance(n, (Arrive, AsyncArrive)):
+                used_arrive.setdefault(n.barrier, set()).add(role)
+            walk(n.children(), role)
+
+    for r in ir.roles:
+        walk(r.body, r.name)
+    for name in sorted(set(used_wait) | set(used_arrive)):
+        if name not in names:
+            raise ProtocolError(f"kernel {plan.name!r}: the IR uses barrier {name!r}, which the plan does not have")
+    for b in plan.barriers:
+        if b.name not in used_wait:
+            raise ProtocolError(f"kernel {plan.name!r}: nobody waits on barrier {b.name} (plan consumers: "
+                                f"{', '.join(b.consumers)})")
+        if b.name not in used_arrive:
+            raise ProtocolError(f"kernel {plan.name!r}: nobody arrives on barrier {b.name} (plan producers: "
+                                f"{', '.join(p.role for p in b.producers)})")
+        extra = used_wait[b.name] - set(b.consumers)
+        if extra:
+            raise ProtocolError(f"kernel {plan.name!r}: role {sorted(extra)[0]} waits on barrier {b.name}, whose "
+                                f"plan consumers are {', '.join(b.consumers)}")
+        missing = set(b.consumers) - used_wait[b.name]
+        if missing:
+            raise ProtocolError(f"kernel {plan.name!r}: the plan has role {sorted(missing)[0]} wait on barrier "
+                                f"{b.name}, but its program never does")
+        for p in b.producers:
+            if p.role not in used_arrive[b.name]:
+                raise ProtocolError(f"kernel {plan.name!r}: the plan has role {p.role} arrive on barrier {b.name} "
+                                    f"({p.arrivals} per phase), but its program never does")
+
+
+def verify(ir: KernelIR) -> None:
+    """Check the IR's barrier protocol against the plan (see the module docstring).
+
+    Raises:
+        ProtocolError: naming the barrier, the role and the step.
+    """
+    _static_checks(ir)
+    works = WORK_COUNTS if ir.plan.persistent else (1,)
+    for n_kv in TILE_COUNTS:
+        for num_work in works:
+            for policy in POLICIES:
+                _Model(ir, n_kv, num_work).run(policy, seed=n_kv * 31 + num_work)
