@@ -6,4 +6,4 @@ import b200c
 
 prev = b200c.load_schedule_file(Path(__file__).with_name("07_compute_pipeline.py"))
 
-schedule = prev.replace(name="hardware_exp2", blog_stage=8, exp2="ex2.approx.ftz")
+schedule = prev.replace(name="hardware_exp2", blog_stage=8, exp2="ex2.approx.ftz", f32x2=True)

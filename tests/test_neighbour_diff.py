@@ -23,9 +23,9 @@ EXPECTED = {
          "role spare"},
     13: {"plan", "launch", "entry", "role correction", "role softmax", "role mma"},
     14: {"plan", "launch", "entry", "role correction", "role softmax", "role load", "role mma"},
-    15: {"role softmax"},
+    15: {"role softmax", "role correction"},  # wide S loads, max3; x32 O rescale loads with deferred waits
     16: {"role softmax"},
-    17: {"role load", "role mma", "role correction"},
+    17: {"role load", "role mma"},                 # runtime-indexed K/V ring phases (Q-stage ones are constant-indexed)
     18: {"launch"},                                 # host-side tensor map only
 }
 

@@ -33,14 +33,23 @@ class Lowering:
         self.sites.append(WaitSite(sid, role, barrier))
         return sid
 
-    def phase(self, var: str, index: str | None = None, count: int = 1) -> PhaseRef:
+    def phase(self, var: str, index: str | None = None, count: int = 1, constant_index: bool = False) -> PhaseRef:
         """PhaseRef of a barrier family with ``count`` instances: scalar for
-        one instance, else the schedule's phase storage (array/bitmask)."""
-        return PhaseRef(var, index if count > 1 else None, self.storage(count))
+        one instance, else the schedule's phase storage (array/bitmask; see
+        :meth:`storage`)."""
+        return PhaseRef(var, index if count > 1 else None, self.storage(count, constant_index))
 
-    def storage(self, count: int) -> str:
-        """Phase-bit storage of a barrier family with ``count`` instances."""
-        return "scalar" if count == 1 else self.s.phase_tracking
+    def storage(self, count: int, constant_index: bool = False) -> str:
+        """Phase-bit storage of a barrier family with ``count`` instances.
+
+        Families indexed at run time (the K/V ring slot) use the schedule's
+        ``phase_tracking`` (minor 17: a runtime-indexed array lands in local
+        memory, a bitmask stays in a register); families indexed only by
+        compile-time constants (a Q stage in an unrolled role) are an array of
+        registers either way, which is the cheaper form."""
+        if count == 1:
+            return "scalar"
+        return "array" if constant_index else self.s.phase_tracking
 
     def role_spec(self, name: str):
         """The plan's (first) RoleSpec of warp role ``name``."""

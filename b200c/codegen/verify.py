@@ -93,7 +93,7 @@ class _Model:
                 p = _Proc(name, r.name, q, len(warps))
                 env = dict(self.consts)
                 if q is not None:
-                    env["Q"] = q
+                    env["q"] = q
                 p.gen = self._run(r.body, env, p, [name], False)
                 self.procs.append(p)
 

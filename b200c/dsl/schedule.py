@@ -38,8 +38,14 @@ class Schedule:
     * ``issue_order`` (ch.7): the MMA warp's steady-state order, e.g.
       ``"P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)"``; ``None`` is the non-pipelined
       ``"Q0K(i) Q1K(i) P0V(i) P1V(i)"``. Prologue/epilogue are derived.
+    * ``rowsum`` (ch.1): ``"fp32"`` (default; the rowsum adds P in FP32 before
+      the BF16 pack, as FlashAttention-4) or ``"bf16"`` (adds the BF16-rounded P
+      that PV consumes; costs an unpack per value).
     * ``exp2`` (ch.8): ``"expf"`` (``__expf`` of natural-log units) or
       ``"ex2.approx.ftz"`` (scale folded into log2 units, no wrapper).
+    * ``f32x2`` (ch.8): elementwise FP32 math on column pairs with sm_100's
+      packed ``fma/add/mul.f32x2`` (scale-and-subtract, rowsum, O rescale,
+      epilogue, software exp2); scalar fallbacks in the emulation target.
     * ``sw_exp2_per16`` (ch.9): of every 16 P columns, this many (the last
       ones) use a degree-3 polynomial exp2 on the FMA pipes (packed f32x2).
     * ``s_cache_cols`` (ch.10): high S columns kept in registers after the
@@ -53,9 +59,10 @@ class Schedule:
       columns before the remaining low columns are ready.
     * ``persistent`` (ch.14): grid = #SMs, grid-stride loop over work items,
       barriers live across work items, Q SMEM released through ``q_free``.
-    * ``s_load_cols``, ``deferred_s_wait``, ``rowmax_chains`` (minor 15): width
-      of each S ``tcgen05.ld``, one deferred ``tcgen05.wait::ld``, independent
-      rowmax chains.
+    * ``s_load_cols``, ``deferred_s_wait``, ``rowmax_chains``, ``rowmax_max3``,
+      ``o_load_cols`` (minor 15): width of each S ``tcgen05.ld``, one deferred
+      ``tcgen05.wait::ld``, independent rowmax chains, 3-input ``max.f32``
+      (FMNMX3) for the row max, width of the O rescale's TMEM loads/stores.
     * ``split_rowsum`` (minor 16): two partial sums for the cached columns and
       a scalar sum for the re-read ones.
     * ``phase_tracking`` (minor 17): ``"array"`` or ``"bitmask"`` storage of
@@ -87,8 +94,10 @@ class Schedule:
     kv_tokens: str = "paired"
     kv_stages: int = 1
     issue_order: Optional[str] = None
+    rowsum: str = "fp32"
     # Part III
     exp2: str = "expf"
+    f32x2: bool = False
     sw_exp2_per16: int = 0
     s_cache_cols: int = 0
     rescale_threshold: Optional[float] = None
@@ -100,6 +109,8 @@ class Schedule:
     s_load_cols: int = 8
     deferred_s_wait: bool = False
     rowmax_chains: int = 1
+    rowmax_max3: bool = False
+    o_load_cols: int = 8
     split_rowsum: bool = False
     phase_tracking: str = "array"
     tma_l2_promotion: str = "none"

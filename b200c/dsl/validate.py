@@ -19,16 +19,17 @@ _ENUMS = {
     "swizzle": ("none", "128B"),
     "kv_tokens": ("paired", "separate"),
     "exp2": ("expf", "ex2.approx.ftz"),
+    "rowsum": ("fp32", "bf16"),
     "phase_tracking": ("array", "bitmask"),
     "tma_l2_promotion": ("none", "64B", "128B", "256B"),
 }
 
 
 _INT_FIELDS = ("blog_stage", "block_m", "block_n", "head_dim", "q_stages", "kv_stages", "sw_exp2_per16",
-               "s_cache_cols", "correction_warps", "early_pv_cols", "s_load_cols", "rowmax_chains")
+               "s_cache_cols", "correction_warps", "early_pv_cols", "s_load_cols", "rowmax_chains", "o_load_cols")
 _OPT_INT_FIELDS = ("softmax_regs", "correction_regs", "other_regs")
-_BOOL_FIELDS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rowsum")
-_STR_FIELDS = ("name", "p_storage", "swizzle", "kv_tokens", "exp2", "phase_tracking", "tma_l2_promotion")
+_BOOL_FIELDS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rowsum", "f32x2", "rowmax_max3")
+_STR_FIELDS = ("name", "p_storage", "swizzle", "kv_tokens", "exp2", "phase_tracking", "tma_l2_promotion", "rowsum")
 
 
 def _types(s: Schedule) -> None:
@@ -109,6 +110,8 @@ def _counts(s: Schedule) -> None:
         raise ScheduleError(f"s_load_cols={s.s_load_cols} must be 8, 16 or 32 (tcgen05.ld .x8/.x16/.x32)")
     if s.rowmax_chains not in (1, 2, 4, 8):
         raise ScheduleError(f"rowmax_chains={s.rowmax_chains} must be 1, 2, 4 or 8")
+    if s.o_load_cols not in (8, 16, 32):
+        raise ScheduleError(f"o_load_cols={s.o_load_cols} must be 8, 16 or 32 (tcgen05.ld/st .x8/.x16/.x32 of O)")
 
 
 def _exp2(s: Schedule) -> None:
@@ -116,6 +119,11 @@ def _exp2(s: Schedule) -> None:
         raise ScheduleError(
             f"sw_exp2_per16={s.sw_exp2_per16} needs exp2='ex2.approx.ftz': the software split works on "
             f"exponents already in log2 units (blog ch.9 builds on ch.8)"
+        )
+    if s.f32x2 and s.exp2 != "ex2.approx.ftz":
+        raise ScheduleError(
+            f"f32x2=True needs exp2='ex2.approx.ftz': the packed scale-and-subtract is the fma of the folded "
+            f"log2 scale (blog ch.8)"
         )
     if s.sw_exp2_per16 not in (0, 2, 4, 6, 8):
         raise ScheduleError(
@@ -151,10 +159,15 @@ def _p_and_cache(s: Schedule) -> None:
                 f"s_cache_cols={s.s_cache_cols} needs p_storage='tmem': P is written high-to-low into the "
                 f"upper half of the S columns (blog ch.10)"
             )
-        if s.s_cache_cols % 16 or not (16 <= s.s_cache_cols <= 112):
+        if s.s_cache_cols % 16 or not (16 <= s.s_cache_cols <= s.block_n):
             raise ScheduleError(
-                f"s_cache_cols={s.s_cache_cols} must be a multiple of 16 in 16..112: the low columns are "
-                f"re-read, P is produced 16 columns at a time"
+                f"s_cache_cols={s.s_cache_cols} must be a multiple of 16 in 16..{s.block_n} (block_n): P is "
+                f"produced 16 columns at a time; {s.block_n} keeps every score in registers (no re-read)"
+            )
+        if s.s_cache_cols % s.s_load_cols:
+            raise ScheduleError(
+                f"s_cache_cols={s.s_cache_cols} must be a multiple of s_load_cols={s.s_load_cols}: each S load "
+                f"is kept whole or not at all"
             )
     if s.early_pv_cols:
         if not s.s_cache_cols:

@@ -217,6 +217,30 @@ __device__ __forceinline__ float2 add_f32x2(float2 a, float2 b) {
       : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
   return *reinterpret_cast<float2*>(&d);
 }
+__device__ __forceinline__ float2 mul_f32x2(float2 a, float2 b) {
+  uint64_t d;
+  asm("mul.rn.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+__device__ __forceinline__ float2 sub_f32x2(float2 a, float2 b) {
+  uint64_t d;
+  asm("sub.rn.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+__device__ __forceinline__ float2 add_rm_f32x2(float2 a, float2 b) {  // rounded toward -infinity
+  uint64_t d;
+  asm("add.rm.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+// 3-input max (FMNMX3), PTX 9.7.3.10 (max.f32 with three sources, sm_100+)
+__device__ __forceinline__ float fmax3(float a, float b, float c) {
+  float d;
+  asm("max.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
 
 // ---- register reconfiguration (PTX 9.7.19.5), per warpgroup ---------------
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -306,24 +330,50 @@ __device__ __forceinline__ void tmem_st_x8(uint32_t taddr, const uint32_t (&r)[8
                "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7])
                : "memory");
 }
+__device__ __forceinline__ void tmem_st_x16(uint32_t taddr, const uint32_t (&r)[16]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x16.b32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16};"
+      ::"r"(taddr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7]),
+      "r"(r[8]), "r"(r[9]), "r"(r[10]), "r"(r[11]), "r"(r[12]), "r"(r[13]), "r"(r[14]), "r"(r[15])
+      : "memory");
+}
+__device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[32]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x32.b32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,"
+      "%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32};"
+      ::"r"(taddr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7]),
+      "r"(r[8]), "r"(r[9]), "r"(r[10]), "r"(r[11]), "r"(r[12]), "r"(r[13]), "r"(r[14]), "r"(r[15]),
+      "r"(r[16]), "r"(r[17]), "r"(r[18]), "r"(r[19]), "r"(r[20]), "r"(r[21]), "r"(r[22]), "r"(r[23]),
+      "r"(r[24]), "r"(r[25]), "r"(r[26]), "r"(r[27]), "r"(r[28]), "r"(r[29]), "r"(r[30]), "r"(r[31])
+      : "memory");
+}
 }  // namespace b200c
 #endif  // B200C_EMULATE
 
 namespace b200c {
 // ---- software exp2 of a pair on the FMA pipes (blog ch.9 and its appendix) --
-// 2^x = 2^floor(x) * 2^frac(x); 2^frac by a cubic ((c3 f + c2) f + c1) f + 1
-// (coefficients from the blog), 2^floor(x) added to the exponent bits.
-// Inputs below -127 flush to 0 like ex2.approx.ftz.
+// 2^x = 2^floor(x) * 2^frac(x). floor: adding 1.5 * 2^23 with rounding toward
+// -inf leaves 1.5 * 2^23 + floor(x) exactly (the integer lands in the low
+// mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
+// the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
+// blog's coefficients. All in f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100).
+// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush);
+// max.NaN keeps a NaN input NaN (PTX 9.7.3.10), as ex2.approx does.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
 __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
-  x.x = fmaxf(x.x, -127.f);
-  x.y = fmaxf(x.y, -127.f);
-  const float2 fl = make_float2(floorf(x.x), floorf(x.y));
-  const float2 f = add_f32x2(x, make_float2(-fl.x, -fl.y));
+  x = make_float2(fmax_nan(x.x, -127.f), fmax_nan(x.y, -127.f));
+  const float2 magic = make_float2(12582912.f, 12582912.f);  // 1.5 * 2^23
+  const float2 r = add_rm_f32x2(x, magic);                   // 1.5 * 2^23 + floor(x)
+  const float2 f = sub_f32x2(x, sub_f32x2(r, magic));        // frac(x) in [0, 1)
   float2 p = fma_f32x2(make_float2(0.077f, 0.077f), f, make_float2(0.227f, 0.227f));
   p = fma_f32x2(p, f, make_float2(0.695f, 0.695f));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
-  return make_float2(__int_as_float(__float_as_int(p.x) + (static_cast<int>(fl.x) << 23)),
-                     __int_as_float(__float_as_int(p.y) + (static_cast<int>(fl.y) << 23)));
+  return make_float2(__int_as_float(__float_as_int(p.x) + (__float_as_int(r.x) << 23)),
+                     __int_as_float(__float_as_int(p.y) + (__float_as_int(r.y) << 23)));
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH
@@ -467,17 +517,15 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
       mbar_wait(c.bar(BAR_S_FULL), s_full_ph, 1, j, work);  // wait site 1
       s_full_ph ^= 1u;
       tcgen05_fence_after();
-      // pass 1 over S[0]: tile rowmax (blog ch.1 §B)
+      // pass 1 over S: tile rowmax (blog ch.1 §B)
       float tile_max = -INFINITY;
       #pragma unroll
-      for (int c0 = 0; c0 < BLOCK_N; c0 += 8) {
+      for (int c0 = 0; c0 < 128; c0 += 8) {
         float s[8];
         tmem_ld_x8(trow + TMEM_S(0) + c0, s);
         tmem_wait_ld();
-      #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          tile_max = fmaxf(tile_max, s[k]);
-        }
+        #pragma unroll
+        for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
       }
       // running rowmax in natural-log units; rescale old rowsum/O by exp(old - new) (blog ch.1 §B)
       const float m_new = fmaxf(row_max, tile_max * c.softmax_scale);
@@ -485,55 +533,50 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
       row_sum *= rescale;
       row_max = m_new;
       if (j > 0) {
-        {  // O0 *= rescale: old O into the new rowmax basis (blog ch.1 §B)
-        #pragma unroll
-          for (int c0 = 0; c0 < HEAD_DIM; c0 += 8) {
-            float o[8];
-            tmem_ld_x8(trow + TMEM_O(0) + c0, o);
+        {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
+          #pragma unroll
+          for (int c0 = 0; c0 < 128; c0 += 16) {  // 2 x8 load(s), one wait
+            float o[2][8];
+            tmem_ld_x8(trow + TMEM_O(0) + c0, o[0]);
+            tmem_ld_x8(trow + TMEM_O(0) + c0 + 8, o[1]);
             tmem_wait_ld();
-            uint32_t u[8];
-        #pragma unroll
-            for (int k = 0; k < 8; ++k) u[k] = __float_as_uint(o[k] * rescale);
-            tmem_st_x8(trow + TMEM_O(0) + c0, u);
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              uint32_t u[8];
+              #pragma unroll
+              for (int k = 0; k < 8; ++k) u[k] = __float_as_uint(o[h][k] * rescale);
+              tmem_st_x8(trow + TMEM_O(0) + c0 + h * 8, u);
+            }
           }
           tmem_wait_st();
         }
       }
-      {  // pass 2 over S[0] columns [0, 128): P = exp(S * scale - rowmax), rowsum += P
-      #pragma unroll
-        for (int c0 = 0; c0 < 128; c0 += 16) {  // S read again from TMEM (blog ch.1 §B)
-          float s[16];
+      {  // pass 2 over S columns [0, 128) (all): P = exp(S * scale - rowmax), rowsum += P
+        #pragma unroll
+        for (int c0 = 0; c0 < 128; c0 += 32) {  // S read again from TMEM (blog ch.1 §B)
+          float s[32];
           {
-            float t[8];
-            tmem_ld_x8(trow + TMEM_S(0) + c0 + 0, t);
+            float t[4][8];  // 4 loads, one wait
+            tmem_ld_x8(trow + TMEM_S(0) + c0, t[0]);
+            tmem_ld_x8(trow + TMEM_S(0) + c0 + 8, t[1]);
+            tmem_ld_x8(trow + TMEM_S(0) + c0 + 16, t[2]);
+            tmem_ld_x8(trow + TMEM_S(0) + c0 + 24, t[3]);
             tmem_wait_ld();
-      #pragma unroll
-            for (int k = 0; k < 8; ++k) s[0 + k] = t[k];
+            #pragma unroll
+            for (int k = 0; k < 32; ++k) s[k] = t[k / 8][k % 8];
           }
-          {
-            float t[8];
-            tmem_ld_x8(trow + TMEM_S(0) + c0 + 8, t);
-            tmem_wait_ld();
-      #pragma unroll
-            for (int k = 0; k < 8; ++k) s[8 + k] = t[k];
+          float p[32];
+          #pragma unroll
+          for (int k = 0; k < 32; k += 2) {
+            p[k] = __expf(s[k] * c.softmax_scale - row_max);
+            p[k + 1] = __expf(s[k + 1] * c.softmax_scale - row_max);
           }
-          float pv[16];
-      #pragma unroll
-          for (int k = 0; k < 16; k += 2) {
-            pv[k] = __expf(s[k] * c.softmax_scale - row_max);
-            pv[k + 1] = __expf(s[k + 1] * c.softmax_scale - row_max);
-          }
-          uint32_t pk[8];
-      #pragma unroll
-          for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(pv[2 * k], pv[2 * k + 1]);
-          // rowsum adds the BF16-rounded P that PV consumes, so O and rowsum share the same weights
-      #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            row_sum += bf16x2_lo(pk[k]);
-            row_sum += bf16x2_hi(pk[k]);
-          }
-          tmem_st_x8(trow + TMEM_P(0) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
-
+          uint32_t pk[16];
+          #pragma unroll
+          for (int k = 0; k < 16; ++k) pk[k] = pack_bf16x2(p[2 * k], p[2 * k + 1]);
+          #pragma unroll
+          for (int k = 0; k < 32; ++k) row_sum += p[k];  // rowsum of FP32 P
+          tmem_st_x16(trow + TMEM_P(0) + c0 / 2, pk);  // 32 BF16 P values packed into 16 columns (blog ch.2)
         }
         tmem_wait_st();
       }
@@ -557,20 +600,20 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
     }
     {  // epilogue (blog ch.1): O0 / rowsum -> BF16 -> global memory, one row per thread
       const float inv_sum = 1.f / row_sum;
-      const int s_row = (w.q_tile + 0) * BLOCK_M + (int)row;
+      const int s_row = w.q_tile * BLOCK_M + (int)row;
       __nv_bfloat16* dst = c.out + (int64_t)w.b * c.out_stride_b + (int64_t)w.h * c.out_stride_h +
                            (int64_t)s_row * c.out_stride_s;
-    #pragma unroll
-      for (int c0 = 0; c0 < HEAD_DIM; c0 += 32) {
+      #pragma unroll
+      for (int c0 = 0; c0 < 128; c0 += 32) {
         float o[32];
         tmem_ld_x32(trow + TMEM_O(0) + c0, o);
         tmem_wait_ld();
         uint32_t pk[16];
-    #pragma unroll
+        #pragma unroll
         for (int k = 0; k < 16; ++k) pk[k] = pack_bf16x2(o[2 * k] * inv_sum, o[2 * k + 1] * inv_sum);
         if (s_row < c.seq_q) {  // rows past seq_q were zero-filled by TMA and are not stored
           uint4* d = reinterpret_cast<uint4*>(dst + c0);
-    #pragma unroll
+          #pragma unroll
           for (int k = 0; k < 4; ++k) d[k] = make_uint4(pk[4 * k], pk[4 * k + 1], pk[4 * k + 2], pk[4 * k + 3]);
         }
       }

@@ -14,7 +14,8 @@
 //   kv_stages = 3
 //   issue_order = 'P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)'
 //   exp2 = 'ex2.approx.ftz'
-//   sw_exp2_per16 = 4
+//   f32x2 = True
+//   sw_exp2_per16 = 2
 //   s_cache_cols = 96
 //   rescale_threshold = 8.0
 // ==== end section: header ====
@@ -227,6 +228,30 @@ __device__ __forceinline__ float2 add_f32x2(float2 a, float2 b) {
       : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
   return *reinterpret_cast<float2*>(&d);
 }
+__device__ __forceinline__ float2 mul_f32x2(float2 a, float2 b) {
+  uint64_t d;
+  asm("mul.rn.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+__device__ __forceinline__ float2 sub_f32x2(float2 a, float2 b) {
+  uint64_t d;
+  asm("sub.rn.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+__device__ __forceinline__ float2 add_rm_f32x2(float2 a, float2 b) {  // rounded toward -infinity
+  uint64_t d;
+  asm("add.rm.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+// 3-input max (FMNMX3), PTX 9.7.3.10 (max.f32 with three sources, sm_100+)
+__device__ __forceinline__ float fmax3(float a, float b, float c) {
+  float d;
+  asm("max.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
 
 // ---- register reconfiguration (PTX 9.7.19.5), per warpgroup ---------------
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -316,24 +341,50 @@ __device__ __forceinline__ void tmem_st_x8(uint32_t taddr, const uint32_t (&r)[8
                "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7])
                : "memory");
 }
+__device__ __forceinline__ void tmem_st_x16(uint32_t taddr, const uint32_t (&r)[16]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x16.b32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16};"
+      ::"r"(taddr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7]),
+      "r"(r[8]), "r"(r[9]), "r"(r[10]), "r"(r[11]), "r"(r[12]), "r"(r[13]), "r"(r[14]), "r"(r[15])
+      : "memory");
+}
+__device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[32]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x32.b32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,"
+      "%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32};"
+      ::"r"(taddr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7]),
+      "r"(r[8]), "r"(r[9]), "r"(r[10]), "r"(r[11]), "r"(r[12]), "r"(r[13]), "r"(r[14]), "r"(r[15]),
+      "r"(r[16]), "r"(r[17]), "r"(r[18]), "r"(r[19]), "r"(r[20]), "r"(r[21]), "r"(r[22]), "r"(r[23]),
+      "r"(r[24]), "r"(r[25]), "r"(r[26]), "r"(r[27]), "r"(r[28]), "r"(r[29]), "r"(r[30]), "r"(r[31])
+      : "memory");
+}
 }  // namespace b200c
 #endif  // B200C_EMULATE
 
 namespace b200c {
 // ---- software exp2 of a pair on the FMA pipes (blog ch.9 and its appendix) --
-// 2^x = 2^floor(x) * 2^frac(x); 2^frac by a cubic ((c3 f + c2) f + c1) f + 1
-// (coefficients from the blog), 2^floor(x) added to the exponent bits.
-// Inputs below -127 flush to 0 like ex2.approx.ftz.
+// 2^x = 2^floor(x) * 2^frac(x). floor: adding 1.5 * 2^23 with rounding toward
+// -inf leaves 1.5 * 2^23 + floor(x) exactly (the integer lands in the low
+// mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
+// the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
+// blog's coefficients. All in f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100).
+// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush);
+// max.NaN keeps a NaN input NaN (PTX 9.7.3.10), as ex2.approx does.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
 __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
-  x.x = fmaxf(x.x, -127.f);
-  x.y = fmaxf(x.y, -127.f);
-  const float2 fl = make_float2(floorf(x.x), floorf(x.y));
-  const float2 f = add_f32x2(x, make_float2(-fl.x, -fl.y));
+  x = make_float2(fmax_nan(x.x, -127.f), fmax_nan(x.y, -127.f));
+  const float2 magic = make_float2(12582912.f, 12582912.f);  // 1.5 * 2^23
+  const float2 r = add_rm_f32x2(x, magic);                   // 1.5 * 2^23 + floor(x)
+  const float2 f = sub_f32x2(x, sub_f32x2(r, magic));        // frac(x) in [0, 1)
   float2 p = fma_f32x2(make_float2(0.077f, 0.077f), f, make_float2(0.227f, 0.227f));
   p = fma_f32x2(p, f, make_float2(0.695f, 0.695f));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
-  return make_float2(__int_as_float(__float_as_int(p.x) + (static_cast<int>(fl.x) << 23)),
-                     __int_as_float(__float_as_int(p.y) + (static_cast<int>(fl.y) << 23)));
+  return make_float2(__int_as_float(__float_as_int(p.x) + (__float_as_int(r.x) << 23)),
+                     __int_as_float(__float_as_int(p.y) + (__float_as_int(r.y) << 23)));
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH
@@ -428,11 +479,10 @@ __device__ __forceinline__ WorkItem decode_work(const Ctx& c, int work) {
 // ==== end section: context ====
 // ==== section: role softmax ====
 // warp role "softmax": Q stage 0: warps 0-3; Q stage 1: warps 4-7 — blog ch.1-2, 5, 8-13, minor 15-16
-template <int Q>
-__device__ __forceinline__ void role_softmax(const Ctx& c) {
+__device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
   const uint32_t row = 32u * (warp_id() & 3u) + lane_id();            // this thread's row of S/P/O = TMEM lane
   const uint32_t trow = c.tmem + ((32u * (warp_id() & 3u)) << 16);  // this warp's TMEM lanes (PTX 9.7.16.8.1)
-  // one thread per row of S/P/O; Q is this warpgroup's Q stage (template parameter)
+  // one thread per row of S/P/O; q is this warpgroup's Q stage (one copy of the code for all)
   uint32_t s_full_ph = 0u;  // mbarrier phase parity
   uint32_t pv_done_ph = 0u;  // mbarrier phase parity
   {  // one work item per CTA
@@ -443,20 +493,21 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
     float s_cache[96] = {};
     #pragma unroll 1
     for (int j = 0; j < c.n_kv; ++j) {  // K/V tiles
-      mbar_wait(c.bar(BAR_S_FULL + Q), s_full_ph, 100, j, work);  // wait site 100
+      mbar_wait(c.bar(BAR_S_FULL + q), s_full_ph, 100, j, work);  // wait site 100
       s_full_ph ^= 1u;
       tcgen05_fence_after();
-      // pass 1 over S[Q]: tile rowmax (blog ch.1 §B); keep the high 96 columns in registers (ch.10)
+      // pass 1 over S: tile rowmax (blog ch.1 §B); columns 32..127 stay in registers (ch.10)
       float tile_max = -INFINITY;
       #pragma unroll
-      for (int c0 = 0; c0 < BLOCK_N; c0 += 8) {
+      for (int c0 = 0; c0 < 128; c0 += 8) {
         float s[8];
-        tmem_ld_x8(trow + TMEM_S(Q) + c0, s);
+        tmem_ld_x8(trow + TMEM_S(q) + c0, s);
         tmem_wait_ld();
-      #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          tile_max = fmaxf(tile_max, s[k]);
-          if (c0 + k >= BLOCK_N - 96) s_cache[c0 + k - (BLOCK_N - 96)] = s[k];
+        #pragma unroll
+        for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
+        if (c0 >= 32) {  // keep for pass 2 (blog ch.10)
+          #pragma unroll
+          for (int k = 0; k < 8; ++k) s_cache[c0 - 32 + k] = s[k];
         }
       }
       // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
@@ -468,121 +519,131 @@ __device__ __forceinline__ void role_softmax(const Ctx& c) {
         row_sum *= rescale;
         row_max = m_cand;
       }
+      const float2 scale2 = make_float2(c.scale_log2, c.scale_log2);  // s * scale_log2 - max, two columns per fma.rn.f32x2
+      const float2 neg_max2 = make_float2(-row_max, -row_max);
       if (j > 0) {
-        mbar_wait(c.bar(BAR_PV_DONE + Q), pv_done_ph, 101, j, work);  // wait site 101
-        pv_done_ph ^= 1u;
-        tcgen05_fence_after();
         // the O pass is warp-collective: skip it when no row of this warp changed its rowmax (blog ch.11)
         if (__any_sync(0xffffffffu, rescale != 1.f)) {
-        #pragma unroll
-          for (int c0 = 0; c0 < HEAD_DIM; c0 += 8) {
-            float o[8];
-            tmem_ld_x8(trow + TMEM_O(Q) + c0, o);
+          const float2 rescale2 = make_float2(rescale, rescale);
+          #pragma unroll
+          for (int c0 = 0; c0 < 128; c0 += 16) {  // 2 x8 load(s), one wait
+            float o[2][8];
+            tmem_ld_x8(trow + TMEM_O(q) + c0, o[0]);
+            tmem_ld_x8(trow + TMEM_O(q) + c0 + 8, o[1]);
             tmem_wait_ld();
-            uint32_t u[8];
-        #pragma unroll
-            for (int k = 0; k < 8; ++k) u[k] = __float_as_uint(o[k] * rescale);
-            tmem_st_x8(trow + TMEM_O(Q) + c0, u);
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              uint32_t u[8];
+              #pragma unroll
+              for (int k = 0; k < 8; k += 2) {  // two columns per mul.f32x2
+                const float2 r = mul_f32x2(make_float2(o[h][k], o[h][k + 1]), rescale2);
+                u[k] = __float_as_uint(r.x);
+                u[k + 1] = __float_as_uint(r.y);
+              }
+              tmem_st_x8(trow + TMEM_O(q) + c0 + h * 8, u);
+            }
           }
           tmem_wait_st();
         }
       }
-      {  // pass 2 over S[Q] columns [0, 128): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
-      #pragma unroll
-        for (int c0 = 112; c0 >= 32; c0 -= 16) {  // columns cached in registers
-          float s[16];
-      #pragma unroll
-          for (int k = 0; k < 16; ++k) s[k] = s_cache[c0 - 32 + k];
-          float pv[16];
-      #pragma unroll
-          for (int k = 0; k < 16; k += 2) {
-            if ((c0 + k) % 16 >= 12) {  // blog ch.9: the last 4 of every 16 columns on the FMA pipes
-              const float2 e = exp2_poly_x2(make_float2(fmaf(s[k], c.scale_log2, -row_max), fmaf(s[k + 1], c.scale_log2, -row_max)));
-              pv[k] = e.x;
-              pv[k + 1] = e.y;
-            } else {
-              pv[k] = ex2_approx_ftz(fmaf(s[k], c.scale_log2, -row_max));
-              pv[k + 1] = ex2_approx_ftz(fmaf(s[k + 1], c.scale_log2, -row_max));
+      {  // pass 2 over S columns [0, 128) (all): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
+        float2 rs2 = make_float2(0.f, 0.f);
+        #pragma unroll
+        for (int c0 = 96; c0 >= 32; c0 -= 32) {  // columns cached in registers (blog ch.10)
+          float s[32];
+          #pragma unroll
+          for (int k = 0; k < 32; ++k) s[k] = s_cache[c0 - 32 + k];
+          float p[32];
+          #pragma unroll
+          for (int g = 0; g < 32; g += 16) {
+            #pragma unroll
+            for (int k = g + 0; k < g + 14; k += 2) {
+              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              p[k] = ex2_approx_ftz(x.x);
+              p[k + 1] = ex2_approx_ftz(x.y);
+            }
+            #pragma unroll
+            for (int k = g + 14; k < g + 16; k += 2) {  // blog ch.9: the last 2 of every 16 columns on the FMA pipes (software exp2)
+              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              const float2 e = exp2_poly_x2(x);
+              p[k] = e.x;
+              p[k + 1] = e.y;
             }
           }
-          uint32_t pk[8];
-      #pragma unroll
-          for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(pv[2 * k], pv[2 * k + 1]);
-          // rowsum adds the BF16-rounded P that PV consumes, so O and rowsum share the same weights
-      #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            row_sum += bf16x2_lo(pk[k]);
-            row_sum += bf16x2_hi(pk[k]);
-          }
-          tmem_st_x8(trow + TMEM_P(Q) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
-
+          uint32_t pk[16];
+          #pragma unroll
+          for (int k = 0; k < 16; ++k) pk[k] = pack_bf16x2(p[2 * k], p[2 * k + 1]);
+          #pragma unroll
+          for (int k = 0; k < 32; k += 2) rs2 = add_f32x2(rs2, make_float2(p[k], p[k + 1]));  // rowsum of FP32 P, two chains
+          tmem_st_x16(trow + TMEM_P(q) + c0 / 2, pk);  // 32 BF16 P values packed into 16 columns (blog ch.2)
         }
-      #pragma unroll
-        for (int c0 = 16; c0 >= 0; c0 -= 16) {  // columns re-read from TMEM
-          float s[16];
+        {  // columns re-read from TMEM
+          const int c0 = 0;
+          float s[32];
           {
-            float t[8];
-            tmem_ld_x8(trow + TMEM_S(Q) + c0 + 0, t);
+            float t[4][8];  // 4 loads, one wait
+            tmem_ld_x8(trow + TMEM_S(q) + c0, t[0]);
+            tmem_ld_x8(trow + TMEM_S(q) + c0 + 8, t[1]);
+            tmem_ld_x8(trow + TMEM_S(q) + c0 + 16, t[2]);
+            tmem_ld_x8(trow + TMEM_S(q) + c0 + 24, t[3]);
             tmem_wait_ld();
-      #pragma unroll
-            for (int k = 0; k < 8; ++k) s[0 + k] = t[k];
+            #pragma unroll
+            for (int k = 0; k < 32; ++k) s[k] = t[k / 8][k % 8];
           }
-          {
-            float t[8];
-            tmem_ld_x8(trow + TMEM_S(Q) + c0 + 8, t);
-            tmem_wait_ld();
-      #pragma unroll
-            for (int k = 0; k < 8; ++k) s[8 + k] = t[k];
-          }
-          float pv[16];
-      #pragma unroll
-          for (int k = 0; k < 16; k += 2) {
-            if ((c0 + k) % 16 >= 12) {  // blog ch.9: the last 4 of every 16 columns on the FMA pipes
-              const float2 e = exp2_poly_x2(make_float2(fmaf(s[k], c.scale_log2, -row_max), fmaf(s[k + 1], c.scale_log2, -row_max)));
-              pv[k] = e.x;
-              pv[k + 1] = e.y;
-            } else {
-              pv[k] = ex2_approx_ftz(fmaf(s[k], c.scale_log2, -row_max));
-              pv[k + 1] = ex2_approx_ftz(fmaf(s[k + 1], c.scale_log2, -row_max));
+          float p[32];
+          #pragma unroll
+          for (int g = 0; g < 32; g += 16) {
+            #pragma unroll
+            for (int k = g + 0; k < g + 14; k += 2) {
+              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              p[k] = ex2_approx_ftz(x.x);
+              p[k + 1] = ex2_approx_ftz(x.y);
+            }
+            #pragma unroll
+            for (int k = g + 14; k < g + 16; k += 2) {  // blog ch.9: the last 2 of every 16 columns on the FMA pipes (software exp2)
+              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              const float2 e = exp2_poly_x2(x);
+              p[k] = e.x;
+              p[k + 1] = e.y;
             }
           }
-          uint32_t pk[8];
-      #pragma unroll
-          for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(pv[2 * k], pv[2 * k + 1]);
-          // rowsum adds the BF16-rounded P that PV consumes, so O and rowsum share the same weights
-      #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            row_sum += bf16x2_lo(pk[k]);
-            row_sum += bf16x2_hi(pk[k]);
-          }
-          tmem_st_x8(trow + TMEM_P(Q) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
-
+          uint32_t pk[16];
+          #pragma unroll
+          for (int k = 0; k < 16; ++k) pk[k] = pack_bf16x2(p[2 * k], p[2 * k + 1]);
+          #pragma unroll
+          for (int k = 0; k < 32; k += 2) rs2 = add_f32x2(rs2, make_float2(p[k], p[k + 1]));  // rowsum of FP32 P, two chains
+          tmem_st_x16(trow + TMEM_P(q) + c0 / 2, pk);  // 32 BF16 P values packed into 16 columns (blog ch.2)
         }
+        row_sum = row_sum + (rs2.x + rs2.y);
         tmem_wait_st();
       }
       tcgen05_fence_before();
       __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + Q));  // one arrival per warp
+      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + q));  // one arrival per warp
     }
-    mbar_wait(c.bar(BAR_PV_DONE + Q), pv_done_ph, 102, c.n_kv, work);  // wait site 102
+    mbar_wait(c.bar(BAR_PV_DONE + q), pv_done_ph, 101, c.n_kv, work);  // wait site 101
     pv_done_ph ^= 1u;
     tcgen05_fence_after();
-    {  // epilogue (blog ch.1): OQ / rowsum -> BF16 -> global memory, one row per thread
+    {  // epilogue (blog ch.1): Oq / rowsum -> BF16 -> global memory, one row per thread
       const float inv_sum = 1.f / row_sum;
-      const int s_row = (w.q_tile + Q) * BLOCK_M + (int)row;
+      const int s_row = (w.q_tile + q) * BLOCK_M + (int)row;
       __nv_bfloat16* dst = c.out + (int64_t)w.b * c.out_stride_b + (int64_t)w.h * c.out_stride_h +
                            (int64_t)s_row * c.out_stride_s;
-    #pragma unroll
-      for (int c0 = 0; c0 < HEAD_DIM; c0 += 32) {
+      const float2 inv_sum2 = make_float2(inv_sum, inv_sum);
+      #pragma unroll
+      for (int c0 = 0; c0 < 128; c0 += 32) {
         float o[32];
-        tmem_ld_x32(trow + TMEM_O(Q) + c0, o);
+        tmem_ld_x32(trow + TMEM_O(q) + c0, o);
         tmem_wait_ld();
         uint32_t pk[16];
-    #pragma unroll
-        for (int k = 0; k < 16; ++k) pk[k] = pack_bf16x2(o[2 * k] * inv_sum, o[2 * k + 1] * inv_sum);
+        #pragma unroll
+        for (int k = 0; k < 16; ++k) {
+          const float2 r = mul_f32x2(make_float2(o[2 * k], o[2 * k + 1]), inv_sum2);
+          pk[k] = pack_bf16x2(r.x, r.y);
+        }
         if (s_row < c.seq_q) {  // rows past seq_q were zero-filled by TMA and are not stored
           uint4* d = reinterpret_cast<uint4*>(dst + c0);
-    #pragma unroll
+          #pragma unroll
           for (int k = 0; k < 4; ++k) d[k] = make_uint4(pk[4 * k], pk[4 * k + 1], pk[4 * k + 2], pk[4 * k + 3]);
         }
       }
@@ -604,7 +665,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
         tma_load_4d(c.smem + SMEM_Q + sl * TMA_SLICE_BYTES, c.tmap_q,
-                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, (w.q_tile + 0) * BLOCK_M, w.h, w.b);
+                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, w.q_tile * BLOCK_M, w.h, w.b);
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
         tma_load_4d(c.smem + SMEM_Q + 1 * TILE_BYTES + sl * TMA_SLICE_BYTES, c.tmap_q,
@@ -711,7 +772,6 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
             const uint32_t acc = (kk > 0 || i > 0) ? 1u : 0u;  // overwrite O only on tile 0
             tcgen05_mma_ts(c.tmem + TMEM_O(0), c.tmem + TMEM_P(0) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
           }
-          tcgen05_commit(c.bar(BAR_PV_DONE + 0));
         }
         __syncwarp();
       }
@@ -745,7 +805,6 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
             const uint32_t acc = (kk > 0 || i > 0) ? 1u : 0u;  // overwrite O only on tile 0
             tcgen05_mma_ts(c.tmem + TMEM_O(1), c.tmem + TMEM_P(1) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
           }
-          tcgen05_commit(c.bar(BAR_PV_DONE + 1));
           tcgen05_commit(c.bar(BAR_KV_EMPTY + slot));
         }
         __syncwarp();
@@ -873,8 +932,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
   } else
 #endif
   {
-    if (warp <= 3) role_softmax<0>(c);
-    else if (warp >= 4 && warp <= 7) role_softmax<1>(c);
+    if (warp <= 7) role_softmax(c, (int)(warp / 4));
     else if (warp == 8) role_load(c);
     else if (warp == 9) role_mma(c);
   }

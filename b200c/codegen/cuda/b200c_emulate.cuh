@@ -83,6 +83,17 @@ __device__ __forceinline__ float2 fma_f32x2(float2 a, float2 b, float2 c) {
 __device__ __forceinline__ float2 add_f32x2(float2 a, float2 b) {
   return make_float2(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y));
 }
+__device__ __forceinline__ float2 mul_f32x2(float2 a, float2 b) {
+  return make_float2(__fmul_rn(a.x, b.x), __fmul_rn(a.y, b.y));
+}
+__device__ __forceinline__ float2 sub_f32x2(float2 a, float2 b) {
+  return make_float2(__fsub_rn(a.x, b.x), __fsub_rn(a.y, b.y));
+}
+__device__ __forceinline__ float2 add_rm_f32x2(float2 a, float2 b) {
+  return make_float2(__fadd_rd(a.x, b.x), __fadd_rd(a.y, b.y));
+}
+// 3-input max.f32 (sm_100) as two fmaxf: same result (max of three, NaN only if all are NaN)
+__device__ __forceinline__ float fmax3(float a, float b, float c) { return fmaxf(fmaxf(a, b), c); }
 
 // ---- setmaxnreg (PTX 9.7.19.5): no-op here (the engine warp breaks warpgroup
 // alignment), but keep the native operand rules so sm_100a builds agree ----
@@ -558,17 +569,22 @@ __device__ __forceinline__ void emu_tmem_ld(uint32_t taddr, float (&r)[N]) {
 __device__ __forceinline__ void tmem_ld_x8(uint32_t taddr, float (&r)[8]) { emu_tmem_ld<8>(taddr, r); }
 __device__ __forceinline__ void tmem_ld_x16(uint32_t taddr, float (&r)[16]) { emu_tmem_ld<16>(taddr, r); }
 __device__ __forceinline__ void tmem_ld_x32(uint32_t taddr, float (&r)[32]) { emu_tmem_ld<32>(taddr, r); }
-__device__ __forceinline__ void tmem_st_x8(uint32_t taddr, const uint32_t (&r)[8]) {
-  emu_check_tmem_ldst("tcgen05.st", taddr, 8);
+template <int N>
+__device__ __forceinline__ void emu_tmem_st(uint32_t taddr, const uint32_t (&r)[N]) {
+  emu_check_tmem_ldst("tcgen05.st", taddr, N);
   uint32_t* p = emu_tmem_row((taddr >> 16) + lane_id()) + (taddr & 0xFFFFu);
   if ((taddr & 3u) == 0u) {
-    reinterpret_cast<uint4*>(p)[0] = make_uint4(r[0], r[1], r[2], r[3]);
-    reinterpret_cast<uint4*>(p)[1] = make_uint4(r[4], r[5], r[6], r[7]);
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+      reinterpret_cast<uint4*>(p)[j] = make_uint4(r[4 * j], r[4 * j + 1], r[4 * j + 2], r[4 * j + 3]);
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) p[j] = r[j];
+    for (int j = 0; j < N; ++j) p[j] = r[j];
   }
 }
+__device__ __forceinline__ void tmem_st_x8(uint32_t taddr, const uint32_t (&r)[8]) { emu_tmem_st<8>(taddr, r); }
+__device__ __forceinline__ void tmem_st_x16(uint32_t taddr, const uint32_t (&r)[16]) { emu_tmem_st<16>(taddr, r); }
+__device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[32]) { emu_tmem_st<32>(taddr, r); }
 
 // ---------------------------------------------------------------------------
 // Engine (the last warp): executes queue entries in issue order

@@ -190,6 +190,30 @@ __device__ __forceinline__ float2 add_f32x2(float2 a, float2 b) {
       : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
   return *reinterpret_cast<float2*>(&d);
 }
+__device__ __forceinline__ float2 mul_f32x2(float2 a, float2 b) {
+  uint64_t d;
+  asm("mul.rn.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+__device__ __forceinline__ float2 sub_f32x2(float2 a, float2 b) {
+  uint64_t d;
+  asm("sub.rn.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+__device__ __forceinline__ float2 add_rm_f32x2(float2 a, float2 b) {  // rounded toward -infinity
+  uint64_t d;
+  asm("add.rm.f32x2 %0, %1, %2;" : "=l"(d)
+      : "l"(*reinterpret_cast<uint64_t*>(&a)), "l"(*reinterpret_cast<uint64_t*>(&b)));
+  return *reinterpret_cast<float2*>(&d);
+}
+// 3-input max (FMNMX3), PTX 9.7.3.10 (max.f32 with three sources, sm_100+)
+__device__ __forceinline__ float fmax3(float a, float b, float c) {
+  float d;
+  asm("max.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
 
 // ---- register reconfiguration (PTX 9.7.19.5), per warpgroup ---------------
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -279,24 +303,50 @@ __device__ __forceinline__ void tmem_st_x8(uint32_t taddr, const uint32_t (&r)[8
                "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7])
                : "memory");
 }
+__device__ __forceinline__ void tmem_st_x16(uint32_t taddr, const uint32_t (&r)[16]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x16.b32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16};"
+      ::"r"(taddr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7]),
+      "r"(r[8]), "r"(r[9]), "r"(r[10]), "r"(r[11]), "r"(r[12]), "r"(r[13]), "r"(r[14]), "r"(r[15])
+      : "memory");
+}
+__device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[32]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x32.b32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,"
+      "%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32};"
+      ::"r"(taddr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]), "r"(r[4]), "r"(r[5]), "r"(r[6]), "r"(r[7]),
+      "r"(r[8]), "r"(r[9]), "r"(r[10]), "r"(r[11]), "r"(r[12]), "r"(r[13]), "r"(r[14]), "r"(r[15]),
+      "r"(r[16]), "r"(r[17]), "r"(r[18]), "r"(r[19]), "r"(r[20]), "r"(r[21]), "r"(r[22]), "r"(r[23]),
+      "r"(r[24]), "r"(r[25]), "r"(r[26]), "r"(r[27]), "r"(r[28]), "r"(r[29]), "r"(r[30]), "r"(r[31])
+      : "memory");
+}
 }  // namespace b200c
 #endif  // B200C_EMULATE
 
 namespace b200c {
 // ---- software exp2 of a pair on the FMA pipes (blog ch.9 and its appendix) --
-// 2^x = 2^floor(x) * 2^frac(x); 2^frac by a cubic ((c3 f + c2) f + c1) f + 1
-// (coefficients from the blog), 2^floor(x) added to the exponent bits.
-// Inputs below -127 flush to 0 like ex2.approx.ftz.
+// 2^x = 2^floor(x) * 2^frac(x). floor: adding 1.5 * 2^23 with rounding toward
+// -inf leaves 1.5 * 2^23 + floor(x) exactly (the integer lands in the low
+// mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
+// the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
+// blog's coefficients. All in f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100).
+// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush);
+// max.NaN keeps a NaN input NaN (PTX 9.7.3.10), as ex2.approx does.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
 __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
-  x.x = fmaxf(x.x, -127.f);
-  x.y = fmaxf(x.y, -127.f);
-  const float2 fl = make_float2(floorf(x.x), floorf(x.y));
-  const float2 f = add_f32x2(x, make_float2(-fl.x, -fl.y));
+  x = make_float2(fmax_nan(x.x, -127.f), fmax_nan(x.y, -127.f));
+  const float2 magic = make_float2(12582912.f, 12582912.f);  // 1.5 * 2^23
+  const float2 r = add_rm_f32x2(x, magic);                   // 1.5 * 2^23 + floor(x)
+  const float2 f = sub_f32x2(x, sub_f32x2(r, magic));        // frac(x) in [0, 1)
   float2 p = fma_f32x2(make_float2(0.077f, 0.077f), f, make_float2(0.227f, 0.227f));
   p = fma_f32x2(p, f, make_float2(0.695f, 0.695f));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
-  return make_float2(__int_as_float(__float_as_int(p.x) + (static_cast<int>(fl.x) << 23)),
-                     __int_as_float(__float_as_int(p.y) + (static_cast<int>(fl.y) << 23)));
+  return make_float2(__int_as_float(__float_as_int(p.x) + (__float_as_int(r.x) << 23)),
+                     __int_as_float(__float_as_int(p.y) + (__float_as_int(r.y) << 23)));
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH

@@ -53,7 +53,8 @@ def build(lw) -> RoleIR:
         tokens = (_token(lw, ("k", "v"), "K/V(j): K and V share one slot"),)
     else:
         tokens = (_token(lw, ("k",), "token K(j) (blog ch.6)"), _token(lw, ("v",), "token V(j)"))
-    q_loads = tuple(TmaLoadTile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M", "q_full") for q in range(plan.q_stages))
+    q_loads = tuple(TmaLoadTile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M" if q else "w.q_tile * BLOCK_M", "q_full")
+                    for q in range(plan.q_stages))
     item = []
     if plan.persistent:
         item.append(Comment("blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed"))

@@ -38,10 +38,12 @@ def _dispatch(ir: KernelIR) -> list:
     out = []
     for r in ir.roles:
         if r.instances:
-            for q, warps in r.instances:
-                out.append(dict(cond=_range_cond(warps), role=r.name, targs=f"<{q}>"))
+            warps = [w for _, ws in r.instances for w in ws]
+            # Q stage q owns warps 4q..4q+3 (one warpgroup each, the first warpgroups of the CTA)
+            assert all(ws == tuple(range(4 * q, 4 * q + 4)) for q, ws in r.instances), r.instances
+            out.append(dict(cond=_range_cond(warps), role=r.name, args=", (int)(warp / 4)"))
         else:
-            out.append(dict(cond=_range_cond(r.warps), role=r.name, targs=""))
+            out.append(dict(cond=_range_cond(r.warps), role=r.name, args=""))
     return out
 
 
@@ -58,7 +60,7 @@ def emit(ir: KernelIR, launch) -> str:
     plan = ir.plan
     env = _env()
     roles = [
-        dict(name=r.name, blog=r.blog, where=_where(r), templated=bool(r.instances),
+        dict(name=r.name, blog=r.blog, where=_where(r), per_q_stage=bool(r.instances),
              rows=r.name in ("cta", "softmax", "correction"), body=indent(render_block(env, r.body)))
         for r in ir.roles
     ]

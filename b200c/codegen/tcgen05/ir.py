@@ -51,92 +51,202 @@ class MmaPV(Node):
 
 
 @dataclass(frozen=True)
-class SoftmaxParams:
-    """Everything the softmax/correction/epilogue templates need.
+class RowmaxPass(Node):
+    """Pass 1 over S (blog ch.1 §B): tile rowmax of this thread's row; columns
+    from ``cache_from`` on are kept in the register array ``s_cache`` (ch.10).
 
-    Columns are TMEM column offsets from the allocation base; ``q`` is the C
-    expression of the Q stage (a template parameter in softmax roles).
+    Attributes:
+        s_col: TMEM column of S (C expression).
+        ncols: S columns (block_n).
+        load_width: columns per ``tcgen05.ld.32x32b.xW`` (minor 15: wide loads).
+        wait_each: ``tcgen05.wait::ld`` after each load; else one deferred wait
+            before P overwrites S (minor 15).
+        chains: independent rowmax accumulators (minor 15).
+        max3: 3-input ``max.f32`` (FMNMX3 on sm_100, PTX ISA 9.7.3.10).
+        cache_from: first column kept in registers (``ncols``: none).
     """
 
-    q: str
     s_col: str
-    o_col: str
-    p_col: Optional[str]
-    p_storage: str
-    p_buf: Optional[str]
-    exp2: str
-    sw_exp2_per16: int
-    s_cache_cols: int
-    s_load_cols: int
-    deferred_s_wait: bool
-    rowmax_chains: int
-    split_rowsum: bool
-    rescale_threshold: Optional[float]
-    swizzle: str
+    ncols: int
+    load_width: int
+    wait_each: bool
+    chains: int
+    max3: bool
+    cache_from: int
 
     def describe(self) -> str:
-        bits = [f"exp={self.exp2}"]
-        if self.sw_exp2_per16:
-            bits.append(f"sw_exp2={self.sw_exp2_per16}/16")
-        if self.s_cache_cols:
-            bits.append(f"s_cache={self.s_cache_cols} (P high->low)")
-        bits.append(f"ld=x{self.s_load_cols}")
-        if self.deferred_s_wait:
-            bits.append("deferred wait::ld")
-        if self.rowmax_chains > 1:
-            bits.append(f"rowmax_chains={self.rowmax_chains}")
-        if self.split_rowsum:
-            bits.append("split rowsum")
-        if self.rescale_threshold is not None:
-            bits.append(f"rebase if gap>={self.rescale_threshold}")
-        p = f"P->tmem {self.p_col}" if self.p_storage == "tmem" else f"P->smem {self.p_buf}"
-        bits.append(p)
-        return " ".join(bits)
+        bits = [f"ld x{self.load_width}" + ("" if self.wait_each else " (deferred wait::ld)"),
+                f"{self.chains} chain{'s' if self.chains > 1 else ''} of {'max3' if self.max3 else 'max'}"]
+        if self.cache_from < self.ncols:
+            bits.append(f"keep columns [{self.cache_from},{self.ncols}) in s_cache")
+        return f"softmax.rowmax S[tmem {self.s_col}] columns [0,{self.ncols}): " + ", ".join(bits)
 
 
 @dataclass(frozen=True)
-class SoftmaxRowmax(Node):
-    """Pass 1 over S: tile rowmax (and the S register cache, ch.10)."""
+class Rebase(Node):
+    """New running rowmax and rescale factor; rowsum *= rescale (blog ch.1, 8,
+    11). ``mode``: ``expf`` (natural-log units) or ``ex2`` (log2 units, scale
+    folded with log2 e); ``threshold``: rebase only when the tile max exceeds
+    the kept one by this many log2 units (ch.11); ``packed``: also form the
+    float2 ``scale2``/``neg_max2`` pairs of the f32x2 scale-and-subtract."""
 
-    params: SoftmaxParams
+    mode: str
+    threshold: Optional[float] = None
+    packed: bool = False
 
     def describe(self) -> str:
-        p = self.params
-        bits = [f"ld=x{p.s_load_cols}"]
-        if p.s_cache_cols:
-            bits.append(f"keep high {p.s_cache_cols} columns in registers")
-        if p.deferred_s_wait:
-            bits.append("deferred wait::ld")
-        if p.rowmax_chains > 1:
-            bits.append(f"{p.rowmax_chains} rowmax chains")
-        return f"softmax.rowmax S[tmem {p.s_col}]  " + " ".join(bits)
+        when = "always" if self.threshold is None else f"only if gap >= {self.threshold} (log2 units)"
+        return f"softmax.rebase ({self.mode}) {when}" + ("; pairs for f32x2" if self.packed else "")
 
 
 @dataclass(frozen=True)
-class SoftmaxRebase(Node):
-    """New running rowmax, rescale factor, rowsum *= rescale (ch.1, 8, 11)."""
+class ColumnLoop(Node):
+    """Unrolled loop over S/P columns: ``c0`` from ``start`` by ``step`` while
+    it stays in [lo, hi) (descending when ``step`` < 0)."""
 
-    params: SoftmaxParams
+    start: int
+    stop: int
+    step: int
+    note: str
+    body: tuple = ()
 
     def describe(self) -> str:
-        t = self.params.rescale_threshold
-        return "softmax.rebase  " + ("always" if t is None else f"only if gap >= {t} (log2 units)")
+        return f"for c0 = {self.start}; c0 {'<' if self.step > 0 else '>='} {self.stop}; c0 += {self.step}  // {self.note}"
+
+
+@dataclass(frozen=True)
+class ScoresFromCache(Node):
+    """``float s[width]`` = S columns c0.. from the register cache (ch.10)."""
+
+    width: int
+    cache_from: int
+
+    def describe(self) -> str:
+        return f"s[0:{self.width}] = s_cache[c0 - {self.cache_from} ...]"
+
+
+@dataclass(frozen=True)
+class ScoresFromTmem(Node):
+    """``float s[width]`` = S columns c0.. read again from TMEM in loads of
+    ``load_width`` columns, each waited (blog ch.1 §B)."""
+
+    s_col: str
+    width: int
+    load_width: int
+
+    def describe(self) -> str:
+        return f"s[0:{self.width}] = tcgen05.ld x{self.load_width} S[tmem {self.s_col} + c0]; wait::ld"
+
+
+@dataclass(frozen=True)
+class ExpScores(Node):
+    """``float p[width]`` = exp of the scaled scores minus the row max.
+
+    ``mode``: ``expf`` (``__expf(s * scale - max)``, blog ch.1) or ``ex2``
+    (``ex2.approx.ftz(s * scale_log2 - max)``, ch.8). ``ranges``: (lo, hi,
+    ``hw``|``sw``) column ranges of every ``group`` columns of the chunk,
+    ``sw`` through the degree-3 polynomial on the FMA pipes (ch.9).
+    ``packed``: scale-and-subtract of column pairs with ``fma.rn.f32x2``
+    (PTX ISA 9.7.3.5)."""
+
+    width: int
+    mode: str
+    ranges: tuple
+    packed: bool
+    group: int = 16
+
+    def describe(self) -> str:
+        parts = ", ".join(f"[{lo},{hi}) {kind}" for lo, hi, kind in self.ranges)
+        return (f"p[0:{self.width}] = {self.mode}(s*scale - max){' as f32x2 pairs' if self.packed else ''}: "
+                f"of every {self.group} columns {parts}")
+
+
+@dataclass(frozen=True)
+class PackP(Node):
+    """``uint32_t pk[width / 2]`` = P as BF16 pairs (``cvt.rn.bf16x2.f32``)."""
+
+    width: int
+
+    def describe(self) -> str:
+        return f"pk[0:{self.width // 2}] = bf16x2(p)"
+
+
+@dataclass(frozen=True)
+class RowsumAdd(Node):
+    """Rowsum += this chunk's P. ``kind``: ``fp32`` (P before rounding, as
+    FlashAttention-4) or ``bf16`` (the rounded P that PV consumes).
+    ``acc``: the accumulator; ``acc_type``: ``float`` (one chain), ``float2``
+    (two chains, ``add.f32x2`` when ``packed``) or ``pair`` (two scalar chains
+    ``rs_a``/``rs_b``)."""
+
+    width: int
+    kind: str
+    acc: str
+    acc_type: str
+    packed: bool
+
+    def describe(self) -> str:
+        return f"{self.acc} ({self.acc_type}{', f32x2' if self.packed else ''}) += sum of {self.kind} P[0:{self.width}]"
+
+
+@dataclass(frozen=True)
+class StoreP(Node):
+    """Store ``pk`` to TMEM (``tcgen05.st``, P over dead S columns, ch.2) at
+    ``p_col + c0 / 2`` or into the K-major P tile in SMEM (ch.1)."""
+
+    width: int
+    p_col: Optional[str] = None
+    p_buf: Optional[str] = None
+
+    def describe(self) -> str:
+        dst = f"tmem {self.p_col} + c0/2" if self.p_col else f"smem {self.p_buf} (K-major)"
+        return f"store P[0:{self.width}] -> {dst}"
+
+
+@dataclass(frozen=True)
+class TmemWait(Node):
+    """``tcgen05.wait::ld`` or ``::st`` (PTX ISA 9.7.16.8.5)."""
+
+    kind: str
+    note: str = ""
+
+    def describe(self) -> str:
+        return f"tcgen05.wait::{self.kind}" + (f"  // {self.note}" if self.note else "")
 
 
 @dataclass(frozen=True)
 class RescaleO(Node):
-    """O *= rescale over the 128 O columns of this warp's 32 lanes. ``source``:
-    ``reg`` (softmax warps, factor in a register) or ``smem`` (correction
-    warps read the factor published by softmax, ch.12). ``skip_unit``: skip the
-    warp's pass when no row rebased (warp-uniform, ch.11)."""
+    """O *= rescale over this warp's 32 lanes of O (blog ch.1 §B, 11, 12).
 
-    params: SoftmaxParams
+    Attributes:
+        o_col: TMEM column of O.
+        ncols: O columns (head_dim).
+        width: columns per tcgen05.ld/st.
+        packed: multiply pairs with ``mul.f32x2``.
+        source: ``reg`` (softmax warps) or ``smem`` (correction warps read the
+            factor the softmax warps published, ch.12); ``q``: its Q stage.
+        skip_unit: skip the warp's pass when no row rebased (ch.11).
+        inflight: loads issued before one ``tcgen05.wait::ld``.
+        wait_each: wait for each group of loads before using the registers;
+            else (minor 15's deferred waits) the multiplies use the loaded
+            registers directly and one ``wait::ld`` precedes the arrive.
+    """
+
+    o_col: str
+    ncols: int
+    width: int
+    packed: bool
     source: str = "reg"
+    q: str = "q"
     skip_unit: bool = False
+    inflight: int = 1
+    wait_each: bool = True
 
     def describe(self) -> str:
         s = " (skipped when no row of the warp rebased)" if self.skip_unit else ""
-        return f"rescale.o O[tmem {self.params.o_col}] *= factor from {self.source}{s}"
+        waits = f"{self.inflight} x{self.width} loads per wait" if self.wait_each else \
+            f"x{self.width} loads, one deferred wait::ld"
+        return f"rescale.o O[tmem {self.o_col}] *= factor from {self.source} ({waits}{', f32x2' if self.packed else ''}){s}"
 
 
 @dataclass(frozen=True)
@@ -152,29 +262,20 @@ class StoreStats(Node):
 
 
 @dataclass(frozen=True)
-class SoftmaxP(Node):
-    """Pass 2: P = exp(S - rowmax) for the columns of ``part`` (``all``,
-    ``hi``: the first-published high columns, ``lo``: the rest), rowsum +=,
-    P stored to TMEM or SMEM (ch.1, 2, 8, 9, 10, 13, 16)."""
-
-    params: SoftmaxParams
-    part: str = "all"
-    cols: tuple = (0, 128)
-
-    def describe(self) -> str:
-        return f"softmax.p part={self.part} S cols [{self.cols[0]},{self.cols[1]})  {self.params.describe()}"
-
-
-@dataclass(frozen=True)
 class Epilogue(Node):
-    """O / rowsum -> BF16 -> global memory for this warp's 32 rows (ch.1).
-    ``rowsum`` from ``reg`` (softmax warps) or ``smem`` (correction warps)."""
+    """O / rowsum -> BF16 -> global memory for this warp's 32 rows (blog ch.1),
+    rows past S_q not stored. ``rowsum``: ``reg`` (softmax warps) or ``smem``
+    (correction warps); ``q``: the Q stage; ``packed``: normalize with
+    ``mul.f32x2``."""
 
-    params: SoftmaxParams
+    o_col: str
+    ncols: int
+    q: str
     rowsum: str = "reg"
+    packed: bool = False
 
     def describe(self) -> str:
-        return f"epilogue O[tmem {self.params.o_col}] / rowsum({self.rowsum}) -> out (bf16, rows of Q tile w.q_tile+{self.params.q})"
+        return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ and store it (epilogue).
 from __future__ import annotations
 
 from ...ir import Arrive, Comment, If, Loop, PhaseDecl, RoleIR, Wait, WorkLoop
-from ..ir import Epilogue, RescaleO
+from .. import softmax as sm
 from ...roles.load import setmaxnreg
 
 
@@ -22,34 +22,31 @@ def build(lw) -> RoleIR:
     o_safe = "p_hi_ready" if s.early_pv_cols else "p_ready"
     per_tile = []
     for q in range(lw.plan.q_stages):
-        p = lw.softmax_params(str(q))
         per_tile += [
-            Wait("stats_ready", str(q), lw.phase("stats_ph", str(q), lw.plan.q_stages), lw.site(name, "stats_ready"), "j"),
-            If("j > 0", (
-                Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), lw.plan.q_stages), lw.site(name, "pv_done"), "j",
-                     fence_after=True),
-                RescaleO(p, "smem", skip_unit=True),
-            )),
+            Wait("stats_ready", str(q), lw.phase("stats_ph", str(q), lw.plan.q_stages, True), lw.site(name, "stats_ready"), "j",
+                 fence_after=True),
+            # PV(j-1) completed before S(j) was ready (see the MMA role), so the published factor of
+            # tile j also says O is stable: no wait on pv_done until the epilogue
+            sm.rescale_o(lw, str(q), "smem", skip_unit=True),  # tile 0's factor is published as 1: skipped
             Arrive(o_safe, str(q), by="warp", fence_before=True),
         ]
     final = []
     for q in range(lw.plan.q_stages):
-        p = lw.softmax_params(str(q))
         final += [
-            Wait("rowsum_ready", str(q), lw.phase("rowsum_ph", str(q), lw.plan.q_stages), lw.site(name, "rowsum_ready"),
+            Wait("rowsum_ready", str(q), lw.phase("rowsum_ph", str(q), lw.plan.q_stages, True), lw.site(name, "rowsum_ready"),
                  "c.n_kv"),
-            Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), lw.plan.q_stages), lw.site(name, "pv_done"), "c.n_kv",
+            Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), lw.plan.q_stages, True), lw.site(name, "pv_done"), "c.n_kv",
                  fence_after=True),
-            Epilogue(p, "smem"),
+            sm.epilogue(lw, str(q), "smem"),
         ]
         if lw.plan.persistent:
             final.append(Arrive("rowsum_free", str(q), by="warp"))
     body = (
         *setmaxnreg(lw, role.regs),
         Comment("blog ch.12: O correction split from softmax; also the epilogue"),
-        PhaseDecl("stats_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages)),
-        PhaseDecl("pv_done_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages)),
-        PhaseDecl("rowsum_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages)),
+        PhaseDecl("stats_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
+        PhaseDecl("pv_done_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
+        PhaseDecl("rowsum_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
         WorkLoop(lw.plan.persistent, (Loop("j", "0", "c.n_kv", tuple(per_tile), "K/V tiles"), *final)),
     )
     return RoleIR(name, role.warps, body, regs=role.regs, blog="ch.12-14")

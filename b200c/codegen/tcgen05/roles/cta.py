@@ -6,14 +6,13 @@ Thread 0 issues every TMA load and MMA; all 128 threads wait on each hand-off
 from __future__ import annotations
 
 from ...ir import Arrive, Comment, Decl, If, Loop, PhaseDecl, RoleIR, Single, TmaLoadTile, Wait, WorkLoop
-from ..ir import (Commit, CtaSync, Epilogue, IssueEnd, MmaPV, MmaQK, RescaleO, SoftmaxP, SoftmaxRebase,
-                  SoftmaxRowmax)
+from .. import softmax as sm
+from ..ir import Commit, CtaSync, IssueEnd, MmaPV, MmaQK
 
 
 def build(lw) -> RoleIR:
     """The ``cta`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
     s = lw.s
-    p = lw.softmax_params("0")
     name = "cta"
     ph = {b: lw.phase(f"{b}_ph") for b in ("q_full", "kv_full", "s_full", "pv_done")}
     k_steps = lw.plan.tile.pv_k_steps
@@ -31,10 +30,10 @@ def build(lw) -> RoleIR:
         Comment("S = Q K(j)^T"),
         Single("thread0", (MmaQK(0, "TMEM_S(0)", "SMEM_Q", "SMEM_KV"), Commit("s_full"))),
         Wait("s_full", None, ph["s_full"], lw.site(name, "s_full"), "j", fence_after=True),
-        SoftmaxRowmax(p),
-        SoftmaxRebase(p),
-        If("j > 0", (RescaleO(p, "reg", skip_unit=s.rescale_threshold is not None),)),
-        SoftmaxP(p, "all", (0, lw.plan.tile.block_n)),
+        sm.rowmax_pass(lw, "TMEM_S(0)"),
+        sm.rebase(lw),
+        If("j > 0", (sm.rescale_o(lw, "0", "reg", skip_unit=s.rescale_threshold is not None),)),
+        sm.p_pass(lw, "0", 0, lw.plan.tile.block_n, "all", True),
         CtaSync(lw.plan.threads, proxy_fence=s.p_storage == "smem"),
         Comment("O += P V(j)"),
         Single("thread0", (pv, Commit("pv_done"))),
@@ -53,7 +52,7 @@ def build(lw) -> RoleIR:
             )),
             Wait("q_full", None, ph["q_full"], lw.site(name, "q_full"), "-1"),
             Loop("j", "0", "c.n_kv", kv_loop, "K/V tiles"),
-            Epilogue(p, "reg"),
+            sm.epilogue(lw, "0", "reg"),
         )),
         Single("thread0", (IssueEnd(),)),
     )

@@ -44,27 +44,36 @@ def _step(lw, order, st, j: str, label: str):
     if st.kind == "QK":
         issue = [MmaQK(q, f"TMEM_S({q})", q_buf(q), buf), Commit("s_full", str(q)), *release]
         if lw.plan.persistent and order.is_last_qk(st):
-            issue.append(If(f"{j} == c.n_kv - 1", (Commit("q_free"),)))
+            last = "c.n_kv == 1" if j == "0" else f"{j} == c.n_kv - 1"  # the last K/V tile of the work item
+            issue.append(If(last, (Commit("q_free"),)))
         nodes.append(Single("elect", tuple(issue)))
         note = f"{label}: S{q} = Q{q} K({j})^T"
     else:
         pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", buf, lo, hi, acc, p_col=f"TMEM_P({q})")
         not_first_tile = "0" if j == "0" else f"{j} > 0"  # PV accumulates into O except on K/V tile 0
+        # pv_done only for the last K/V tile (the epilogue reads O): for tile j < last, PqV(j) is issued
+        # before Qq K(j+1) (the issue-order check guarantees it) and the s_full commit of that QK tracks
+        # every earlier MMA of this thread (PTX 9.7.16.12.1), so "S(j+1) ready" already means "O stable"
+        if j == "c.n_kv - 1":
+            done = (Commit("pv_done", str(q)),)
+        elif order.lead:
+            done = ()  # steady-state PVs are never the last tile's
+        else:
+            done = (If(f"{j} == c.n_kv - 1", (Commit("pv_done", str(q)),)),)
         if s.early_pv_cols:
             tile = lw.plan.tile
             k_split = (tile.block_n - s.early_pv_cols) // tile.mma_k
-            nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), lw.plan.q_stages),
+            nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), lw.plan.q_stages, True),
                               lw.site(name, "p_hi_ready"), j, fence_after=True))
             nodes.append(Comment(f"blog ch.13: PV on the {s.early_pv_cols} high P columns published first"))
             nodes.append(Single("elect", (pv(k_split, tile.pv_k_steps, not_first_tile),)))
-            nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), lw.plan.q_stages),
+            nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), lw.plan.q_stages, True),
                               lw.site(name, "p_lo_ready"), j, fence_after=True))
-            nodes.append(Single("elect", (pv(0, k_split, "1"), Commit("pv_done", str(q)), *release)))
+            nodes.append(Single("elect", (pv(0, k_split, "1"), *done, *release)))
         else:
-            nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), lw.plan.q_stages),
+            nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), lw.plan.q_stages, True),
                               lw.site(name, "p_ready"), j, fence_after=True))
-            nodes.append(Single("elect", (pv(0, lw.plan.tile.pv_k_steps, not_first_tile), Commit("pv_done", str(q)),
-                                          *release)))
+            nodes.append(Single("elect", (pv(0, lw.plan.tile.pv_k_steps, not_first_tile), *done, *release)))
         note = f"{label}: O{q} += P{q} V({j})"
     return Scope(note, tuple(nodes))
 
@@ -96,10 +105,10 @@ def build(lw) -> RoleIR:
         Comment("blog ch.4: one MMA warp; an elected lane issues tcgen05.mma and tcgen05.commit"),
         PhaseDecl("q_full_ph", 1, 0, "scalar"),
         PhaseDecl("kv_full_ph", lw.plan.kv_stages, 0, lw.storage(lw.plan.kv_stages)),
-        PhaseDecl(p_var, lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages)),
+        PhaseDecl(p_var, lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
     ]
     if s.early_pv_cols:
-        body.append(PhaseDecl("p_lo_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages)))
+        body.append(PhaseDecl("p_lo_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)))
     body += [
         Decl("uint32_t", "kv_base", "0"),
         WorkLoop(lw.plan.persistent, tuple(item)),

@@ -10,35 +10,39 @@ early-published high columns ch.13) and signal the MMA warp.
 from __future__ import annotations
 
 from ...ir import Arrive, Comment, Decl, If, Loop, PhaseDecl, RoleIR, Wait, WorkLoop
-from ..ir import Epilogue, RescaleO, SoftmaxP, SoftmaxRebase, SoftmaxRowmax, StoreStats
+from .. import softmax as sm
+from ..ir import StoreStats
 from ...roles.load import setmaxnreg
 
 
 def build(lw) -> RoleIR:
-    """The ``softmax`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
+    """The ``softmax`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`).
+
+    One copy for every Q stage: ``q`` (this warpgroup's Q stage) is a run-time
+    argument, so the hot loop exists once in the instruction cache."""
     s = lw.s
     name = "softmax"
     roles = lw.plan.role_specs("softmax")
-    p = lw.softmax_params("Q")
+    n = lw.plan.tile.block_n
     tile = [
-        Wait("s_full", "Q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
-        SoftmaxRowmax(p),
-        SoftmaxRebase(p),
+        Wait("s_full", "q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
+        sm.rowmax_pass(lw, "TMEM_S(q)"),
+        sm.rebase(lw),
     ]
     if s.correction_warps:
         tile += [Comment("blog ch.12: the correction warps rescale O with the published factor"),
-                 StoreStats("Q", "scale"), Arrive("stats_ready", "Q", by="warp")]
+                 StoreStats("q", "scale"), Arrive("stats_ready", "q", by="warp")]
     else:
-        tile.append(If("j > 0", (
-            Wait("pv_done", "Q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "j", fence_after=True),
-            RescaleO(p, "reg", skip_unit=s.rescale_threshold is not None),
-        )))
+        # PV(j-1) completed before S(j) was ready (see the MMA role): O is stable here
+        tile.append(If("j > 0", (sm.rescale_o(lw, "q", "reg", skip_unit=s.rescale_threshold is not None),)))
     if s.early_pv_cols:
-        split = lw.plan.tile.block_n - s.early_pv_cols
-        tile += [SoftmaxP(p, "hi", (split, lw.plan.tile.block_n)), Arrive("p_hi_ready", "Q", by="warp", fence_before=True),
-                 SoftmaxP(p, "lo", (0, split)), Arrive("p_lo_ready", "Q", by="warp", fence_before=True)]
+        split = n - s.early_pv_cols
+        tile += [sm.p_pass(lw, "q", split, n, "published first, blog ch.13", True),
+                 Arrive("p_hi_ready", "q", by="warp", fence_before=True),
+                 sm.p_pass(lw, "q", 0, split, "the rest", False),
+                 Arrive("p_lo_ready", "q", by="warp", fence_before=True)]
     else:
-        tile += [SoftmaxP(p, "all", (0, lw.plan.tile.block_n)), Arrive("p_ready", "Q", by="warp", fence_before=True)]
+        tile += [sm.p_pass(lw, "q", 0, n, "all", True), Arrive("p_ready", "q", by="warp", fence_before=True)]
     item = [
         Decl("float", "row_max", "-INFINITY"),
         Decl("float", "row_sum", "0.f"),
@@ -49,13 +53,13 @@ def build(lw) -> RoleIR:
     if s.correction_warps:
         if lw.plan.persistent:
             item += [Comment("blog ch.14: the correction warps have read the previous work item's rowsum"),
-                     Wait("rowsum_free", "Q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "c.n_kv")]
-        item += [StoreStats("Q", "rowsum"), Arrive("rowsum_ready", "Q", by="warp")]
+                     Wait("rowsum_free", "q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "c.n_kv")]
+        item += [StoreStats("q", "rowsum"), Arrive("rowsum_ready", "q", by="warp")]
     else:
-        item += [Wait("pv_done", "Q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "c.n_kv", fence_after=True),
-                 Epilogue(p, "reg")]
+        item += [Wait("pv_done", "q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "c.n_kv", fence_after=True),
+                 sm.epilogue(lw, "q", "reg")]
     body = [*setmaxnreg(lw, roles[0].regs),
-            Comment("one thread per row of S/P/O; Q is this warpgroup's Q stage (template parameter)"),
+            Comment("one thread per row of S/P/O; q is this warpgroup's Q stage (one copy of the code for all)"),
             PhaseDecl("s_full_ph", 1, 0, "scalar")]
     if not s.correction_warps:
         body.append(PhaseDecl("pv_done_ph", 1, 0, "scalar"))

@@ -1,0 +1,151 @@
+"""Softmax decisions of the tcgen05 backend, made in Python (the templates only
+print): column passes and their order, TMEM load widths, which columns take
+the polynomial exp2, the rowsum strategy, the register-cached columns, packed
+f32x2 math. Every decision is a field of an IR node, so ``b200c compile --emit
+ir`` shows what blog chapters 1, 2, 8-11, 13, 15 and 16 change.
+"""
+from __future__ import annotations
+
+from ..ir import Assign, Decl, Scope
+from .ir import (ColumnLoop, Epilogue, ExpScores, PackP, Rebase, RescaleO, RowmaxPass, RowsumAdd, ScoresFromCache,
+                 ScoresFromTmem, StoreP, TmemWait)
+
+
+def _cols(lw) -> int:
+    return lw.plan.tile.block_n
+
+
+def cache_from(lw) -> int:
+    """First S column kept in registers after the rowmax pass (block_n: none; blog ch.10)."""
+    return _cols(lw) - lw.s.s_cache_cols
+
+
+def packed(lw) -> bool:
+    """Elementwise FP32 math in f32x2 pairs (sm_100 fma/add/mul.f32x2)."""
+    return lw.s.f32x2
+
+
+def exp_mode(lw) -> str:
+    """``expf`` (blog ch.1-7) or ``ex2`` (ch.8: scale folded into log2 units)."""
+    return "expf" if lw.s.exp2 == "expf" else "ex2"
+
+
+def rowmax_pass(lw, s_col: str) -> RowmaxPass:
+    """Pass 1 over S (blog ch.1 §B, ch.10 cache, minor 15 wide/deferred loads, chains, 3-input max)."""
+    s = lw.s
+    return RowmaxPass(s_col=s_col, ncols=_cols(lw), load_width=s.s_load_cols, wait_each=not s.deferred_s_wait,
+                      chains=s.rowmax_chains, max3=s.rowmax_max3, cache_from=cache_from(lw))
+
+
+def rebase(lw) -> Rebase:
+    """New rowmax / rescale factor (blog ch.1, 8, 11)."""
+    return Rebase(exp_mode(lw), lw.s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2")
+
+
+def exp_ranges(sw_per16: int) -> tuple:
+    """(lo, hi, ``hw``|``sw``) column ranges of every 16 columns: the last
+    ``sw_per16`` take the software exp2 (blog ch.9)."""
+    out = [(0, 16 - sw_per16, "hw"), (16 - sw_per16, 16, "sw")]
+    return tuple(r for r in out if r[0] < r[1])
+
+
+def chunk_width(lw, bounds) -> int:
+    """Columns per P chunk: 32 when P goes to TMEM and every pass boundary is a
+    multiple of 32 (one x16 tcgen05.st per chunk), else 16."""
+    p_tmem = lw.plan.tmem_array("P") is not None
+    return 32 if p_tmem and all(b % 32 == 0 for b in bounds) else 16
+
+
+def p_pass(lw, q: str, lo: int, hi: int, part: str, first: bool) -> Scope:
+    """Pass 2 over S columns [lo, hi): P = exp(S - max), rowsum +=, P stored.
+
+    Cached columns (blog ch.10) are produced high to low from registers, the
+    rest re-read from TMEM (also high to low when a cache exists, so P, written
+    into the upper half of S, never overwrites an unread score). ``first``:
+    the first P pass of the tile (takes minor 15's deferred ``wait::ld``).
+    """
+    s = lw.s
+    n = _cols(lw)
+    split = cache_from(lw)
+    w = chunk_width(lw, (lo, hi, split if split < n else lo))
+    mode = exp_mode(lw)
+    pk = packed(lw)
+    p_arr = lw.plan.tmem_array("P")
+    store = StoreP(w, p_col=f"TMEM_P({q})") if p_arr is not None else StoreP(w, p_buf="SMEM_KV")
+    ranges = exp_ranges(s.sw_exp2_per16)
+    group = 16 if s.sw_exp2_per16 else w
+    body = []
+    if first and s.deferred_s_wait:
+        body.append(TmemWait("ld", "minor 15: the one deferred wait for pass 1's loads, before P overwrites S columns"))
+
+    def acc_of(cached: bool):
+        if s.split_rowsum:
+            if cached:
+                return ("rs_ab", "float2") if pk else ("rs_a", "pair")
+            return ("rs_c2", "float2") if pk else ("rs_c", "float")
+        if pk and s.rowsum == "fp32":
+            return "rs2", "float2"
+        return "row_sum", "float"
+
+    def chunk(source, acc):
+        name, typ = acc
+        return (source, ExpScores(w, mode, ranges if s.sw_exp2_per16 else ((0, w, "hw"),), pk and mode == "ex2", group),
+                PackP(w),
+                RowsumAdd(w, s.rowsum, name, typ, pk), store)
+
+    loops = []
+    decls = {}
+    if split < n and hi > split:  # columns cached in registers, high to low
+        acc = acc_of(True)
+        decls[acc[0]] = acc[1]
+        loops.append(ColumnLoop(hi - w, max(lo, split), -w, "columns cached in registers (blog ch.10)",
+                                chunk(ScoresFromCache(w, split), acc)))
+    top = min(hi, split)
+    if top > lo:
+        acc = acc_of(False)
+        decls[acc[0]] = acc[1]
+        src = ScoresFromTmem(f"TMEM_S({q})", w, min(s.s_load_cols, w))
+        if split < n:
+            loops.append(ColumnLoop(top - w, lo, -w, "columns re-read from TMEM", chunk(src, acc)))
+        else:
+            loops.append(ColumnLoop(lo, top, w, "S read again from TMEM (blog ch.1 §B)", chunk(src, acc)))
+    for name, typ in decls.items():
+        if name == "row_sum":
+            continue
+        if typ == "float2":
+            body.append(Decl("float2", name, "make_float2(0.f, 0.f)"))
+        elif typ == "pair":
+            body.append(Decl("float", "rs_a", "0.f"))
+            body.append(Decl("float", "rs_b", "0.f"))
+        else:
+            body.append(Decl("float", name, "0.f"))
+    body += loops
+    terms = []
+    for name, typ in decls.items():
+        if name == "row_sum":
+            continue
+        terms.append(f"({name}.x + {name}.y)" if typ == "float2" else ("(rs_a + rs_b)" if typ == "pair" else name))
+    if terms:
+        body.append(Assign("row_sum", "row_sum + " + " + ".join(terms)))
+    if p_arr is not None:
+        body.append(TmemWait("st"))
+    how = "exp(S * scale - rowmax)" if mode == "expf" else "exp2(S * scale_log2 - rowmax)"
+    order = ", high to low (blog ch.10)" if split < n else ""
+    return Scope(f"pass 2 over S columns [{lo}, {hi}) ({part}): P = {how}, rowsum += P{order}", tuple(body))
+
+
+def rescale_o(lw, q: str, source: str, skip_unit: bool) -> RescaleO:
+    """O *= rescale (blog ch.1 §B; ch.11 skip; ch.12 in the correction warps)."""
+    d = lw.plan.tile.head_dim
+    w = lw.s.o_load_cols
+    # two loads per wait when the role has the registers for 2 x width live values (not the correction
+    # warps' 80 at x32: measured, 604 B of spills)
+    regs = lw.role_spec("correction").regs if source == "smem" else None
+    inflight = 2 if d % (2 * w) == 0 and (regs is None or regs >= 128) else 1
+    return RescaleO(f"TMEM_O({q})", d, w, packed(lw), source, q, skip_unit, inflight,
+                    wait_each=not lw.s.deferred_s_wait)
+
+
+def epilogue(lw, q: str, rowsum: str) -> Epilogue:
+    """O / rowsum -> BF16 -> global (blog ch.1)."""
+    return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw))
