@@ -197,6 +197,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// x rounded to BF16 (round to nearest even) and back to FP32
+__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
 __device__ __forceinline__ float bf16x2_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16x2_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
@@ -528,16 +530,8 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         #pragma unroll
         for (int c0 = 0; c0 < 128; c0 += 32) {  // S read again from TMEM (blog ch.1 §B)
           float s[32];
-          {
-            float t[4][8];  // 4 loads, one wait
-            tmem_ld_x8(trow + TMEM_S(q) + c0, t[0]);
-            tmem_ld_x8(trow + TMEM_S(q) + c0 + 8, t[1]);
-            tmem_ld_x8(trow + TMEM_S(q) + c0 + 16, t[2]);
-            tmem_ld_x8(trow + TMEM_S(q) + c0 + 24, t[3]);
-            tmem_wait_ld();
-            #pragma unroll
-            for (int k = 0; k < 32; ++k) s[k] = t[k / 8][k % 8];
-          }
+          tmem_ld_x32(trow + TMEM_S(q) + c0, s);
+          tmem_wait_ld();
           float p[32];
           #pragma unroll
           for (int k = 0; k < 32; k += 2) {

@@ -201,6 +201,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// x rounded to BF16 (round to nearest even) and back to FP32
+__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
 __device__ __forceinline__ float bf16x2_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16x2_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
@@ -540,8 +542,8 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
           tmem_wait_st();
         }
       }
+      float2 rs2 = make_float2(0.f, 0.f);
       {  // pass 2 over S columns [0, 128) (all): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
-        float2 rs2 = make_float2(0.f, 0.f);
         #pragma unroll
         for (int c0 = 96; c0 >= 32; c0 -= 32) {  // columns cached in registers (blog ch.10)
           float s[32];
@@ -574,16 +576,8 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         {  // columns re-read from TMEM
           const int c0 = 0;
           float s[32];
-          {
-            float t[4][8];  // 4 loads, one wait
-            tmem_ld_x8(trow + TMEM_S(q) + c0, t[0]);
-            tmem_ld_x8(trow + TMEM_S(q) + c0 + 8, t[1]);
-            tmem_ld_x8(trow + TMEM_S(q) + c0 + 16, t[2]);
-            tmem_ld_x8(trow + TMEM_S(q) + c0 + 24, t[3]);
-            tmem_wait_ld();
-            #pragma unroll
-            for (int k = 0; k < 32; ++k) s[k] = t[k / 8][k % 8];
-          }
+          tmem_ld_x32(trow + TMEM_S(q) + c0, s);
+          tmem_wait_ld();
           float p[32];
           #pragma unroll
           for (int g = 0; g < 32; g += 16) {
@@ -608,12 +602,12 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
           for (int k = 0; k < 32; k += 2) rs2 = add_f32x2(rs2, make_float2(p[k], p[k + 1]));  // rowsum of FP32 P, two chains
           tmem_st_x16(trow + TMEM_P(q) + c0 / 2, pk);  // 32 BF16 P values packed into 16 columns (blog ch.2)
         }
-        row_sum = row_sum + (rs2.x + rs2.y);
         tmem_wait_st();
       }
       tcgen05_fence_before();
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + q));  // one arrival per warp
+      row_sum = row_sum + (rs2.x + rs2.y);
     }
     mbar_wait(c.bar(BAR_PV_DONE + q), pv_done_ph, 101, c.n_kv, work);  // wait site 101
     pv_done_ph ^= 1u;

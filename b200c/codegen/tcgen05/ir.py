@@ -88,15 +88,20 @@ class Rebase(Node):
     11). ``mode``: ``expf`` (natural-log units) or ``ex2`` (log2 units, scale
     folded with log2 e); ``threshold``: rebase only when the tile max exceeds
     the kept one by this many log2 units (ch.11); ``packed``: also form the
-    float2 ``scale2``/``neg_max2`` pairs of the f32x2 scale-and-subtract."""
+    float2 ``scale2``/``neg_max2`` pairs of the f32x2 scale-and-subtract;
+    ``top_p_rounding``: add ``bf16(p_top) - p_top`` for the tile's largest P
+    to the FP32 rowsum (with the threshold P reaches 2^8, and the BF16 rounding
+    of a dominant P would otherwise not cancel between O and the rowsum)."""
 
     mode: str
     threshold: Optional[float] = None
     packed: bool = False
+    top_p_rounding: bool = False
 
     def describe(self) -> str:
         when = "always" if self.threshold is None else f"only if gap >= {self.threshold} (log2 units)"
-        return f"softmax.rebase ({self.mode}) {when}" + ("; pairs for f32x2" if self.packed else "")
+        extra = "; rowsum takes the tile's largest P as rounded to BF16" if self.top_p_rounding else ""
+        return f"softmax.rebase ({self.mode}) {when}" + ("; pairs for f32x2" if self.packed else "") + extra
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,14 @@ def rowmax_pass(lw, s_col: str) -> RowmaxPass:
 
 def rebase(lw) -> Rebase:
     """New rowmax / rescale factor (blog ch.1, 8, 11)."""
-    return Rebase(exp_mode(lw), lw.s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2")
+    s = lw.s
+    # with the ch.11 threshold the largest P of a tile is 2^gap (gap < threshold), not exactly 1, and PV
+    # consumes it rounded to BF16: for a row dominated by one key the FP32 rowsum would miss that rounding
+    # (relative error up to 2^-9; measured 1.68e-2 against a 1.66e-2 FlashAttention tolerance on the
+    # emulated s384 shape). Adding bf16(p_top) - p_top restores the rounded-sum accuracy for a few
+    # instructions per tile instead of unpacking every P (rowsum='bf16').
+    top = s.rescale_threshold is not None and s.rowsum == "fp32" and exp_mode(lw) == "ex2"
+    return Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top)
 
 
 def exp_ranges(sw_per16: int) -> tuple:
@@ -56,14 +63,68 @@ def chunk_width(lw, bounds) -> int:
     return 32 if p_tmem and all(b % 32 == 0 for b in bounds) else 16
 
 
-def p_pass(lw, q: str, lo: int, hi: int, part: str, first: bool) -> Scope:
-    """Pass 2 over S columns [lo, hi): P = exp(S - max), rowsum +=, P stored.
+def _acc_of(lw, cached: bool) -> tuple:
+    """(name, type) of the rowsum accumulator of cached / re-read columns."""
+    s = lw.s
+    pk = packed(lw)
+    if s.split_rowsum:  # minor 16: separate accumulators for the cached and the re-read columns
+        if cached:
+            return ("rs_ab", "float2") if pk else ("rs_a", "pair")
+        return ("rs_c2", "float2") if pk else ("rs_c", "float")
+    if pk and s.rowsum == "fp32":
+        return "rs2", "float2"
+    return "row_sum", "float"
 
-    Cached columns (blog ch.10) are produced high to low from registers, the
-    rest re-read from TMEM (also high to low when a cache exists, so P, written
-    into the upper half of S, never overwrites an unread score). ``first``:
-    the first P pass of the tile (takes minor 15's deferred ``wait::ld``).
+
+def p_passes(lw, q: str, parts) -> list:
+    """Pass 2 over S for one K/V tile: P = exp(S - max), rowsum +=, P stored.
+
+    ``parts``: (lo, hi, label, nodes to emit after the part) in production
+    order (blog ch.13 publishes the high columns first). The rowsum
+    accumulators are declared once before the first part and combined into
+    ``row_sum`` once after the last (minor 16).
     """
+    accs = {}
+    scopes = []
+    for i, (lo, hi, label, after) in enumerate(parts):
+        scopes.append((_p_part(lw, q, lo, hi, label, i == 0, accs), after))
+    out = []
+    for name, typ in accs.items():
+        if name == "row_sum":
+            continue
+        if typ == "float2":
+            out.append(Decl("float2", name, "make_float2(0.f, 0.f)"))
+        elif typ == "pair":
+            out += [Decl("float", "rs_a", "0.f"), Decl("float", "rs_b", "0.f")]
+        else:
+            out.append(Decl("float", name, "0.f"))
+    for scope, after in scopes:
+        out += [scope, *after]
+    pairs = [k for k, v in accs.items() if v == "float2"]
+    if len(pairs) > 1:  # add the float2 accumulators pairwise first: one f32x2 add per extra accumulator
+        out.append(Decl("const float2", "rs_all", _nest_add(pairs)))
+        pairs = ["rs_all"]
+    terms = [f"({k}.x + {k}.y)" for k in pairs] + [
+        "(rs_a + rs_b)" if v == "pair" else k for k, v in accs.items() if v not in ("float2",) and k != "row_sum"]
+    if terms:
+        out.append(Assign("row_sum", "row_sum + " + " + ".join(terms)))
+    return out
+
+
+def _nest_add(names) -> str:
+    """C expression adding float2 accumulators: add_f32x2(add_f32x2(a, b), c)."""
+    expr = names[0]
+    for n in names[1:]:
+        expr = f"add_f32x2({expr}, {n})"
+    return expr
+
+
+def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict) -> Scope:
+    """One part of pass 2 over S columns [lo, hi). Cached columns (blog ch.10)
+    are produced high to low from registers, the rest re-read from TMEM (also
+    high to low when a cache exists, so P, written into the upper half of S,
+    never overwrites an unread score); one TMEM load per chunk. ``first``: the
+    first part of the tile (takes minor 15's deferred ``wait::ld``)."""
     s = lw.s
     n = _cols(lw)
     split = cache_from(lw)
@@ -72,61 +133,28 @@ def p_pass(lw, q: str, lo: int, hi: int, part: str, first: bool) -> Scope:
     pk = packed(lw)
     p_arr = lw.plan.tmem_array("P")
     store = StoreP(w, p_col=f"TMEM_P({q})") if p_arr is not None else StoreP(w, p_buf="SMEM_KV")
-    ranges = exp_ranges(s.sw_exp2_per16)
+    ranges = exp_ranges(s.sw_exp2_per16) if s.sw_exp2_per16 else ((0, w, "hw"),)
     group = 16 if s.sw_exp2_per16 else w
     body = []
     if first and s.deferred_s_wait:
         body.append(TmemWait("ld", "minor 15: the one deferred wait for pass 1's loads, before P overwrites S columns"))
 
-    def acc_of(cached: bool):
-        if s.split_rowsum:
-            if cached:
-                return ("rs_ab", "float2") if pk else ("rs_a", "pair")
-            return ("rs_c2", "float2") if pk else ("rs_c", "float")
-        if pk and s.rowsum == "fp32":
-            return "rs2", "float2"
-        return "row_sum", "float"
-
     def chunk(source, acc):
         name, typ = acc
-        return (source, ExpScores(w, mode, ranges if s.sw_exp2_per16 else ((0, w, "hw"),), pk and mode == "ex2", group),
-                PackP(w),
+        accs[name] = typ
+        return (source, ExpScores(w, mode, ranges, pk and mode == "ex2", group), PackP(w),
                 RowsumAdd(w, s.rowsum, name, typ, pk), store)
 
-    loops = []
-    decls = {}
     if split < n and hi > split:  # columns cached in registers, high to low
-        acc = acc_of(True)
-        decls[acc[0]] = acc[1]
-        loops.append(ColumnLoop(hi - w, max(lo, split), -w, "columns cached in registers (blog ch.10)",
-                                chunk(ScoresFromCache(w, split), acc)))
+        body.append(ColumnLoop(hi - w, max(lo, split), -w, "columns cached in registers (blog ch.10)",
+                               chunk(ScoresFromCache(w, split), _acc_of(lw, True))))
     top = min(hi, split)
     if top > lo:
-        acc = acc_of(False)
-        decls[acc[0]] = acc[1]
-        src = ScoresFromTmem(f"TMEM_S({q})", w, min(s.s_load_cols, w))
+        src = ScoresFromTmem(f"TMEM_S({q})", w, w)
         if split < n:
-            loops.append(ColumnLoop(top - w, lo, -w, "columns re-read from TMEM", chunk(src, acc)))
+            body.append(ColumnLoop(top - w, lo, -w, "columns re-read from TMEM", chunk(src, _acc_of(lw, False))))
         else:
-            loops.append(ColumnLoop(lo, top, w, "S read again from TMEM (blog ch.1 §B)", chunk(src, acc)))
-    for name, typ in decls.items():
-        if name == "row_sum":
-            continue
-        if typ == "float2":
-            body.append(Decl("float2", name, "make_float2(0.f, 0.f)"))
-        elif typ == "pair":
-            body.append(Decl("float", "rs_a", "0.f"))
-            body.append(Decl("float", "rs_b", "0.f"))
-        else:
-            body.append(Decl("float", name, "0.f"))
-    body += loops
-    terms = []
-    for name, typ in decls.items():
-        if name == "row_sum":
-            continue
-        terms.append(f"({name}.x + {name}.y)" if typ == "float2" else ("(rs_a + rs_b)" if typ == "pair" else name))
-    if terms:
-        body.append(Assign("row_sum", "row_sum + " + " + ".join(terms)))
+            body.append(ColumnLoop(lo, top, w, "S read again from TMEM (blog ch.1 §B)", chunk(src, _acc_of(lw, False))))
     if p_arr is not None:
         body.append(TmemWait("st"))
     how = "exp(S * scale - rowmax)" if mode == "expf" else "exp2(S * scale_log2 - rowmax)"

@@ -33,7 +33,7 @@ def build(lw) -> RoleIR:
         sm.rowmax_pass(lw, "TMEM_S(0)"),
         sm.rebase(lw),
         If("j > 0", (sm.rescale_o(lw, "0", "reg", skip_unit=s.rescale_threshold is not None),)),
-        sm.p_pass(lw, "0", 0, lw.plan.tile.block_n, "all", True),
+        *sm.p_passes(lw, "0", [(0, lw.plan.tile.block_n, "all", [])]),
         CtaSync(lw.plan.threads, proxy_fence=s.p_storage == "smem"),
         Comment("O += P V(j)"),
         Single("thread0", (pv, Commit("pv_done"))),

@@ -37,12 +37,11 @@ def build(lw) -> RoleIR:
         tile.append(If("j > 0", (sm.rescale_o(lw, "q", "reg", skip_unit=s.rescale_threshold is not None),)))
     if s.early_pv_cols:
         split = n - s.early_pv_cols
-        tile += [sm.p_pass(lw, "q", split, n, "published first, blog ch.13", True),
-                 Arrive("p_hi_ready", "q", by="warp", fence_before=True),
-                 sm.p_pass(lw, "q", 0, split, "the rest", False),
-                 Arrive("p_lo_ready", "q", by="warp", fence_before=True)]
+        tile += sm.p_passes(lw, "q", [
+            (split, n, "published first, blog ch.13", [Arrive("p_hi_ready", "q", by="warp", fence_before=True)]),
+            (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])])
     else:
-        tile += [sm.p_pass(lw, "q", 0, n, "all", True), Arrive("p_ready", "q", by="warp", fence_before=True)]
+        tile += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="warp", fence_before=True)])])
     item = [
         Decl("float", "row_max", "-INFINITY"),
         Decl("float", "row_sum", "0.f"),
