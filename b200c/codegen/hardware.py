@@ -35,10 +35,16 @@ class Limits:
     smem_align_slack: int = 1024
 
     def entry_registers(self, threads: int) -> int:
-        """Registers per thread at kernel entry under ``__launch_bounds__(threads, 1)``:
-        the pool over the thread count, rounded down to a multiple of 8, at most
-        ``max_regs_per_thread`` (what ptxas allocates, docs/sm100-facts.md §11)."""
-        return min(self.max_regs_per_thread, (self.register_pool // threads) // 8 * 8)
+        """Registers per thread at kernel entry under ``__launch_bounds__(threads, 1)``.
+
+        Each of the SM's 4 sub-partitions holds a quarter of the register pool
+        and ceil(warps / 4) of the CTA's warps, so the cap is that quarter over
+        the busiest sub-partition's threads, rounded down to a multiple of 8, at
+        most ``max_regs_per_thread``: ptxas gives 255 up to 256 threads, 168 at
+        320 and 384, 128 at 512, 64 at 1024 (docs/sm100-facts.md §11)."""
+        warps_per_subpartition = -(-threads // 32 // 4)
+        per_thread = self.register_pool // 4 // (32 * warps_per_subpartition)
+        return min(self.max_regs_per_thread, per_thread // 8 * 8)
 
 
 SM100 = Limits("sm_100a", tmem_columns=512)

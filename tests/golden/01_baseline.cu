@@ -557,8 +557,14 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
         #pragma unroll
         for (int c0 = 0; c0 < 128; c0 += 16) {  // S read again from TMEM (blog ch.1 §B)
           float s[16];
-          tmem_ld_x16(trow + TMEM_S(0) + c0, s);
-          tmem_wait_ld();
+          {
+            float t[2][8];  // 2 loads, one wait
+            tmem_ld_x8(trow + TMEM_S(0) + c0, t[0]);
+            tmem_ld_x8(trow + TMEM_S(0) + c0 + 8, t[1]);
+            tmem_wait_ld();
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) s[k] = t[k / 8][k % 8];
+          }
           float p[16];
           #pragma unroll
           for (int k = 0; k < 16; k += 2) {

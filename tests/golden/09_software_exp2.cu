@@ -541,8 +541,16 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         #pragma unroll
         for (int c0 = 0; c0 < 128; c0 += 32) {  // S read again from TMEM (blog ch.1 §B)
           float s[32];
-          tmem_ld_x32(trow + TMEM_S(q) + c0, s);
-          tmem_wait_ld();
+          {
+            float t[4][8];  // 4 loads, one wait
+            tmem_ld_x8(trow + TMEM_S(q) + c0, t[0]);
+            tmem_ld_x8(trow + TMEM_S(q) + c0 + 8, t[1]);
+            tmem_ld_x8(trow + TMEM_S(q) + c0 + 16, t[2]);
+            tmem_ld_x8(trow + TMEM_S(q) + c0 + 24, t[3]);
+            tmem_wait_ld();
+            #pragma unroll
+            for (int k = 0; k < 32; ++k) s[k] = t[k / 8][k % 8];
+          }
           float p[32];
           #pragma unroll
           for (int g = 0; g < 32; g += 16) {

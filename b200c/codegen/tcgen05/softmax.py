@@ -123,7 +123,7 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict) ->
     """One part of pass 2 over S columns [lo, hi). Cached columns (blog ch.10)
     are produced high to low from registers, the rest re-read from TMEM (also
     high to low when a cache exists, so P, written into the upper half of S,
-    never overwrites an unread score); one TMEM load per chunk. ``first``: the
+    never overwrites an unread score). ``first``: the
     first part of the tile (takes minor 15's deferred ``wait::ld``)."""
     s = lw.s
     n = _cols(lw)
@@ -150,7 +150,10 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict) ->
                                chunk(ScoresFromCache(w, split), _acc_of(lw, True))))
     top = min(hi, split)
     if top > lo:
-        src = ScoresFromTmem(f"TMEM_S({q})", w, w)
+        # minor 15's wide loads: one load per chunk; before it, loads of s_load_cols (one x32 re-read next to
+        # the 96-column register cache pushes stage 10's softmax over its 168 registers: measured, spills)
+        width = w if s.deferred_s_wait else min(s.s_load_cols, w)
+        src = ScoresFromTmem(f"TMEM_S({q})", w, width)
         if split < n:
             body.append(ColumnLoop(top - w, lo, -w, "columns re-read from TMEM", chunk(src, _acc_of(lw, False))))
         else:
