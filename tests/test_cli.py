@@ -30,7 +30,7 @@ def test_emit_text(emit, needle):
 def test_emit_ir_shows_issue_order():
     r = run("compile", str(EXAMPLES[6]), "--emit", "ir")
     assert "prologue (blog ch.7)" in r.stdout
-    assert "for i in [0, c.n_kv - 1)" in r.stdout
+    assert "for i in [0, w.n_kv - 1)" in r.stdout
     assert "tcgen05.commit -> kv_empty[slot]" in r.stdout
 
 

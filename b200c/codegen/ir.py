@@ -60,12 +60,15 @@ class Comment(Node):
 
 @dataclass(frozen=True)
 class Decl(Node):
-    """Role-local variable: ``ctype name[array] = init``."""
+    """Role-local variable: ``ctype name[array] = init``. ``model``: the
+    expression the protocol verifier uses instead of ``init`` for an integer
+    that depends on run-time data (e.g. ``full_tiles(c, w, q)``)."""
 
     ctype: str
     name: str
     init: str
     array: Optional[int] = None
+    model: Optional[str] = None
 
     def describe(self) -> str:
         arr = f"[{self.array}]" if self.array else ""
@@ -194,19 +197,22 @@ class AsyncArrive(Node):
 @dataclass(frozen=True)
 class TmaLoadTile(Node):
     """TMA-load one tile of ``tensor`` (q/k/v; its bytes are the plan's tile
-    bytes), rows starting at ``row`` of (batch w.b, head w.h), into SMEM offset
-    ``dst``; completes the bytes on ``barrier[index]`` (slices per the swizzle
-    mode, blog ch.1/3)."""
+    bytes): ``rows`` rows starting at row ``row`` of head ``head`` (batch
+    coordinate ``w.tma_b``), into SMEM offset ``dst``; completes the bytes on
+    ``barrier[index]`` (slices per the swizzle mode, blog ch.1/3)."""
 
     tensor: str
     dst: str
     row: str
     barrier: str
     index: Optional[str] = None
+    head: str = "w.h"
+    rows: int = 128
 
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""
-        return f"tma.load {self.tensor.upper()} rows {self.row} -> smem {self.dst} (complete_tx {self.barrier}{idx})"
+        return (f"tma.load {self.tensor.upper()} rows {self.row} head {self.head} -> smem {self.dst} "
+                f"(complete_tx {self.barrier}{idx})")
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,8 @@ class _Model:
         t = self.plan.tile
         self.consts = dict(KV_STAGES=self.plan.kv_stages, Q_STAGES=self.plan.q_stages, BLOCK_M=t.block_m,
                            BLOCK_N=t.block_n, HEAD_DIM=t.head_dim, TILE_BYTES=t.q_tile_bytes,
-                           KV_SLOT_BYTES=self.plan.kv_slot_bytes, c_n_kv=n_kv, c_num_work=num_work)
+                           KV_SLOT_BYTES=self.plan.kv_slot_bytes, w_n_kv=n_kv, c_num_work=num_work,
+                           w_n_full=n_kv // 2)  # the masked-tile loop runs the tail: both loops are modelled
         self.procs = []
         for r in ir.roles:
             insts = r.instances or ((None, r.warps),)
@@ -175,7 +176,7 @@ class _Model:
                 yield from self._run(n.body, env, proc, path + [n.note], single)
             elif t is Decl:
                 if "int" in n.ctype and not n.array:
-                    env[n.name] = self._eval(n.init, env, path, f"initial value of {n.name}")
+                    env[n.name] = self._eval(n.model or n.init, env, path, f"initial value of {n.name}")
             elif t is Assign:
                 if n.target in env:
                     env[n.target] = self._eval(n.expr, env, path, f"value of {n.target}")

@@ -69,14 +69,22 @@ def _enums(s: Schedule) -> None:
             raise ScheduleError(f"{field}={v!r} is not one of {', '.join(map(repr, allowed))}")
 
 
+HEAD_DIMS = (64, 128, 256)
+
+
 def _tile_shape(s: Schedule) -> None:
-    for field in ("block_m", "block_n", "head_dim"):
+    for field in ("block_m", "block_n"):
         v = getattr(s, field)
         if v != 128:
             raise ScheduleError(
-                f"{field}={v}: only 128 is generated for now (the blog's 128x128 tiles at head dim 128); "
+                f"{field}={v}: only 128 is generated (128 x 128 tiles: one TMEM lane per row, M=128 MMAs); "
                 f"set {field}=128"
             )
+    if s.head_dim not in HEAD_DIMS:
+        raise ScheduleError(
+            f"head_dim={s.head_dim} is not one of {', '.join(map(str, HEAD_DIMS))} (multiples of the 64-column "
+            f"TMA box, N <= 256 for the PV MMA)"
+        )
 
 
 def _needs_specialization(s: Schedule) -> None:

@@ -18,16 +18,32 @@
 //   sw_exp2_per16 = 2
 // ==== end section: header ====
 // ==== section: launch ====
-// Entry point (parameters):
-//   tmap_q, tmap_k, tmap_v  const __grid_constant__ CUtensorMap: TMA maps of Q, K, V (BF16, rank 4,
-//                           dims {D, S, H, B}, strides of S/H/B in bytes, box {64, 128, 1, 1},
-//                           swizzle 128B, L2 promotion none, OOB fill zero)
-//   out                     __nv_bfloat16*: O, same logical (B, H, S_q, D) shape as Q
-//   out_stride_b/h/s        int64_t: element strides of O
-//   batch, heads            int
-//   seq_q, seq_kv           int: multiples of 128
-//   softmax_scale           float: natural-log units, usually 1/sqrt(D)
-// Launch: grid = work items (B * H * ceil(ceil(seq_q / 128) / 2)),
+// Entry point b200c_attention (parameters, in order):
+//   tmap_q          CUtensorMap: TMA map of Q (BF16, rank 4, dims {D, S_q, H, B}; varlen: {D, total_q, H, 1})
+//   tmap_k          CUtensorMap: TMA map of K (dims {D, S_kv, H_kv, B}; varlen: {D, total_kv, H_kv, 1})
+//   tmap_v          CUtensorMap: TMA map of V (as K)
+//   out             __nv_bfloat16*: O, same logical (B, H, S_q, D) shape as Q
+//   out_stride_b    const int64_t: element stride of O over B (varlen: 0)
+//   out_stride_h    const int64_t: element stride of O over H
+//   out_stride_s    const int64_t: element stride of O over S_q (rows)
+//   lse             float*: log-sum-exp per (B, H, S_q) row in natural-log units, or null
+//   lse_stride_b    const int64_t: element stride of lse over B (varlen: 0)
+//   lse_stride_h    const int64_t: element stride of lse over H
+//   lse_stride_s    const int64_t: element stride of lse over S_q
+//   cu_seqlens_q    const int*: varlen: B + 1 prefix sums of the query lengths, else null
+//   cu_seqlens_k    const int*: varlen: B + 1 prefix sums of the key lengths, else null
+//   batch           const int: B (sequences)
+//   heads           const int: H (query heads)
+//   heads_kv        const int: H_kv (K/V heads; H is a multiple)
+//   seq_q           const int: S_q (varlen: the longest query sequence)
+//   seq_kv          const int: S_kv (varlen: unused, read from cu_seqlens_k)
+//   causal          const int: 1: causal mask aligned to the bottom-right corner
+//   pack_heads      const int: 1: a work item's Q stages are Q_STAGES heads of one K/V group (GQA)
+//   softmax_scale   const float: natural-log units, usually 1/sqrt(D)
+// TMA maps: BF16, rank 4, strides of S/H/B in bytes, box {64, 128, 1, 1},
+//   swizzle 128B, L2 promotion none, out-of-bounds rows read as zero.
+// Any S_q >= 1, S_kv >= 1 (a partial last K/V tile is masked); GQA: H a multiple of H_kv.
+// Launch: grid = work items (B * H * ceil(ceil(S_q / 128) / 2)),
 //         block = 320 threads (+32 emulator warp with -DB200C_EMULATE),
 //         dynamic SMEM = 164984 bytes, TMEM = 512 columns
 // Build:  nvcc -arch=sm_100a -cubin kernel.cu
@@ -54,6 +70,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ uint32_t warp_id() { return threadIdx.x >> 5; }
+// x through an opaque mov: ptxas keeps the value in a register instead of recomputing it inside a hot
+// loop (used where measured to pay: the correction warps' TMEM lane base)
+__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.u32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
 __device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31; }
 
 // ---- mbarrier (PTX 9.7.13.15) ---------------------------------------------
@@ -199,6 +222,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
+}
+__device__ __forceinline__ float lg2_approx_ftz(float x) {  // PTX 9.7.3.22; LSE only (rowsum >= 1)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -459,22 +487,92 @@ struct Ctx {
   const CUtensorMap* tmap_v;
   __nv_bfloat16* out;
   int64_t out_stride_b, out_stride_h, out_stride_s;
-  int batch, heads, seq_q, seq_kv;
-  int n_kv;       // K/V tiles per work item
-  int q_groups;   // work items per (batch, head)
+  float* lse;           // log-sum-exp output (natural log), or null
+  int64_t lse_stride_b, lse_stride_h, lse_stride_s;
+  const int* cu_seqlens_q;  // varlen prefix sums, or null
+  const int* cu_seqlens_k;
+  int batch, heads, heads_kv, group, seq_q, seq_kv;
+  bool causal, pack_heads;
+  int q_groups;   // work items per (sequence, head or head group)
   int num_work;   // work items in the grid
   float softmax_scale, scale_log2;
   __device__ __forceinline__ uint32_t bar(uint32_t i) const { return smem + SMEM_BAR + 8u * i; }
 };
 
-// A work item: Q_STAGES consecutive Q tiles of one (batch, head).
+// A work item: Q_STAGES Q tiles that share every K/V tile -- consecutive Q tiles of one (sequence, head)
+// or, when the runtime packs heads (GQA, at least Q_STAGES query heads per K/V head), the same Q tile of
+// Q_STAGES heads of one K/V group, so K/V is loaded once for all of them.
 struct WorkItem {
-  int b, h, q_tile;
+  int b;               // sequence (batch index)
+  int h;               // query head of Q stage 0
+  int h_kv;            // K/V head
+  int q_tile;          // Q tile of Q stage 0, counted from the sequence start
+  int tma_b;           // batch coordinate of the tensor maps (0 for packed varlen tensors)
+  int q_row0, kv_row0; // first row of the sequence in the Q/O and K/V tensors (varlen), else 0
+  int len_q, len_kv;   // the sequence's lengths
+  int n_kv;            // K/V tiles to visit (>= 1; causal: up to the diagonal of the item's last row)
+  int n_full;          // of which the first n_full are seen whole by every row of every Q stage (no mask)
+  bool valid;          // false: a shorter varlen sequence has no Q tile here; every role skips the item
 };
+__device__ __forceinline__ int q_tile_of(const Ctx& c, const WorkItem& w, int q) {
+  return c.pack_heads ? w.q_tile : w.q_tile + q;
+}
+__device__ __forceinline__ int q_head_of(const Ctx& c, const WorkItem& w, int q) {
+  return c.pack_heads ? w.h + q : w.h;
+}
 __device__ __forceinline__ WorkItem decode_work(const Ctx& c, int work) {
-  const int group = work % c.q_groups;
-  const int bh = work / c.q_groups;
-  return WorkItem{bh / c.heads, bh % c.heads, group * Q_STAGES};
+  WorkItem w;
+  int group = work % c.q_groups;
+  const int rest = work / c.q_groups;
+  if (c.causal) group = c.q_groups - 1 - group;  // causal: the longest rows first, not all at the end
+  if (c.pack_heads) {
+    const int head_groups = c.heads / Q_STAGES;
+    w.b = rest / head_groups;
+    w.h = (rest % head_groups) * Q_STAGES;
+    w.q_tile = group;
+  } else {
+    w.b = rest / c.heads;
+    w.h = rest % c.heads;
+    w.q_tile = group * Q_STAGES;
+  }
+  w.h_kv = w.h / c.group;
+  if (c.cu_seqlens_q != nullptr) {  // varlen: packed (total, H, D) tensors
+    w.q_row0 = c.cu_seqlens_q[w.b];
+    w.len_q = c.cu_seqlens_q[w.b + 1] - w.q_row0;
+    w.kv_row0 = c.cu_seqlens_k[w.b];
+    w.len_kv = c.cu_seqlens_k[w.b + 1] - w.kv_row0;
+    w.tma_b = 0;
+  } else {
+    w.q_row0 = 0;
+    w.len_q = c.seq_q;
+    w.kv_row0 = 0;
+    w.len_kv = c.seq_kv;
+    w.tma_b = w.b;
+  }
+  w.valid = w.q_tile * BLOCK_M < w.len_q;
+  int n = (w.len_kv + BLOCK_N - 1) / BLOCK_N;
+  if (c.causal) {  // bottom-right aligned: row r sees keys <= r + len_kv - len_q
+    const int rows = (c.pack_heads ? 1 : Q_STAGES) * BLOCK_M;
+    const int last_row = min((w.q_tile * BLOCK_M) + rows, w.len_q) - 1;
+    const int last_key = last_row + w.len_kv - w.len_q;
+    n = min(n, last_key < 0 ? 0 : last_key / BLOCK_N + 1);
+  }
+  w.n_kv = max(n, 1);  // at least one (then fully masked) tile: rows that see no key give 0, LSE -inf
+  // whole tiles for every row: the item's first row is the most restricted one (one value for all Q
+  // stages keeps the steady-state loop bound warp-uniform)
+  int full = w.len_kv / BLOCK_N;
+  if (c.causal) {
+    const int keys_of_first_row = w.q_tile * BLOCK_M + w.len_kv - w.len_q + 1;
+    full = min(full, keys_of_first_row < 0 ? 0 : keys_of_first_row / BLOCK_N);
+  }
+  w.n_full = min(full, w.n_kv);
+  return w;
+}
+// columns of K/V tile j that the row `row_in_seq` sees (all of them: >= BLOCK_N)
+__device__ __forceinline__ int col_limit(const Ctx& c, const WorkItem& w, int row_in_seq, int j) {
+  int lim = w.len_kv - j * BLOCK_N;
+  if (c.causal) lim = min(lim, row_in_seq + w.len_kv - w.len_q + 1 - j * BLOCK_N);
+  return lim;
 }
 // ==== end section: context ====
 // ==== section: role softmax ====
@@ -485,13 +583,12 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
   // one thread per row of S/P/O; q is this warpgroup's Q stage (one copy of the code for all)
   uint32_t s_full_ph = 0u;  // mbarrier phase parity
   uint32_t pv_done_ph = 0u;  // mbarrier phase parity
-  {  // one work item per CTA
+  if (const WorkItem w = decode_work(c, (int)blockIdx.x); w.valid) {  // one work item per CTA
     const int work = blockIdx.x;
-    const WorkItem w = decode_work(c, work);
     float row_max = -INFINITY;
     float row_sum = 0.f;
     #pragma unroll 1
-    for (int j = 0; j < c.n_kv; ++j) {  // K/V tiles
+    for (int j = 0; j < w.n_full; ++j) {  // K/V tiles every row sees whole (the steady state)
       mbar_wait(c.bar(BAR_S_FULL + q), s_full_ph, 100, j, work);  // wait site 100
       s_full_ph ^= 1u;
       tcgen05_fence_after();
@@ -582,14 +679,114 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + q));  // one arrival per warp
       row_sum = row_sum + (rs2.x + rs2.y);
     }
-    mbar_wait(c.bar(BAR_PV_DONE + q), pv_done_ph, 101, c.n_kv, work);  // wait site 101
+    const int row_in_seq = q_tile_of(c, w, q) * BLOCK_M + (int)row;
+    #pragma unroll 1
+    for (int j = w.n_full; j < w.n_kv; ++j) {  // masked tiles: the partial last K/V tile, the causal diagonal
+      const int col_lim = col_limit(c, w, row_in_seq, j);
+      mbar_wait(c.bar(BAR_S_FULL + q), s_full_ph, 101, j, work);  // wait site 101
+      s_full_ph ^= 1u;
+      tcgen05_fence_after();
+      // pass 1 over S: tile rowmax (blog ch.1 §B)
+      float tile_max = -INFINITY;
+      #pragma unroll
+      for (int c0 = 0; c0 < 128; c0 += 8) {
+        float s[8];
+        tmem_ld_x8(trow + TMEM_S(q) + c0, s);
+        tmem_wait_ld();
+        #pragma unroll
+        for (int k = 0; k < 8; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
+        #pragma unroll
+        for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
+      }
+      // rowmax kept in log2 units (scale folded with log2(e)); ex2.approx.ftz without the __expf wrapper (blog ch.8)
+      const float m_new = fmaxf(row_max, tile_max * c.scale_log2);
+      const float rescale = m_new == -INFINITY ? 1.f : ex2_approx_ftz(row_max - m_new);  // no key seen yet: nothing to rescale
+      row_sum *= rescale;
+      row_max = m_new;
+      const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
+      const float2 scale2 = make_float2(c.scale_log2, c.scale_log2);  // s * scale_log2 - max, two columns per fma.rn.f32x2
+      const float2 neg_max2 = make_float2(-max_use, -max_use);
+      if (j > 0) {
+        {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
+          const float2 rescale2 = make_float2(rescale, rescale);
+          #pragma unroll
+          for (int c0 = 0; c0 < 128; c0 += 16) {  // 2 x8 load(s), one wait
+            float o[2][8];
+            tmem_ld_x8(trow + TMEM_O(q) + c0, o[0]);
+            tmem_ld_x8(trow + TMEM_O(q) + c0 + 8, o[1]);
+            tmem_wait_ld();
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              uint32_t u[8];
+              #pragma unroll
+              for (int k = 0; k < 8; k += 2) {  // two columns per mul.f32x2
+                const float2 r = mul_f32x2(make_float2(o[h][k], o[h][k + 1]), rescale2);
+                u[k] = __float_as_uint(r.x);
+                u[k + 1] = __float_as_uint(r.y);
+              }
+              tmem_st_x8(trow + TMEM_O(q) + c0 + h * 8, u);
+            }
+          }
+          tmem_wait_st();
+        }
+      }
+      float2 rs2 = make_float2(0.f, 0.f);
+      {  // pass 2 over S columns [0, 128) (all): P = exp2(S * scale_log2 - rowmax), rowsum += P
+        #pragma unroll
+        for (int c0 = 0; c0 < 128; c0 += 16) {  // S read again from TMEM (blog ch.1 §B)
+          float s[16];
+          {
+            float t[2][8];  // 2 loads, one wait
+            tmem_ld_x8(trow + TMEM_S(q) + c0, t[0]);
+            tmem_ld_x8(trow + TMEM_S(q) + c0 + 8, t[1]);
+            tmem_wait_ld();
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) s[k] = t[k / 8][k % 8];
+          }
+          #pragma unroll
+          for (int k = 0; k < 16; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
+          float p[16];
+          #pragma unroll
+          for (int k = 0; k < 14; k += 2) {
+            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            p[k] = ex2_approx_ftz(x.x);
+            p[k + 1] = ex2_approx_ftz(x.y);
+          }
+          #pragma unroll
+          for (int k = 14; k < 16; k += 2) {  // blog ch.9: software exp2 on the FMA pipes
+            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            const float2 e = exp2_poly_x2(x);
+            p[k] = e.x;
+            p[k + 1] = e.y;
+          }
+          uint32_t pk[8];
+          #pragma unroll
+          for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(p[2 * k], p[2 * k + 1]);
+          #pragma unroll
+          for (int k = 0; k < 16; k += 2) rs2 = add_f32x2(rs2, make_float2(p[k], p[k + 1]));  // rowsum of FP32 P, two chains
+          tmem_st_x8(trow + TMEM_P(q) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
+        }
+        tmem_wait_st();
+      }
+      tcgen05_fence_before();
+      __syncwarp();
+      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + q));  // one arrival per warp
+      row_sum = row_sum + (rs2.x + rs2.y);
+    }
+    mbar_wait(c.bar(BAR_PV_DONE + q), pv_done_ph, 102, w.n_kv, work);  // wait site 102
     pv_done_ph ^= 1u;
     tcgen05_fence_after();
     {  // epilogue (blog ch.1): Oq / rowsum -> BF16 -> global memory, one row per thread
-      const float inv_sum = 1.f / row_sum;
-      const int s_row = (w.q_tile + q) * BLOCK_M + (int)row;
-      __nv_bfloat16* dst = c.out + (int64_t)w.b * c.out_stride_b + (int64_t)w.h * c.out_stride_h +
-                           (int64_t)s_row * c.out_stride_s;
+      const float l = row_sum, m = row_max;
+      const float inv_sum = l == 0.f ? 0.f : 1.f / l;  // no visible key: the row stays 0 (a NaN rowsum stays NaN)
+      const int r = q_tile_of(c, w, q) * BLOCK_M + (int)row;  // row in the sequence
+      const int64_t head = q_head_of(c, w, q);
+      __nv_bfloat16* dst = c.out + (int64_t)w.tma_b * c.out_stride_b + head * c.out_stride_h +
+                           (int64_t)(w.q_row0 + r) * c.out_stride_s;
+      if (c.lse != nullptr && r < w.len_q) {  // log-sum-exp in natural-log units (-inf: no visible key)
+        const float lse = l == 0.f ? -INFINITY : (m + lg2_approx_ftz(l)) * 0.6931471805599453f;  // m in log2 units
+        c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + r) * c.lse_stride_s] = lse;
+      }
       const float2 inv_sum2 = make_float2(inv_sum, inv_sum);
       #pragma unroll
       for (int c0 = 0; c0 < 128; c0 += 32) {
@@ -599,10 +796,10 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         uint32_t pk[16];
         #pragma unroll
         for (int k = 0; k < 16; ++k) {
-          const float2 r = mul_f32x2(make_float2(o[2 * k], o[2 * k + 1]), inv_sum2);
-          pk[k] = pack_bf16x2(r.x, r.y);
+          const float2 v = mul_f32x2(make_float2(o[2 * k], o[2 * k + 1]), inv_sum2);
+          pk[k] = pack_bf16x2(v.x, v.y);
         }
-        if (s_row < c.seq_q) {  // rows past seq_q were zero-filled by TMA and are not stored
+        if (r < w.len_q) {  // rows past the sequence (zero-filled or the next sequence's) are not stored
           uint4* d = reinterpret_cast<uint4*>(dst + c0);
           #pragma unroll
           for (int k = 0; k < 4; ++k) d[k] = make_uint4(pk[4 * k], pk[4 * k + 1], pk[4 * k + 2], pk[4 * k + 3]);
@@ -618,23 +815,22 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
   // blog ch.4: one load warp; ch.6: K/V ring of KV_STAGES slots
   uint32_t kv_empty_ph[3] = {1u, 1u, 1u};  // phase parity per barrier
   uint32_t kv_token = 0;
-  {  // one work item per CTA
+  if (const WorkItem w = decode_work(c, (int)blockIdx.x); w.valid) {  // one work item per CTA
     const int work = blockIdx.x;
-    const WorkItem w = decode_work(c, work);
     if (elect_one()) {
       mbar_arrive_expect_tx(c.bar(BAR_Q_FULL), 2 * TILE_BYTES);
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
         tma_load_4d(c.smem + SMEM_Q + sl * TMA_SLICE_BYTES, c.tmap_q,
-                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, w.q_tile * BLOCK_M, w.h, w.b);
+                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, w.q_row0 + q_tile_of(c, w, 0) * BLOCK_M, q_head_of(c, w, 0), w.tma_b);
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
         tma_load_4d(c.smem + SMEM_Q + 1 * TILE_BYTES + sl * TMA_SLICE_BYTES, c.tmap_q,
-                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, (w.q_tile + 1) * BLOCK_M, w.h, w.b);
+                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, w.q_row0 + q_tile_of(c, w, 1) * BLOCK_M, q_head_of(c, w, 1), w.tma_b);
     }
     __syncwarp();
     #pragma unroll 1
-    for (int j = 0; j < c.n_kv; ++j) {  // K/V tokens in consumption order
+    for (int j = 0; j < w.n_kv; ++j) {  // K/V tokens in consumption order
       {  // token K(j) (blog ch.6)
         const uint32_t slot = kv_token % KV_STAGES;
         mbar_wait(c.bar(BAR_KV_EMPTY + slot), kv_empty_ph[slot], 300, j, work);  // wait site 300
@@ -644,7 +840,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
           #pragma unroll
           for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
             tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_SLICE_BYTES, c.tmap_k,
-                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, j * BLOCK_N, w.h, w.b);
+                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + j * BLOCK_N, w.h_kv, w.tma_b);
         }
         __syncwarp();
         kv_token = kv_token + 1;
@@ -658,7 +854,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
           #pragma unroll
           for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
             tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_SLICE_BYTES, c.tmap_v,
-                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, j * BLOCK_N, w.h, w.b);
+                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + j * BLOCK_N, w.h_kv, w.tma_b);
         }
         __syncwarp();
         kv_token = kv_token + 1;
@@ -675,9 +871,8 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
   uint32_t kv_full_ph[3] = {0u, 0u, 0u};  // phase parity per barrier
   uint32_t p_ready_ph[2] = {0u, 0u};  // phase parity per barrier
   uint32_t kv_base = 0;
-  {  // one work item per CTA
+  if (const WorkItem w = decode_work(c, (int)blockIdx.x); w.valid) {  // one work item per CTA
     const int work = blockIdx.x;
-    const WorkItem w = decode_work(c, work);
     mbar_wait(c.bar(BAR_Q_FULL), q_full_ph, 400, -1, work);  // wait site 400
     q_full_ph ^= 1u;
     tcgen05_fence_after();
@@ -717,7 +912,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       __syncwarp();
     }
     #pragma unroll 1
-    for (int i = 0; i < c.n_kv - 1; ++i) {  // steady state: P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)
+    for (int i = 0; i < w.n_kv - 1; ++i) {  // steady state: P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)
       {  // P0V(i): O0 += P0 V(i)
         const uint32_t slot = (kv_base + 2 * i + 1) % KV_STAGES;
         mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 402, i, work);  // wait site 402
@@ -788,35 +983,35 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
     }
     // epilogue (blog ch.7): the steps of the last K/V tile not issued in the loop
-    {  // P0V(n-1): O0 += P0 V(c.n_kv - 1)
-      const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
-      mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 406, c.n_kv - 1, work);  // wait site 406
+    {  // P0V(n-1): O0 += P0 V(w.n_kv - 1)
+      const uint32_t slot = (kv_base + 2 * (w.n_kv - 1) + 1) % KV_STAGES;
+      mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph[slot], 406, w.n_kv - 1, work);  // wait site 406
       kv_full_ph[slot] ^= 1u;
       tcgen05_fence_after();
-      mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 407, c.n_kv - 1, work);  // wait site 407
+      mbar_wait(c.bar(BAR_P_READY + 0), p_ready_ph[0], 407, w.n_kv - 1, work);  // wait site 407
       p_ready_ph[0] ^= 1u;
       tcgen05_fence_after();
       if (elect_one()) {
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {  // O0 += P0[:, 16kk:16kk+16] V[16kk:16kk+16, :]
           const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-          const uint32_t acc = (kk > 0 || c.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
+          const uint32_t acc = (kk > 0 || w.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
           tcgen05_mma_ts(c.tmem + TMEM_O(0), c.tmem + TMEM_P(0) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
         }
         tcgen05_commit(c.bar(BAR_PV_DONE + 0));
       }
       __syncwarp();
     }
-    {  // P1V(n-1): O1 += P1 V(c.n_kv - 1)
-      const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
-      mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 408, c.n_kv - 1, work);  // wait site 408
+    {  // P1V(n-1): O1 += P1 V(w.n_kv - 1)
+      const uint32_t slot = (kv_base + 2 * (w.n_kv - 1) + 1) % KV_STAGES;
+      mbar_wait(c.bar(BAR_P_READY + 1), p_ready_ph[1], 408, w.n_kv - 1, work);  // wait site 408
       p_ready_ph[1] ^= 1u;
       tcgen05_fence_after();
       if (elect_one()) {
         #pragma unroll
         for (int kk = 0; kk < 8; ++kk) {  // O1 += P1[:, 16kk:16kk+16] V[16kk:16kk+16, :]
           const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-          const uint32_t acc = (kk > 0 || c.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
+          const uint32_t acc = (kk > 0 || w.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
           tcgen05_mma_ts(c.tmem + TMEM_O(1), c.tmem + TMEM_P(1) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
         }
         tcgen05_commit(c.bar(BAR_PV_DONE + 1));
@@ -824,7 +1019,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       __syncwarp();
     }
-    kv_base = kv_base + 2 * c.n_kv;
+    kv_base = kv_base + 2 * w.n_kv;
   }
   if (elect_one()) {
     tcgen05_issue_end();  // no further MMA from this issuer (emulator STOP; nothing on sm_100a)
@@ -837,7 +1032,11 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS + kEmulatorThreads, 1)
 b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                 const __grid_constant__ CUtensorMap tmap_v, __nv_bfloat16* __restrict__ out,
                 const int64_t out_stride_b, const int64_t out_stride_h, const int64_t out_stride_s,
-                const int batch, const int heads, const int seq_q, const int seq_kv, const float softmax_scale) {
+                float* __restrict__ lse, const int64_t lse_stride_b, const int64_t lse_stride_h,
+                const int64_t lse_stride_s, const int* __restrict__ cu_seqlens_q,
+                const int* __restrict__ cu_seqlens_k, const int batch, const int heads, const int heads_kv,
+                const int seq_q, const int seq_kv, const int causal, const int pack_heads,
+                const float softmax_scale) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // SW128 tiles need 1024-B alignment (docs/sm100-facts.md §6)
@@ -851,13 +1050,23 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
   c.out_stride_b = out_stride_b;
   c.out_stride_h = out_stride_h;
   c.out_stride_s = out_stride_s;
+  c.lse = lse;
+  c.lse_stride_b = lse_stride_b;
+  c.lse_stride_h = lse_stride_h;
+  c.lse_stride_s = lse_stride_s;
+  c.cu_seqlens_q = cu_seqlens_q;
+  c.cu_seqlens_k = cu_seqlens_k;
   c.batch = batch;
   c.heads = heads;
+  c.heads_kv = heads_kv;
+  c.group = heads / heads_kv;
   c.seq_q = seq_q;
   c.seq_kv = seq_kv;
-  c.n_kv = seq_kv / BLOCK_N;
-  c.q_groups = ((seq_q + BLOCK_M - 1) / BLOCK_M + Q_STAGES - 1) / Q_STAGES;
-  c.num_work = batch * heads * c.q_groups;
+  c.causal = causal != 0;
+  c.pack_heads = pack_heads != 0;
+  c.q_groups = pack_heads ? (seq_q + BLOCK_M - 1) / BLOCK_M
+                          : ((seq_q + BLOCK_M - 1) / BLOCK_M + Q_STAGES - 1) / Q_STAGES;
+  c.num_work = batch * (pack_heads ? heads / Q_STAGES : heads) * c.q_groups;
   c.softmax_scale = softmax_scale;
   c.scale_log2 = softmax_scale * 1.4426950408889634f;  // log2(e): exp(x) = exp2(x log2 e) (blog ch.8)
 

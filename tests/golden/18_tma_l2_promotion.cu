@@ -34,18 +34,34 @@
 //   other_regs = 48
 // ==== end section: header ====
 // ==== section: launch ====
-// Entry point (parameters):
-//   tmap_q, tmap_k, tmap_v  const __grid_constant__ CUtensorMap: TMA maps of Q, K, V (BF16, rank 4,
-//                           dims {D, S, H, B}, strides of S/H/B in bytes, box {64, 128, 1, 1},
-//                           swizzle 128B, L2 promotion 256B, OOB fill zero)
-//   out                     __nv_bfloat16*: O, same logical (B, H, S_q, D) shape as Q
-//   out_stride_b/h/s        int64_t: element strides of O
-//   batch, heads            int
-//   seq_q, seq_kv           int: multiples of 128
-//   softmax_scale           float: natural-log units, usually 1/sqrt(D)
-// Launch: grid = min(work items, #SMs) (B * H * ceil(ceil(seq_q / 128) / 2)),
+// Entry point b200c_attention (parameters, in order):
+//   tmap_q          CUtensorMap: TMA map of Q (BF16, rank 4, dims {D, S_q, H, B}; varlen: {D, total_q, H, 1})
+//   tmap_k          CUtensorMap: TMA map of K (dims {D, S_kv, H_kv, B}; varlen: {D, total_kv, H_kv, 1})
+//   tmap_v          CUtensorMap: TMA map of V (as K)
+//   out             __nv_bfloat16*: O, same logical (B, H, S_q, D) shape as Q
+//   out_stride_b    const int64_t: element stride of O over B (varlen: 0)
+//   out_stride_h    const int64_t: element stride of O over H
+//   out_stride_s    const int64_t: element stride of O over S_q (rows)
+//   lse             float*: log-sum-exp per (B, H, S_q) row in natural-log units, or null
+//   lse_stride_b    const int64_t: element stride of lse over B (varlen: 0)
+//   lse_stride_h    const int64_t: element stride of lse over H
+//   lse_stride_s    const int64_t: element stride of lse over S_q
+//   cu_seqlens_q    const int*: varlen: B + 1 prefix sums of the query lengths, else null
+//   cu_seqlens_k    const int*: varlen: B + 1 prefix sums of the key lengths, else null
+//   batch           const int: B (sequences)
+//   heads           const int: H (query heads)
+//   heads_kv        const int: H_kv (K/V heads; H is a multiple)
+//   seq_q           const int: S_q (varlen: the longest query sequence)
+//   seq_kv          const int: S_kv (varlen: unused, read from cu_seqlens_k)
+//   causal          const int: 1: causal mask aligned to the bottom-right corner
+//   pack_heads      const int: 1: a work item's Q stages are Q_STAGES heads of one K/V group (GQA)
+//   softmax_scale   const float: natural-log units, usually 1/sqrt(D)
+// TMA maps: BF16, rank 4, strides of S/H/B in bytes, box {64, 128, 1, 1},
+//   swizzle 128B, L2 promotion 256B, out-of-bounds rows read as zero.
+// Any S_q >= 1, S_kv >= 1 (a partial last K/V tile is masked); GQA: H a multiple of H_kv.
+// Launch: grid = min(work items, #SMs) (B * H * ceil(ceil(S_q / 128) / 2)),
 //         block = 512 threads (+32 emulator warp with -DB200C_EMULATE),
-//         dynamic SMEM = 167104 bytes, TMEM = 512 columns
+//         dynamic SMEM = 168128 bytes, TMEM = 512 columns
 // Build:  nvcc -arch=sm_100a -cubin kernel.cu
 //         emulated on sm_90a: nvcc -arch=sm_90a -DB200C_EMULATE -DB200C_BOUNDED_WAIT -I <b200c>/codegen/cuda -cubin kernel.cu
 // ==== end section: launch ====
@@ -70,6 +86,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ uint32_t warp_id() { return threadIdx.x >> 5; }
+// x through an opaque mov: ptxas keeps the value in a register instead of recomputing it inside a hot
+// loop (used where measured to pay: the correction warps' TMEM lane base)
+__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.u32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
 __device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31; }
 
 // ---- mbarrier (PTX 9.7.13.15) ---------------------------------------------
@@ -215,6 +238,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
+}
+__device__ __forceinline__ float lg2_approx_ftz(float x) {  // PTX 9.7.3.22; LSE only (rowsum >= 1)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -419,15 +447,15 @@ namespace plan {
 [[maybe_unused]] constexpr int NUM_THREADS = 512;
 [[maybe_unused]] constexpr uint32_t TILE_BYTES = 32768;  // one 128 x 128 BF16 tile
 
-// SMEM layout: byte offsets from the 1024-aligned base (167104 bytes dynamic, incl. 1024 B realignment slack)
+// SMEM layout: byte offsets from the 1024-aligned base (168128 bytes dynamic, incl. 1024 B realignment slack)
 [[maybe_unused]] constexpr uint32_t SMEM_Q0 = 0;  // 32768 B, align 1024: Q tile of Q stage 0 (K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_Q1 = 32768;  // 32768 B, align 1024: Q tile of Q stage 1 (K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_KV0 = 65536;  // 32768 B, align 1024: one K or V tile (ring slot, ch.6)
 [[maybe_unused]] constexpr uint32_t SMEM_KV1 = 98304;  // 32768 B, align 1024: one K or V tile (ring slot, ch.6)
 [[maybe_unused]] constexpr uint32_t SMEM_KV2 = 131072;  // 32768 B, align 1024: one K or V tile (ring slot, ch.6)
-[[maybe_unused]] constexpr uint32_t SMEM_STATS = 163840;  // 2048 B, align 16: per Q stage: 128 rescale factors + 128 rowsums (FP32, ch.12)
-[[maybe_unused]] constexpr uint32_t SMEM_TMEM_SLOT = 165888;  // 16 B, align 16: TMEM base address written by tcgen05.alloc
-[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 165904;  // 176 B, align 8: mbarriers
+[[maybe_unused]] constexpr uint32_t SMEM_STATS = 163840;  // 3072 B, align 16: per Q stage and row: rescale factor, final rowsum, final row max (FP32, ch.12)
+[[maybe_unused]] constexpr uint32_t SMEM_TMEM_SLOT = 166912;  // 16 B, align 16: TMEM base address written by tcgen05.alloc
+[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 166928;  // 176 B, align 8: mbarriers
 [[maybe_unused]] constexpr uint32_t SMEM_Q = SMEM_Q0;
 [[maybe_unused]] constexpr uint32_t SMEM_KV = SMEM_KV0;
 [[maybe_unused]] constexpr uint32_t KV_SLOT_BYTES = 32768;
@@ -481,45 +509,117 @@ struct Ctx {
   const CUtensorMap* tmap_v;
   __nv_bfloat16* out;
   int64_t out_stride_b, out_stride_h, out_stride_s;
-  int batch, heads, seq_q, seq_kv;
-  int n_kv;       // K/V tiles per work item
-  int q_groups;   // work items per (batch, head)
+  float* lse;           // log-sum-exp output (natural log), or null
+  int64_t lse_stride_b, lse_stride_h, lse_stride_s;
+  const int* cu_seqlens_q;  // varlen prefix sums, or null
+  const int* cu_seqlens_k;
+  int batch, heads, heads_kv, group, seq_q, seq_kv;
+  bool causal, pack_heads;
+  int q_groups;   // work items per (sequence, head or head group)
   int num_work;   // work items in the grid
   float softmax_scale, scale_log2;
   __device__ __forceinline__ uint32_t bar(uint32_t i) const { return smem + SMEM_BAR + 8u * i; }
-  // per-row values published by the softmax warps for the correction warps: which = 0 rescale factor, 1 rowsum
+  // per-row values the softmax warps publish for the correction warps:
+  // which = 0 this tile's rescale factor, 1 final rowsum, 2 final row max (for the LSE)
   __device__ __forceinline__ float* stats(int q, int which) const {
-    return reinterpret_cast<float*>(smem_ptr + SMEM_STATS) + (q * 2 + which) * BLOCK_M;
+    return reinterpret_cast<float*>(smem_ptr + SMEM_STATS) + (q * 3 + which) * BLOCK_M;
   }
 };
 
-// A work item: Q_STAGES consecutive Q tiles of one (batch, head).
+// A work item: Q_STAGES Q tiles that share every K/V tile -- consecutive Q tiles of one (sequence, head)
+// or, when the runtime packs heads (GQA, at least Q_STAGES query heads per K/V head), the same Q tile of
+// Q_STAGES heads of one K/V group, so K/V is loaded once for all of them.
 struct WorkItem {
-  int b, h, q_tile;
+  int b;               // sequence (batch index)
+  int h;               // query head of Q stage 0
+  int h_kv;            // K/V head
+  int q_tile;          // Q tile of Q stage 0, counted from the sequence start
+  int tma_b;           // batch coordinate of the tensor maps (0 for packed varlen tensors)
+  int q_row0, kv_row0; // first row of the sequence in the Q/O and K/V tensors (varlen), else 0
+  int len_q, len_kv;   // the sequence's lengths
+  int n_kv;            // K/V tiles to visit (>= 1; causal: up to the diagonal of the item's last row)
+  int n_full;          // of which the first n_full are seen whole by every row of every Q stage (no mask)
+  bool valid;          // false: a shorter varlen sequence has no Q tile here; every role skips the item
 };
+__device__ __forceinline__ int q_tile_of(const Ctx& c, const WorkItem& w, int q) {
+  return c.pack_heads ? w.q_tile : w.q_tile + q;
+}
+__device__ __forceinline__ int q_head_of(const Ctx& c, const WorkItem& w, int q) {
+  return c.pack_heads ? w.h + q : w.h;
+}
 __device__ __forceinline__ WorkItem decode_work(const Ctx& c, int work) {
-  const int group = work % c.q_groups;
-  const int bh = work / c.q_groups;
-  return WorkItem{bh / c.heads, bh % c.heads, group * Q_STAGES};
+  WorkItem w;
+  int group = work % c.q_groups;
+  const int rest = work / c.q_groups;
+  if (c.causal) group = c.q_groups - 1 - group;  // causal: the longest rows first, not all at the end
+  if (c.pack_heads) {
+    const int head_groups = c.heads / Q_STAGES;
+    w.b = rest / head_groups;
+    w.h = (rest % head_groups) * Q_STAGES;
+    w.q_tile = group;
+  } else {
+    w.b = rest / c.heads;
+    w.h = rest % c.heads;
+    w.q_tile = group * Q_STAGES;
+  }
+  w.h_kv = w.h / c.group;
+  if (c.cu_seqlens_q != nullptr) {  // varlen: packed (total, H, D) tensors
+    w.q_row0 = c.cu_seqlens_q[w.b];
+    w.len_q = c.cu_seqlens_q[w.b + 1] - w.q_row0;
+    w.kv_row0 = c.cu_seqlens_k[w.b];
+    w.len_kv = c.cu_seqlens_k[w.b + 1] - w.kv_row0;
+    w.tma_b = 0;
+  } else {
+    w.q_row0 = 0;
+    w.len_q = c.seq_q;
+    w.kv_row0 = 0;
+    w.len_kv = c.seq_kv;
+    w.tma_b = w.b;
+  }
+  w.valid = w.q_tile * BLOCK_M < w.len_q;
+  int n = (w.len_kv + BLOCK_N - 1) / BLOCK_N;
+  if (c.causal) {  // bottom-right aligned: row r sees keys <= r + len_kv - len_q
+    const int rows = (c.pack_heads ? 1 : Q_STAGES) * BLOCK_M;
+    const int last_row = min((w.q_tile * BLOCK_M) + rows, w.len_q) - 1;
+    const int last_key = last_row + w.len_kv - w.len_q;
+    n = min(n, last_key < 0 ? 0 : last_key / BLOCK_N + 1);
+  }
+  w.n_kv = max(n, 1);  // at least one (then fully masked) tile: rows that see no key give 0, LSE -inf
+  // whole tiles for every row: the item's first row is the most restricted one (one value for all Q
+  // stages keeps the steady-state loop bound warp-uniform)
+  int full = w.len_kv / BLOCK_N;
+  if (c.causal) {
+    const int keys_of_first_row = w.q_tile * BLOCK_M + w.len_kv - w.len_q + 1;
+    full = min(full, keys_of_first_row < 0 ? 0 : keys_of_first_row / BLOCK_N);
+  }
+  w.n_full = min(full, w.n_kv);
+  return w;
+}
+// columns of K/V tile j that the row `row_in_seq` sees (all of them: >= BLOCK_N)
+__device__ __forceinline__ int col_limit(const Ctx& c, const WorkItem& w, int row_in_seq, int j) {
+  int lim = w.len_kv - j * BLOCK_N;
+  if (c.causal) lim = min(lim, row_in_seq + w.len_kv - w.len_q + 1 - j * BLOCK_N);
+  return lim;
 }
 // ==== end section: context ====
 // ==== section: role softmax ====
 // warp role "softmax": Q stage 0: warps 0-3; Q stage 1: warps 4-7 — blog ch.1-2, 5, 8-13, minor 15-16
 __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
+  setmaxnreg_inc<192>();  // this warpgroup's register budget
   const uint32_t row = 32u * (warp_id() & 3u) + lane_id();            // this thread's row of S/P/O = TMEM lane
   const uint32_t trow = c.tmem + ((32u * (warp_id() & 3u)) << 16);  // this warp's TMEM lanes (PTX 9.7.16.8.1)
-  setmaxnreg_inc<192>();  // this warpgroup's register budget
   // one thread per row of S/P/O; q is this warpgroup's Q stage (one copy of the code for all)
   uint32_t s_full_ph = 0u;  // mbarrier phase parity
   uint32_t rowsum_free_ph = 1u;  // mbarrier phase parity
   // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
   for (int work = blockIdx.x; work < c.num_work; work += gridDim.x) {
     const WorkItem w = decode_work(c, work);
+    if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
     float row_max = -INFINITY;
     float row_sum = 0.f;
     float s_cache[96] = {};
     #pragma unroll 1
-    for (int j = 0; j < c.n_kv; ++j) {  // K/V tiles
+    for (int j = 0; j < w.n_full; ++j) {  // K/V tiles every row sees whole (the steady state)
       mbar_wait(c.bar(BAR_S_FULL + q), s_full_ph, 100, j, work);  // wait site 100
       s_full_ph ^= 1u;
       tcgen05_fence_after();
@@ -637,10 +737,127 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       const float2 rs_all = add_f32x2(rs_ab, rs_c2);
       row_sum = row_sum + (rs_all.x + rs_all.y);
     }
+    const int row_in_seq = q_tile_of(c, w, q) * BLOCK_M + (int)row;
+    #pragma unroll 1
+    for (int j = w.n_full; j < w.n_kv; ++j) {  // masked tiles: the partial last K/V tile, the causal diagonal
+      const int col_lim = col_limit(c, w, row_in_seq, j);
+      mbar_wait(c.bar(BAR_S_FULL + q), s_full_ph, 101, j, work);  // wait site 101
+      s_full_ph ^= 1u;
+      tcgen05_fence_after();
+      // pass 1 over S: tile rowmax (blog ch.1 §B)
+      // minor 15: 8 x16 loads with no wait after each; one tcgen05.wait::ld before P overwrites S
+      float mx[4];  // 4 independent rowmax chains (minor 15)
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) mx[k] = -INFINITY;
+      #pragma unroll
+      for (int c0 = 0; c0 < 128; c0 += 16) {
+        float s[16];
+        tmem_ld_x16(trow + TMEM_S(q) + c0, s);
+        #pragma unroll
+        for (int k = 0; k < 16; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
+        #pragma unroll
+        for (int k = 0; k < 16; k += 2) mx[(k / 2) % 4] = fmax3(mx[(k / 2) % 4], s[k], s[k + 1]);  // 3-input max (FMNMX3)
+      }
+      #pragma unroll
+      for (int k = 1; k < 4; ++k) mx[0] = fmaxf(mx[0], mx[k]);
+      const float tile_max = mx[0];
+      // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
+      const float m_cand = fmaxf(row_max, tile_max * c.scale_log2);
+      const bool rebase = (m_cand - row_max) >= 8.0f;
+      float rescale = 1.f;
+      if (rebase) {
+        rescale = ex2_approx_ftz(row_max - m_cand);
+        row_sum *= rescale;
+        row_max = m_cand;
+      }
+      const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
+      // the tile's largest P enters PV rounded to BF16: the FP32 rowsum takes that rounding too (rowsum='fp32'
+      // with the ch.11 threshold, where P reaches 2^8; same fma + ex2 as the P pass, so the same value)
+      const float p_top = ex2_approx_ftz(fmaf(tile_max, c.scale_log2, -max_use));
+      row_sum += bf16_round(p_top) - p_top;
+      const float2 scale2 = make_float2(c.scale_log2, c.scale_log2);  // s * scale_log2 - max, two columns per fma.rn.f32x2
+      const float2 neg_max2 = make_float2(-max_use, -max_use);
+      // blog ch.12: the correction warps rescale O with the published factor
+      c.stats(q, 0)[row] = j > 0 ? rescale : 1.f;  // this tile's O rescale factor for the correction warps (1 on tile 0: O is not written yet)
+      __syncwarp();
+      if (lane_id() == 0) mbar_arrive(c.bar(BAR_STATS_READY + q));  // one arrival per warp
+      float2 rs_c2 = make_float2(0.f, 0.f);
+      {  // pass 2 over S columns [32, 128) (published first, blog ch.13): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
+        tmem_wait_ld();  // minor 15: the one deferred wait for pass 1's loads, before P overwrites S columns
+        #pragma unroll
+        for (int c0 = 112; c0 >= 32; c0 -= 16) {  // columns re-read from TMEM
+          float s[16];
+          tmem_ld_x16(trow + TMEM_S(q) + c0, s);
+          tmem_wait_ld();
+          #pragma unroll
+          for (int k = 0; k < 16; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
+          float p[16];
+          #pragma unroll
+          for (int k = 0; k < 14; k += 2) {
+            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            p[k] = ex2_approx_ftz(x.x);
+            p[k + 1] = ex2_approx_ftz(x.y);
+          }
+          #pragma unroll
+          for (int k = 14; k < 16; k += 2) {  // blog ch.9: software exp2 on the FMA pipes
+            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            const float2 e = exp2_poly_x2(x);
+            p[k] = e.x;
+            p[k + 1] = e.y;
+          }
+          uint32_t pk[8];
+          #pragma unroll
+          for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(p[2 * k], p[2 * k + 1]);
+          #pragma unroll
+          for (int k = 0; k < 16; k += 2) rs_c2 = add_f32x2(rs_c2, make_float2(p[k], p[k + 1]));  // rowsum of FP32 P, two chains
+          tmem_st_x8(trow + TMEM_P(q) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
+        }
+        tmem_wait_st();
+      }
+      tcgen05_fence_before();
+      __syncwarp();
+      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_HI_READY + q));  // one arrival per warp
+      {  // pass 2 over S columns [0, 32) (the rest): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
+        #pragma unroll
+        for (int c0 = 16; c0 >= 0; c0 -= 16) {  // columns re-read from TMEM
+          float s[16];
+          tmem_ld_x16(trow + TMEM_S(q) + c0, s);
+          tmem_wait_ld();
+          #pragma unroll
+          for (int k = 0; k < 16; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
+          float p[16];
+          #pragma unroll
+          for (int k = 0; k < 14; k += 2) {
+            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            p[k] = ex2_approx_ftz(x.x);
+            p[k + 1] = ex2_approx_ftz(x.y);
+          }
+          #pragma unroll
+          for (int k = 14; k < 16; k += 2) {  // blog ch.9: software exp2 on the FMA pipes
+            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            const float2 e = exp2_poly_x2(x);
+            p[k] = e.x;
+            p[k + 1] = e.y;
+          }
+          uint32_t pk[8];
+          #pragma unroll
+          for (int k = 0; k < 8; ++k) pk[k] = pack_bf16x2(p[2 * k], p[2 * k + 1]);
+          #pragma unroll
+          for (int k = 0; k < 16; k += 2) rs_c2 = add_f32x2(rs_c2, make_float2(p[k], p[k + 1]));  // rowsum of FP32 P, two chains
+          tmem_st_x8(trow + TMEM_P(q) + c0 / 2, pk);  // 16 BF16 P values packed into 8 columns (blog ch.2)
+        }
+        tmem_wait_st();
+      }
+      tcgen05_fence_before();
+      __syncwarp();
+      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_LO_READY + q));  // one arrival per warp
+      row_sum = row_sum + (rs_c2.x + rs_c2.y);
+    }
     // blog ch.14: the correction warps have read the previous work item's rowsum
-    mbar_wait(c.bar(BAR_ROWSUM_FREE + q), rowsum_free_ph, 101, c.n_kv, work);  // wait site 101
+    mbar_wait(c.bar(BAR_ROWSUM_FREE + q), rowsum_free_ph, 102, w.n_kv, work);  // wait site 102
     rowsum_free_ph ^= 1u;
     c.stats(q, 1)[row] = row_sum;  // final rowsum for the correction warps
+    c.stats(q, 2)[row] = row_max;  // final row max (for the LSE)
     __syncwarp();
     if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_READY + q));  // one arrival per warp
   }
@@ -649,9 +866,10 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
 // ==== section: role correction ====
 // warp role "correction": warps 8-11 — blog ch.12-14
 __device__ __forceinline__ void role_correction(const Ctx& c) {
-  const uint32_t row = 32u * (warp_id() & 3u) + lane_id();            // this thread's row of S/P/O = TMEM lane
-  const uint32_t trow = c.tmem + ((32u * (warp_id() & 3u)) << 16);  // this warp's TMEM lanes (PTX 9.7.16.8.1)
   setmaxnreg_dec<80>();  // this warpgroup's register budget
+  const uint32_t row = 32u * (warp_id() & 3u) + lane_id();            // this thread's row of S/P/O = TMEM lane
+  // pinned: ptxas otherwise recomputes it inside the K/V loop (+6 instructions per tile, measured)
+  const uint32_t trow = pin_u32(c.tmem + ((32u * (warp_id() & 3u)) << 16));  // this warp's TMEM lanes (PTX 9.7.16.8.1)
   // blog ch.12: O correction split from softmax; also the epilogue
   uint32_t stats_ph[2] = {0u, 0u};  // phase parity per barrier
   uint32_t pv_done_ph[2] = {0u, 0u};  // phase parity per barrier
@@ -659,8 +877,9 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
   // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
   for (int work = blockIdx.x; work < c.num_work; work += gridDim.x) {
     const WorkItem w = decode_work(c, work);
+    if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
     #pragma unroll 1
-    for (int j = 0; j < c.n_kv; ++j) {  // K/V tiles
+    for (int j = 0; j < w.n_kv; ++j) {  // K/V tiles
       mbar_wait(c.bar(BAR_STATS_READY + 0), stats_ph[0], 200, j, work);  // wait site 200
       stats_ph[0] ^= 1u;
       tcgen05_fence_after();
@@ -724,16 +943,22 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_HI_READY + 1));  // one arrival per warp
     }
-    mbar_wait(c.bar(BAR_ROWSUM_READY + 0), rowsum_ph[0], 202, c.n_kv, work);  // wait site 202
+    mbar_wait(c.bar(BAR_ROWSUM_READY + 0), rowsum_ph[0], 202, w.n_kv, work);  // wait site 202
     rowsum_ph[0] ^= 1u;
-    mbar_wait(c.bar(BAR_PV_DONE + 0), pv_done_ph[0], 203, c.n_kv, work);  // wait site 203
+    mbar_wait(c.bar(BAR_PV_DONE + 0), pv_done_ph[0], 203, w.n_kv, work);  // wait site 203
     pv_done_ph[0] ^= 1u;
     tcgen05_fence_after();
     {  // epilogue (blog ch.1): O0 / rowsum -> BF16 -> global memory, one row per thread
-      const float inv_sum = 1.f / c.stats(0, 1)[row];
-      const int s_row = w.q_tile * BLOCK_M + (int)row;
-      __nv_bfloat16* dst = c.out + (int64_t)w.b * c.out_stride_b + (int64_t)w.h * c.out_stride_h +
-                           (int64_t)s_row * c.out_stride_s;
+      const float l = c.stats(0, 1)[row], m = c.stats(0, 2)[row];
+      const float inv_sum = l == 0.f ? 0.f : 1.f / l;  // no visible key: the row stays 0 (a NaN rowsum stays NaN)
+      const int r = q_tile_of(c, w, 0) * BLOCK_M + (int)row;  // row in the sequence
+      const int64_t head = q_head_of(c, w, 0);
+      __nv_bfloat16* dst = c.out + (int64_t)w.tma_b * c.out_stride_b + head * c.out_stride_h +
+                           (int64_t)(w.q_row0 + r) * c.out_stride_s;
+      if (c.lse != nullptr && r < w.len_q) {  // log-sum-exp in natural-log units (-inf: no visible key)
+        const float lse = l == 0.f ? -INFINITY : (m + lg2_approx_ftz(l)) * 0.6931471805599453f;  // m in log2 units
+        c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + r) * c.lse_stride_s] = lse;
+      }
       const float2 inv_sum2 = make_float2(inv_sum, inv_sum);
       #pragma unroll
       for (int c0 = 0; c0 < 128; c0 += 32) {
@@ -743,10 +968,10 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         uint32_t pk[16];
         #pragma unroll
         for (int k = 0; k < 16; ++k) {
-          const float2 r = mul_f32x2(make_float2(o[2 * k], o[2 * k + 1]), inv_sum2);
-          pk[k] = pack_bf16x2(r.x, r.y);
+          const float2 v = mul_f32x2(make_float2(o[2 * k], o[2 * k + 1]), inv_sum2);
+          pk[k] = pack_bf16x2(v.x, v.y);
         }
-        if (s_row < c.seq_q) {  // rows past seq_q were zero-filled by TMA and are not stored
+        if (r < w.len_q) {  // rows past the sequence (zero-filled or the next sequence's) are not stored
           uint4* d = reinterpret_cast<uint4*>(dst + c0);
           #pragma unroll
           for (int k = 0; k < 4; ++k) d[k] = make_uint4(pk[4 * k], pk[4 * k + 1], pk[4 * k + 2], pk[4 * k + 3]);
@@ -755,16 +980,22 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
     }
     __syncwarp();
     if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_FREE + 0));  // one arrival per warp
-    mbar_wait(c.bar(BAR_ROWSUM_READY + 1), rowsum_ph[1], 204, c.n_kv, work);  // wait site 204
+    mbar_wait(c.bar(BAR_ROWSUM_READY + 1), rowsum_ph[1], 204, w.n_kv, work);  // wait site 204
     rowsum_ph[1] ^= 1u;
-    mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 205, c.n_kv, work);  // wait site 205
+    mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 205, w.n_kv, work);  // wait site 205
     pv_done_ph[1] ^= 1u;
     tcgen05_fence_after();
     {  // epilogue (blog ch.1): O1 / rowsum -> BF16 -> global memory, one row per thread
-      const float inv_sum = 1.f / c.stats(1, 1)[row];
-      const int s_row = (w.q_tile + 1) * BLOCK_M + (int)row;
-      __nv_bfloat16* dst = c.out + (int64_t)w.b * c.out_stride_b + (int64_t)w.h * c.out_stride_h +
-                           (int64_t)s_row * c.out_stride_s;
+      const float l = c.stats(1, 1)[row], m = c.stats(1, 2)[row];
+      const float inv_sum = l == 0.f ? 0.f : 1.f / l;  // no visible key: the row stays 0 (a NaN rowsum stays NaN)
+      const int r = q_tile_of(c, w, 1) * BLOCK_M + (int)row;  // row in the sequence
+      const int64_t head = q_head_of(c, w, 1);
+      __nv_bfloat16* dst = c.out + (int64_t)w.tma_b * c.out_stride_b + head * c.out_stride_h +
+                           (int64_t)(w.q_row0 + r) * c.out_stride_s;
+      if (c.lse != nullptr && r < w.len_q) {  // log-sum-exp in natural-log units (-inf: no visible key)
+        const float lse = l == 0.f ? -INFINITY : (m + lg2_approx_ftz(l)) * 0.6931471805599453f;  // m in log2 units
+        c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + r) * c.lse_stride_s] = lse;
+      }
       const float2 inv_sum2 = make_float2(inv_sum, inv_sum);
       #pragma unroll
       for (int c0 = 0; c0 < 128; c0 += 32) {
@@ -774,10 +1005,10 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         uint32_t pk[16];
         #pragma unroll
         for (int k = 0; k < 16; ++k) {
-          const float2 r = mul_f32x2(make_float2(o[2 * k], o[2 * k + 1]), inv_sum2);
-          pk[k] = pack_bf16x2(r.x, r.y);
+          const float2 v = mul_f32x2(make_float2(o[2 * k], o[2 * k + 1]), inv_sum2);
+          pk[k] = pack_bf16x2(v.x, v.y);
         }
-        if (s_row < c.seq_q) {  // rows past seq_q were zero-filled by TMA and are not stored
+        if (r < w.len_q) {  // rows past the sequence (zero-filled or the next sequence's) are not stored
           uint4* d = reinterpret_cast<uint4*>(dst + c0);
           #pragma unroll
           for (int k = 0; k < 4; ++k) d[k] = make_uint4(pk[4 * k], pk[4 * k + 1], pk[4 * k + 2], pk[4 * k + 3]);
@@ -800,6 +1031,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
   // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
   for (int work = blockIdx.x; work < c.num_work; work += gridDim.x) {
     const WorkItem w = decode_work(c, work);
+    if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
     // blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed
     mbar_wait(c.bar(BAR_Q_FREE), q_free_ph, 302, -1, work);  // wait site 302
     q_free_ph ^= 1u;
@@ -808,15 +1040,15 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
         tma_load_4d(c.smem + SMEM_Q + sl * TMA_SLICE_BYTES, c.tmap_q,
-                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, w.q_tile * BLOCK_M, w.h, w.b);
+                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, w.q_row0 + q_tile_of(c, w, 0) * BLOCK_M, q_head_of(c, w, 0), w.tma_b);
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
         tma_load_4d(c.smem + SMEM_Q + 1 * TILE_BYTES + sl * TMA_SLICE_BYTES, c.tmap_q,
-                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, (w.q_tile + 1) * BLOCK_M, w.h, w.b);
+                    c.bar(BAR_Q_FULL), sl * TMA_BOX_INNER, w.q_row0 + q_tile_of(c, w, 1) * BLOCK_M, q_head_of(c, w, 1), w.tma_b);
     }
     __syncwarp();
     #pragma unroll 1
-    for (int j = 0; j < c.n_kv; ++j) {  // K/V tokens in consumption order
+    for (int j = 0; j < w.n_kv; ++j) {  // K/V tokens in consumption order
       {  // token K(j) (blog ch.6)
         const uint32_t slot = kv_token % KV_STAGES;
         mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 300, j, work);  // wait site 300
@@ -826,7 +1058,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
           #pragma unroll
           for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
             tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_SLICE_BYTES, c.tmap_k,
-                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, j * BLOCK_N, w.h, w.b);
+                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + j * BLOCK_N, w.h_kv, w.tma_b);
         }
         __syncwarp();
         kv_token = kv_token + 1;
@@ -840,7 +1072,7 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
           #pragma unroll
           for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of TMA_BOX_INNER columns x 128 rows
             tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_SLICE_BYTES, c.tmap_v,
-                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, j * BLOCK_N, w.h, w.b);
+                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + j * BLOCK_N, w.h_kv, w.tma_b);
         }
         __syncwarp();
         kv_token = kv_token + 1;
@@ -862,6 +1094,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
   // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
   for (int work = blockIdx.x; work < c.num_work; work += gridDim.x) {
     const WorkItem w = decode_work(c, work);
+    if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
     mbar_wait(c.bar(BAR_Q_FULL), q_full_ph, 400, -1, work);  // wait site 400
     q_full_ph ^= 1u;
     tcgen05_fence_after();
@@ -897,14 +1130,14 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         }
         tcgen05_commit(c.bar(BAR_S_FULL + 1));
         tcgen05_commit(c.bar(BAR_KV_EMPTY + slot));
-        if (c.n_kv == 1) {
+        if (w.n_kv == 1) {
           tcgen05_commit(c.bar(BAR_Q_FREE));
         }
       }
       __syncwarp();
     }
     #pragma unroll 1
-    for (int i = 0; i < c.n_kv - 1; ++i) {  // steady state: P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)
+    for (int i = 0; i < w.n_kv - 1; ++i) {  // steady state: P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)
       {  // P0V(i): O0 += P0 V(i)
         const uint32_t slot = (kv_base + 2 * i + 1) % KV_STAGES;
         mbar_wait(c.bar(BAR_KV_FULL + slot), (kv_full_ph >> (slot)) & 1u, 402, i, work);  // wait site 402
@@ -996,7 +1229,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
           }
           tcgen05_commit(c.bar(BAR_S_FULL + 1));
           tcgen05_commit(c.bar(BAR_KV_EMPTY + slot));
-          if (i + 1 == c.n_kv - 1) {
+          if (i + 1 == w.n_kv - 1) {
             tcgen05_commit(c.bar(BAR_Q_FREE));
           }
         }
@@ -1004,12 +1237,12 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
     }
     // epilogue (blog ch.7): the steps of the last K/V tile not issued in the loop
-    {  // P0V(n-1): O0 += P0 V(c.n_kv - 1)
-      const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
-      mbar_wait(c.bar(BAR_KV_FULL + slot), (kv_full_ph >> (slot)) & 1u, 408, c.n_kv - 1, work);  // wait site 408
+    {  // P0V(n-1): O0 += P0 V(w.n_kv - 1)
+      const uint32_t slot = (kv_base + 2 * (w.n_kv - 1) + 1) % KV_STAGES;
+      mbar_wait(c.bar(BAR_KV_FULL + slot), (kv_full_ph >> (slot)) & 1u, 408, w.n_kv - 1, work);  // wait site 408
       kv_full_ph ^= 1u << (slot);
       tcgen05_fence_after();
-      mbar_wait(c.bar(BAR_P_HI_READY + 0), p_hi_ph[0], 409, c.n_kv - 1, work);  // wait site 409
+      mbar_wait(c.bar(BAR_P_HI_READY + 0), p_hi_ph[0], 409, w.n_kv - 1, work);  // wait site 409
       p_hi_ph[0] ^= 1u;
       tcgen05_fence_after();
       // blog ch.13: PV on the 96 high P columns published first
@@ -1017,12 +1250,12 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         #pragma unroll
         for (int kk = 2; kk < 8; ++kk) {  // O0 += P0[:, 16kk:16kk+16] V[16kk:16kk+16, :]
           const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-          const uint32_t acc = (kk > 2 || c.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
+          const uint32_t acc = (kk > 2 || w.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
           tcgen05_mma_ts(c.tmem + TMEM_O(0), c.tmem + TMEM_P(0) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
         }
       }
       __syncwarp();
-      mbar_wait(c.bar(BAR_P_LO_READY + 0), p_lo_ph[0], 410, c.n_kv - 1, work);  // wait site 410
+      mbar_wait(c.bar(BAR_P_LO_READY + 0), p_lo_ph[0], 410, w.n_kv - 1, work);  // wait site 410
       p_lo_ph[0] ^= 1u;
       tcgen05_fence_after();
       if (elect_one()) {
@@ -1036,9 +1269,9 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       __syncwarp();
     }
-    {  // P1V(n-1): O1 += P1 V(c.n_kv - 1)
-      const uint32_t slot = (kv_base + 2 * (c.n_kv - 1) + 1) % KV_STAGES;
-      mbar_wait(c.bar(BAR_P_HI_READY + 1), p_hi_ph[1], 411, c.n_kv - 1, work);  // wait site 411
+    {  // P1V(n-1): O1 += P1 V(w.n_kv - 1)
+      const uint32_t slot = (kv_base + 2 * (w.n_kv - 1) + 1) % KV_STAGES;
+      mbar_wait(c.bar(BAR_P_HI_READY + 1), p_hi_ph[1], 411, w.n_kv - 1, work);  // wait site 411
       p_hi_ph[1] ^= 1u;
       tcgen05_fence_after();
       // blog ch.13: PV on the 96 high P columns published first
@@ -1046,12 +1279,12 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
         #pragma unroll
         for (int kk = 2; kk < 8; ++kk) {  // O1 += P1[:, 16kk:16kk+16] V[16kk:16kk+16, :]
           const uint64_t v_desc = smem_desc(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + mnmajor_kstep(kk), MNMAJOR_LBO, MNMAJOR_SBO, SMEM_SWIZZLE);
-          const uint32_t acc = (kk > 2 || c.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
+          const uint32_t acc = (kk > 2 || w.n_kv - 1 > 0) ? 1u : 0u;  // overwrite O only on tile 0
           tcgen05_mma_ts(c.tmem + TMEM_O(1), c.tmem + TMEM_P(1) + kk * 8, v_desc, IDESC_PV, acc);  // P from TMEM (blog ch.2)
         }
       }
       __syncwarp();
-      mbar_wait(c.bar(BAR_P_LO_READY + 1), p_lo_ph[1], 412, c.n_kv - 1, work);  // wait site 412
+      mbar_wait(c.bar(BAR_P_LO_READY + 1), p_lo_ph[1], 412, w.n_kv - 1, work);  // wait site 412
       p_lo_ph[1] ^= 1u;
       tcgen05_fence_after();
       if (elect_one()) {
@@ -1066,7 +1299,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
       }
       __syncwarp();
     }
-    kv_base = kv_base + 2 * c.n_kv;
+    kv_base = kv_base + 2 * w.n_kv;
   }
   if (elect_one()) {
     tcgen05_issue_end();  // no further MMA from this issuer (emulator STOP; nothing on sm_100a)
@@ -1078,6 +1311,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
 // warp role "spare": warps 14-15 — blog idle warps completing the last warpgroup for setmaxnreg
 __device__ __forceinline__ void role_spare(const Ctx& c) {
   setmaxnreg_dec<48>();  // this warpgroup's register budget
+
 }
 // ==== end section: role spare ====
 // ==== section: entry ====
@@ -1085,7 +1319,11 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS + kEmulatorThreads, 1)
 b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                 const __grid_constant__ CUtensorMap tmap_v, __nv_bfloat16* __restrict__ out,
                 const int64_t out_stride_b, const int64_t out_stride_h, const int64_t out_stride_s,
-                const int batch, const int heads, const int seq_q, const int seq_kv, const float softmax_scale) {
+                float* __restrict__ lse, const int64_t lse_stride_b, const int64_t lse_stride_h,
+                const int64_t lse_stride_s, const int* __restrict__ cu_seqlens_q,
+                const int* __restrict__ cu_seqlens_k, const int batch, const int heads, const int heads_kv,
+                const int seq_q, const int seq_kv, const int causal, const int pack_heads,
+                const float softmax_scale) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // SW128 tiles need 1024-B alignment (docs/sm100-facts.md §6)
@@ -1099,13 +1337,23 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
   c.out_stride_b = out_stride_b;
   c.out_stride_h = out_stride_h;
   c.out_stride_s = out_stride_s;
+  c.lse = lse;
+  c.lse_stride_b = lse_stride_b;
+  c.lse_stride_h = lse_stride_h;
+  c.lse_stride_s = lse_stride_s;
+  c.cu_seqlens_q = cu_seqlens_q;
+  c.cu_seqlens_k = cu_seqlens_k;
   c.batch = batch;
   c.heads = heads;
+  c.heads_kv = heads_kv;
+  c.group = heads / heads_kv;
   c.seq_q = seq_q;
   c.seq_kv = seq_kv;
-  c.n_kv = seq_kv / BLOCK_N;
-  c.q_groups = ((seq_q + BLOCK_M - 1) / BLOCK_M + Q_STAGES - 1) / Q_STAGES;
-  c.num_work = batch * heads * c.q_groups;
+  c.causal = causal != 0;
+  c.pack_heads = pack_heads != 0;
+  c.q_groups = pack_heads ? (seq_q + BLOCK_M - 1) / BLOCK_M
+                          : ((seq_q + BLOCK_M - 1) / BLOCK_M + Q_STAGES - 1) / Q_STAGES;
+  c.num_work = batch * (pack_heads ? heads / Q_STAGES : heads) * c.q_groups;
   c.softmax_scale = softmax_scale;
   c.scale_log2 = softmax_scale * 1.4426950408889634f;  // log2(e): exp(x) = exp2(x log2 e) (blog ch.8)
 

@@ -18,6 +18,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ uint32_t warp_id() { return threadIdx.x >> 5; }
+// x through an opaque mov: ptxas keeps the value in a register instead of recomputing it inside a hot
+// loop (used where measured to pay: the correction warps' TMEM lane base)
+__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.u32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
 __device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31; }
 
 // ---- mbarrier (PTX 9.7.13.15) ---------------------------------------------
@@ -163,6 +170,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
+}
+__device__ __forceinline__ float lg2_approx_ftz(float x) {  // PTX 9.7.3.22; LSE only (rowsum >= 1)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }

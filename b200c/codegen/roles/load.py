@@ -35,7 +35,8 @@ def _token(lw, tensors, note):
     loads = []
     for n, t in enumerate(tensors):
         dst = "SMEM_KV + slot * KV_SLOT_BYTES" + (" + TILE_BYTES" if n == 1 else "")
-        loads.append(TmaLoadTile(t, dst, "j * BLOCK_N", "kv_full", "slot"))
+        loads.append(TmaLoadTile(t, dst, "w.kv_row0 + j * BLOCK_N", "kv_full", "slot", "w.h_kv",
+                                 lw.plan.tile.block_n))
     return Scope(note, (
         Decl("const uint32_t", "slot", "kv_token % KV_STAGES"),
         Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", plan.kv_stages), lw.site(name, "kv_empty"), "j"),
@@ -53,15 +54,15 @@ def build(lw) -> RoleIR:
         tokens = (_token(lw, ("k", "v"), "K/V(j): K and V share one slot"),)
     else:
         tokens = (_token(lw, ("k",), "token K(j) (blog ch.6)"), _token(lw, ("v",), "token V(j)"))
-    q_loads = tuple(TmaLoadTile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M" if q else "w.q_tile * BLOCK_M", "q_full")
-                    for q in range(plan.q_stages))
+    q_loads = tuple(TmaLoadTile("q", q_buf(q), f"w.q_row0 + q_tile_of(c, w, {q}) * BLOCK_M", "q_full", None,
+                                f"q_head_of(c, w, {q})", plan.tile.block_m) for q in range(plan.q_stages))
     item = []
     if plan.persistent:
         item.append(Comment("blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed"))
         item.append(Wait("q_free", None, lw.phase("q_free_ph"), lw.site(name, "q_free"), "-1", fence_after=False))
     item += [
         Single("elect", (Arrive("q_full", by="thread", tx_bytes=f"{plan.q_stages} * TILE_BYTES"), *q_loads)),
-        Loop("j", "0", "c.n_kv", tokens, "K/V tokens in consumption order"),
+        Loop("j", "0", "w.n_kv", tokens, "K/V tokens in consumption order"),
     ]
     body = [
         *setmaxnreg(lw, role.regs),

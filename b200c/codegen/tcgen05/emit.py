@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..ir import KernelIR
+from ..ir import KernelIR, SetMaxNReg
 from ..render import environment, indent, render_block
 from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
 
@@ -59,11 +59,13 @@ def emit(ir: KernelIR, launch) -> str:
 
     plan = ir.plan
     env = _env()
-    roles = [
-        dict(name=r.name, blog=r.blog, where=_where(r), per_q_stage=bool(r.instances),
-             rows=r.name in ("cta", "softmax", "correction"), body=indent(render_block(env, r.body)))
-        for r in ir.roles
-    ]
+    roles = []
+    for r in ir.roles:
+        # setmaxnreg first: values computed before it and live across it were spilled (measured)
+        lead = tuple(n for n in r.body[:1] if isinstance(n, SetMaxNReg))
+        roles.append(dict(name=r.name, blog=r.blog, where=_where(r), per_q_stage=bool(r.instances),
+                          rows=r.name in ("cta", "softmax", "correction"), pin_trow=r.name == "correction",
+                          prelude=indent(render_block(env, lead)), body=indent(render_block(env, r.body[len(lead):]))))
     text = env.get_template("kernel.cu.j2").render(
         plan=plan,
         li=launch,
@@ -76,5 +78,6 @@ def emit(ir: KernelIR, launch) -> str:
         alloc_warp=0,
         kernel_name=KERNEL_NAME,
         entry_params=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("),
+        params=ATTENTION_PARAMS,
     )
     return text.rstrip() + "\n"

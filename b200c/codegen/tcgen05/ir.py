@@ -64,6 +64,8 @@ class RowmaxPass(Node):
         chains: independent rowmax accumulators (minor 15).
         max3: 3-input ``max.f32`` (FMNMX3 on sm_100, PTX ISA 9.7.3.10).
         cache_from: first column kept in registers (``ncols``: none).
+        mask: scores of columns >= ``col_lim`` become -inf before the max (the
+            partial last K/V tile, the causal diagonal).
     """
 
     s_col: str
@@ -73,12 +75,15 @@ class RowmaxPass(Node):
     chains: int
     max3: bool
     cache_from: int
+    mask: bool = False
 
     def describe(self) -> str:
         bits = [f"ld x{self.load_width}" + ("" if self.wait_each else " (deferred wait::ld)"),
                 f"{self.chains} chain{'s' if self.chains > 1 else ''} of {'max3' if self.max3 else 'max'}"]
         if self.cache_from < self.ncols:
             bits.append(f"keep columns [{self.cache_from},{self.ncols}) in s_cache")
+        if self.mask:
+            bits.append("mask columns >= col_lim")
         return f"softmax.rowmax S[tmem {self.s_col}] columns [0,{self.ncols}): " + ", ".join(bits)
 
 
@@ -91,16 +96,20 @@ class Rebase(Node):
     float2 ``scale2``/``neg_max2`` pairs of the f32x2 scale-and-subtract;
     ``top_p_rounding``: add ``bf16(p_top) - p_top`` for the tile's largest P
     to the FP32 rowsum (with the threshold P reaches 2^8, and the BF16 rounding
-    of a dominant P would otherwise not cancel between O and the rowsum)."""
+    of a dominant P would otherwise not cancel between O and the rowsum);
+    ``mask``: masked tiles, where a row may have seen no key yet (max -inf):
+    P subtracts ``max_use`` (0 then) and the rescale factor stays finite."""
 
     mode: str
     threshold: Optional[float] = None
     packed: bool = False
     top_p_rounding: bool = False
+    mask: bool = False
 
     def describe(self) -> str:
         when = "always" if self.threshold is None else f"only if gap >= {self.threshold} (log2 units)"
         extra = "; rowsum takes the tile's largest P as rounded to BF16" if self.top_p_rounding else ""
+        extra += "; -inf-safe (masked tiles)" if self.mask else ""
         return f"softmax.rebase ({self.mode}) {when}" + ("; pairs for f32x2" if self.packed else "") + extra
 
 
@@ -138,9 +147,11 @@ class ScoresFromTmem(Node):
     s_col: str
     width: int
     load_width: int
+    mask: bool = False
 
     def describe(self) -> str:
-        return f"s[0:{self.width}] = tcgen05.ld x{self.load_width} S[tmem {self.s_col} + c0]; wait::ld"
+        m = "; mask columns >= col_lim" if self.mask else ""
+        return f"s[0:{self.width}] = tcgen05.ld x{self.load_width} S[tmem {self.s_col} + c0]; wait::ld{m}"
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,7 @@ class ExpScores(Node):
     ranges: tuple
     packed: bool
     group: int = 16
+    max_var: str = "row_max"
 
     def describe(self) -> str:
         parts = ", ".join(f"[{lo},{hi}) {kind}" for lo, hi, kind in self.ranges)
@@ -271,13 +283,16 @@ class Epilogue(Node):
     """O / rowsum -> BF16 -> global memory for this warp's 32 rows (blog ch.1),
     rows past S_q not stored. ``rowsum``: ``reg`` (softmax warps) or ``smem``
     (correction warps); ``q``: the Q stage; ``packed``: normalize with
-    ``mul.f32x2``."""
+    ``mul.f32x2``. Rows with a zero rowsum (no visible key) store 0. When the
+    runtime passes an LSE buffer, the row's log-sum-exp (natural log; -inf
+    for no key) is stored too, from the row max in ``mode`` units."""
 
     o_col: str
     ncols: int
     q: str
     rowsum: str = "reg"
     packed: bool = False
+    mode: str = "ex2"
 
     def describe(self) -> str:
         return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})")

@@ -57,7 +57,7 @@ def kv_slot_bytes(s, tile: TileShape) -> int:
 
 
 def _stats_bytes(s, tile: TileShape) -> int:
-    return s.q_stages * 2 * tile.block_m * 4 if s.correction_warps else 0
+    return s.q_stages * 3 * tile.block_m * 4 if s.correction_warps else 0
 
 
 def smem_layout(s, num_barriers: int, limits=None) -> tuple:
@@ -87,7 +87,8 @@ def smem_layout(s, num_barriers: int, limits=None) -> tuple:
             note = "one K or V tile (ring slot, ch.6)"
         put(f"kv{k}", kv_slot_bytes(s, tile), 1024, note)
     if s.correction_warps:
-        put("stats", _stats_bytes(s, tile), 16, "per Q stage: 128 rescale factors + 128 rowsums (FP32, ch.12)")
+        put("stats", _stats_bytes(s, tile), 16,
+            "per Q stage and row: rescale factor, final rowsum, final row max (FP32, ch.12)")
     put("tmem_slot", 16, 16, "TMEM base address written by tcgen05.alloc")
     put("barriers", 8 * num_barriers, 8, "mbarriers")
     return tuple(regions), off + limits.smem_align_slack

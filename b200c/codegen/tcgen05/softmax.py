@@ -30,15 +30,19 @@ def exp_mode(lw) -> str:
     return "expf" if lw.s.exp2 == "expf" else "ex2"
 
 
-def rowmax_pass(lw, s_col: str) -> RowmaxPass:
-    """Pass 1 over S (blog ch.1 §B, ch.10 cache, minor 15 wide/deferred loads, chains, 3-input max)."""
+def rowmax_pass(lw, s_col: str, mask: bool = False) -> RowmaxPass:
+    """Pass 1 over S (blog ch.1 §B, ch.10 cache, minor 15 wide/deferred loads, chains, 3-input max);
+    ``mask``: the masked-tile copy (partial last tile, causal diagonal)."""
     s = lw.s
+    # masked tiles re-read S instead of caching it: the register cache plus the mask spilled at stages
+    # 10-11's 168 registers (measured); re-reading high to low keeps P's writes behind the reads
     return RowmaxPass(s_col=s_col, ncols=_cols(lw), load_width=s.s_load_cols, wait_each=not s.deferred_s_wait,
-                      chains=s.rowmax_chains, max3=s.rowmax_max3, cache_from=cache_from(lw))
+                      chains=s.rowmax_chains, max3=s.rowmax_max3, cache_from=_cols(lw) if mask else cache_from(lw),
+                      mask=mask)
 
 
-def rebase(lw) -> Rebase:
-    """New rowmax / rescale factor (blog ch.1, 8, 11)."""
+def rebase(lw, mask: bool = False) -> Rebase:
+    """New rowmax / rescale factor (blog ch.1, 8, 11); ``mask``: -inf-safe copy for masked tiles."""
     s = lw.s
     # with the ch.11 threshold the largest P of a tile is 2^gap (gap < threshold), not exactly 1, and PV
     # consumes it rounded to BF16: for a row dominated by one key the FP32 rowsum would miss that rounding
@@ -46,7 +50,7 @@ def rebase(lw) -> Rebase:
     # emulated s384 shape). Adding bf16(p_top) - p_top restores the rounded-sum accuracy for a few
     # instructions per tile instead of unpacking every P (rowsum='bf16').
     top = s.rescale_threshold is not None and s.rowsum == "fp32" and exp_mode(lw) == "ex2"
-    return Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top)
+    return Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top, mask)
 
 
 def exp_ranges(sw_per16: int) -> tuple:
@@ -76,18 +80,19 @@ def _acc_of(lw, cached: bool) -> tuple:
     return "row_sum", "float"
 
 
-def p_passes(lw, q: str, parts) -> list:
+def p_passes(lw, q: str, parts, mask: bool = False) -> list:
     """Pass 2 over S for one K/V tile: P = exp(S - max), rowsum +=, P stored.
 
     ``parts``: (lo, hi, label, nodes to emit after the part) in production
     order (blog ch.13 publishes the high columns first). The rowsum
     accumulators are declared once before the first part and combined into
-    ``row_sum`` once after the last (minor 16).
+    ``row_sum`` once after the last (minor 16). ``mask``: the masked-tile copy
+    (re-read scores masked, P relative to ``max_use``).
     """
     accs = {}
     scopes = []
     for i, (lo, hi, label, after) in enumerate(parts):
-        scopes.append((_p_part(lw, q, lo, hi, label, i == 0, accs), after))
+        scopes.append((_p_part(lw, q, lo, hi, label, i == 0, accs, mask), after))
     out = []
     for name, typ in accs.items():
         if name == "row_sum":
@@ -119,7 +124,7 @@ def _nest_add(names) -> str:
     return expr
 
 
-def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict) -> Scope:
+def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict, mask: bool) -> Scope:
     """One part of pass 2 over S columns [lo, hi). Cached columns (blog ch.10)
     are produced high to low from registers, the rest re-read from TMEM (also
     high to low when a cache exists, so P, written into the upper half of S,
@@ -127,8 +132,11 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict) ->
     first part of the tile (takes minor 15's deferred ``wait::ld``)."""
     s = lw.s
     n = _cols(lw)
-    split = cache_from(lw)
-    w = chunk_width(lw, (lo, hi, split if split < n else lo))
+    split = n if mask else cache_from(lw)  # masked tiles re-read every column (see rowmax_pass)
+    high_to_low = s.s_cache_cols > 0  # P lives in the upper half of S: produce it high to low
+    # masked tiles keep 16-column chunks: the mask's limit and the -inf-safe max stay live (32-column
+    # chunks spilled at stages 8-9's 168 registers, measured)
+    w = 16 if mask else chunk_width(lw, (lo, hi, split if split < n else lo))
     mode = exp_mode(lw)
     pk = packed(lw)
     p_arr = lw.plan.tmem_array("P")
@@ -142,7 +150,8 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict) ->
     def chunk(source, acc):
         name, typ = acc
         accs[name] = typ
-        return (source, ExpScores(w, mode, ranges, pk and mode == "ex2", group), PackP(w),
+        return (source, ExpScores(w, mode, ranges, pk and mode == "ex2", group, "max_use" if mask else "row_max"),
+                PackP(w),
                 RowsumAdd(w, s.rowsum, name, typ, pk), store)
 
     if split < n and hi > split:  # columns cached in registers, high to low
@@ -153,15 +162,15 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict) ->
         # minor 15's wide loads: one load per chunk; before it, loads of s_load_cols (one x32 re-read next to
         # the 96-column register cache pushes stage 10's softmax over its 168 registers: measured, spills)
         width = w if s.deferred_s_wait else min(s.s_load_cols, w)
-        src = ScoresFromTmem(f"TMEM_S({q})", w, width)
-        if split < n:
+        src = ScoresFromTmem(f"TMEM_S({q})", w, width, mask)
+        if high_to_low:
             body.append(ColumnLoop(top - w, lo, -w, "columns re-read from TMEM", chunk(src, _acc_of(lw, False))))
         else:
             body.append(ColumnLoop(lo, top, w, "S read again from TMEM (blog ch.1 §B)", chunk(src, _acc_of(lw, False))))
     if p_arr is not None:
         body.append(TmemWait("st"))
     how = "exp(S * scale - rowmax)" if mode == "expf" else "exp2(S * scale_log2 - rowmax)"
-    order = ", high to low (blog ch.10)" if split < n else ""
+    order = ", high to low (blog ch.10)" if high_to_low else ""
     return Scope(f"pass 2 over S columns [{lo}, {hi}) ({part}): P = {how}, rowsum += P{order}", tuple(body))
 
 
@@ -179,4 +188,4 @@ def rescale_o(lw, q: str, source: str, skip_unit: bool) -> RescaleO:
 
 def epilogue(lw, q: str, rowsum: str) -> Epilogue:
     """O / rowsum -> BF16 -> global (blog ch.1)."""
-    return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw))
+    return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw), exp_mode(lw))

@@ -34,8 +34,8 @@ def build(lw) -> RoleIR:
     for q in range(lw.plan.q_stages):
         final += [
             Wait("rowsum_ready", str(q), lw.phase("rowsum_ph", str(q), lw.plan.q_stages, True), lw.site(name, "rowsum_ready"),
-                 "c.n_kv"),
-            Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), lw.plan.q_stages, True), lw.site(name, "pv_done"), "c.n_kv",
+                 "w.n_kv"),
+            Wait("pv_done", str(q), lw.phase("pv_done_ph", str(q), lw.plan.q_stages, True), lw.site(name, "pv_done"), "w.n_kv",
                  fence_after=True),
             sm.epilogue(lw, str(q), "smem"),
         ]
@@ -47,6 +47,6 @@ def build(lw) -> RoleIR:
         PhaseDecl("stats_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
         PhaseDecl("pv_done_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
         PhaseDecl("rowsum_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
-        WorkLoop(lw.plan.persistent, (Loop("j", "0", "c.n_kv", tuple(per_tile), "K/V tiles"), *final)),
+        WorkLoop(lw.plan.persistent, (Loop("j", "0", "w.n_kv", tuple(per_tile), "K/V tiles"), *final)),
     )
     return RoleIR(name, role.warps, body, regs=role.regs, blog="ch.12-14")

@@ -44,7 +44,7 @@ def _step(lw, order, st, j: str, label: str):
     if st.kind == "QK":
         issue = [MmaQK(q, f"TMEM_S({q})", q_buf(q), buf), Commit("s_full", str(q)), *release]
         if lw.plan.persistent and order.is_last_qk(st):
-            last = "c.n_kv == 1" if j == "0" else f"{j} == c.n_kv - 1"  # the last K/V tile of the work item
+            last = "w.n_kv == 1" if j == "0" else f"{j} == w.n_kv - 1"  # the last K/V tile of the work item
             issue.append(If(last, (Commit("q_free"),)))
         nodes.append(Single("elect", tuple(issue)))
         note = f"{label}: S{q} = Q{q} K({j})^T"
@@ -54,12 +54,12 @@ def _step(lw, order, st, j: str, label: str):
         # pv_done only for the last K/V tile (the epilogue reads O): for tile j < last, PqV(j) is issued
         # before Qq K(j+1) (the issue-order check guarantees it) and the s_full commit of that QK tracks
         # every earlier MMA of this thread (PTX 9.7.16.12.1), so "S(j+1) ready" already means "O stable"
-        if j == "c.n_kv - 1":
+        if j == "w.n_kv - 1":
             done = (Commit("pv_done", str(q)),)
         elif order.lead:
             done = ()  # steady-state PVs are never the last tile's
         else:
-            done = (If(f"{j} == c.n_kv - 1", (Commit("pv_done", str(q)),)),)
+            done = (If(f"{j} == w.n_kv - 1", (Commit("pv_done", str(q)),)),)
         if s.early_pv_cols:
             tile = lw.plan.tile
             k_split = (tile.block_n - s.early_pv_cols) // tile.mma_k
@@ -91,14 +91,14 @@ def build(lw) -> RoleIR:
         item += [_step(lw, order, st, "0", st.label("0")) for st in order.prologue()]
         steady = tuple(_step(lw, order, st, f"i + {st.offset}" if st.offset else "i", st.symbolic)
                        for st in order.steps)
-        item.append(Loop("i", "0", f"c.n_kv - {order.lead}", steady,
+        item.append(Loop("i", "0", f"w.n_kv - {order.lead}", steady,
                          "steady state: " + " ".join(st.symbolic for st in order.steps)))
         item.append(Comment("epilogue (blog ch.7): the steps of the last K/V tile not issued in the loop"))
-        item += [_step(lw, order, st, "c.n_kv - 1", st.label("n-1")) for st in order.epilogue()]
+        item += [_step(lw, order, st, "w.n_kv - 1", st.label("n-1")) for st in order.epilogue()]
     else:
         steady = tuple(_step(lw, order, st, "i", st.symbolic) for st in order.steps)
-        item.append(Loop("i", "0", "c.n_kv", steady, " ".join(st.symbolic for st in order.steps)))
-    item.append(Assign("kv_base", f"kv_base + {tokens_per_tile} * c.n_kv"))
+        item.append(Loop("i", "0", "w.n_kv", steady, " ".join(st.symbolic for st in order.steps)))
+    item.append(Assign("kv_base", f"kv_base + {tokens_per_tile} * w.n_kv"))
     p_var = "p_hi_ph" if s.early_pv_cols else "p_ready_ph"
     body = [
         *setmaxnreg(lw, role.regs),

@@ -24,38 +24,49 @@ def build(lw) -> RoleIR:
     name = "softmax"
     roles = lw.plan.role_specs("softmax")
     n = lw.plan.tile.block_n
-    tile = [
-        Wait("s_full", "q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
-        sm.rowmax_pass(lw, "TMEM_S(q)"),
-        sm.rebase(lw),
-    ]
-    if s.correction_warps:
-        tile += [Comment("blog ch.12: the correction warps rescale O with the published factor"),
-                 StoreStats("q", "scale"), Arrive("stats_ready", "q", by="warp")]
-    else:
-        # PV(j-1) completed before S(j) was ready (see the MMA role): O is stable here
-        tile.append(If("j > 0", (sm.rescale_o(lw, "q", "reg", skip_unit=s.rescale_threshold is not None),)))
-    if s.early_pv_cols:
-        split = n - s.early_pv_cols
-        tile += sm.p_passes(lw, "q", [
-            (split, n, "published first, blog ch.13", [Arrive("p_hi_ready", "q", by="warp", fence_before=True)]),
-            (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])])
-    else:
-        tile += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="warp", fence_before=True)])])
+
+    def tile(mask: bool) -> tuple:
+        """One K/V tile of this Q stage; ``mask``: the copy for masked tiles."""
+        out = [
+            Wait("s_full", "q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
+            sm.rowmax_pass(lw, "TMEM_S(q)", mask),
+            sm.rebase(lw, mask),
+        ]
+        if s.correction_warps:
+            out += [Comment("blog ch.12: the correction warps rescale O with the published factor"),
+                    StoreStats("q", "scale"), Arrive("stats_ready", "q", by="warp")]
+        else:
+            # PV(j-1) completed before S(j) was ready (see the MMA role): O is stable here
+            out.append(If("j > 0", (sm.rescale_o(lw, "q", "reg", skip_unit=s.rescale_threshold is not None),)))
+        if s.early_pv_cols:
+            split = n - s.early_pv_cols
+            out += sm.p_passes(lw, "q", [
+                (split, n, "published first, blog ch.13", [Arrive("p_hi_ready", "q", by="warp", fence_before=True)]),
+                (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])], mask)
+        else:
+            out += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="warp", fence_before=True)])], mask)
+        return tuple(out)
+
     item = [
         Decl("float", "row_max", "-INFINITY"),
         Decl("float", "row_sum", "0.f"),
     ]
     if s.s_cache_cols:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
-    item.append(Loop("j", "0", "c.n_kv", tuple(tile), "K/V tiles"))
+    item += [
+        Loop("j", "0", "w.n_full", tile(False), "K/V tiles every row sees whole (the steady state)"),
+        Decl("const int", "row_in_seq", "q_tile_of(c, w, q) * BLOCK_M + (int)row", model="0"),
+        Loop("j", "w.n_full", "w.n_kv", (Decl("const int", "col_lim", "col_limit(c, w, row_in_seq, j)", model="0"),
+                                       *tile(True)),
+             "masked tiles: the partial last K/V tile, the causal diagonal"),
+    ]
     if s.correction_warps:
         if lw.plan.persistent:
             item += [Comment("blog ch.14: the correction warps have read the previous work item's rowsum"),
-                     Wait("rowsum_free", "q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "c.n_kv")]
-        item += [StoreStats("q", "rowsum"), Arrive("rowsum_ready", "q", by="warp")]
+                     Wait("rowsum_free", "q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "w.n_kv")]
+        item += [StoreStats("q", "rowsum"), StoreStats("q", "rowmax"), Arrive("rowsum_ready", "q", by="warp")]
     else:
-        item += [Wait("pv_done", "q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "c.n_kv", fence_after=True),
+        item += [Wait("pv_done", "q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "w.n_kv", fence_after=True),
                  sm.epilogue(lw, "q", "reg")]
     body = [*setmaxnreg(lw, roles[0].regs),
             Comment("one thread per row of S/P/O; q is this warpgroup's Q stage (one copy of the code for all)"),
