@@ -1,9 +1,12 @@
 """``b200c check FILE...``: validate, emit and compile each schedule for
 sm_100a, then print one row per schedule (stage, warps per role, threads,
-dynamic SMEM, TMEM columns, registers and spills from ptxas, SASS counts).
+dynamic SMEM, TMEM columns, registers and spills from ptxas, SASS counts),
+and a second table with each warp role's steady-state (K/V) loop from the
+SASS (:mod:`b200c.role_loops`); ``--json`` prints the rows as JSON instead.
 Exit status 1 if any schedule fails to validate or compile, or spills."""
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -16,10 +19,18 @@ SASS_COLS = ("MUFU.EX2", "FMUL", "FSETP.GEU", "predicated", "LDL/STL", "UTC*MMA"
 
 
 def check_one(path: str, workdir: Path, sass: bool = True) -> dict:
-    """Check one schedule file; returns a row dict (``error`` set on failure)."""
+    """Check one schedule file; returns a row dict (``error`` set on failure).
+
+    With ``sass`` the kernel is compiled with ``-lineinfo`` (which leaves the
+    SASS as it is; tests/test_sass_loops.py checks that on every example) and
+    the row also holds ``loops``: {role label: counts of its steady-state
+    loop} (see :func:`b200c.role_loops.role_loops`), or ``loops_error`` when
+    the loops cannot be attributed (the schedule itself is not failed for it).
+    """
     from . import generate, load_schedule_file
     from .codegen import make_plan
     from .nvcc import compile_cuda
+    from .role_loops import LINEINFO
 
     row = {"file": path}
     try:
@@ -33,12 +44,17 @@ def check_one(path: str, workdir: Path, sass: bool = True) -> dict:
         row.update(threads=plan.threads, smem=plan.smem_bytes, tmem=plan.tmem_alloc_cols)
         kernel = generate(s)
         out = workdir / f"{Path(path).stem}.cubin"
-        res = compile_cuda(kernel.source, out, "cubin", "sm_100a")
+        res = compile_cuda(kernel.source, out, "cubin", "sm_100a", extra=LINEINFO if sass else ())
         row.update(res.resources())
         if sass:
+            from .role_loops import cubin_role_loops
             from .sass import count, disassemble
 
             row.update(count(disassemble(out)))
+            try:
+                row["loops"] = cubin_role_loops(kernel.source, out)
+            except B200cError as e:
+                row["loops_error"] = str(e)
         if row.get("spill_bytes"):
             row["error"] = f"{row['spill_bytes']} spill bytes"
     except B200cError as e:
@@ -72,9 +88,27 @@ def format_table(rows: list, sass: bool = True) -> str:
     return "\n".join(out)
 
 
-def check_files(files: list, sass: bool = True, jobs: int = 2) -> int:
-    """Check schedule files, print the table, return the exit status (0 ok, 1
-    if any schedule failed validation or compilation, or spilled)."""
+def format_loop_table(entries: list) -> str:
+    """Text table of steady-state loops: ``entries`` are (kernel, role,
+    counts) triples, counts as from :func:`b200c.sass_loops.mix`; one line each."""
+    from .sass_loops import LOOP_COLS
+
+    cols = ("static", *LOOP_COLS)
+    table = [["schedule", "role", *cols]]
+    table += [[str(k), str(r), *(str(c.get(n, "")) for n in cols)] for k, r, c in entries]
+    widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(t))
+                     for t in table)
+
+
+LOOP_TABLE_TITLE = ("steady-state K/V loop of each warp role: static SASS instructions of the loop body, per K/V "
+                    "tile as the loop stands (the mma loop issues every Q stage's MMAs; softmax[q] is Q stage q)")
+
+
+def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = False) -> int:
+    """Check schedule files, print the tables (or with ``as_json`` a JSON list
+    of the row dicts on stdout, notes on stderr), return the exit status (0 ok,
+    1 if any schedule failed validation or compilation, or spilled)."""
     if sass:
         from .sass import find_cuobjdump
 
@@ -86,14 +120,24 @@ def check_files(files: list, sass: bool = True, jobs: int = 2) -> int:
     d = tempfile.mkdtemp(prefix="b200c_check_")
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         rows = list(ex.map(lambda f: check_one(f, Path(d), sass), files))
-    print(format_table(rows, sass))
+    notes = sys.stderr if as_json else sys.stdout
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(format_table(rows, sass))
+        entries = [(r.get("name", r["file"]), role, c) for r in rows for role, c in r.get("loops", {}).items()]
+        if entries:
+            print(f"\n{LOOP_TABLE_TITLE}\n{format_loop_table(entries)}\n")
+    for r in rows:
+        if "loops_error" in r:
+            print(f"note: {r.get('name', r['file'])}: no steady-state loops ({r['loops_error']})", file=sys.stderr)
     if any(r.get("stack_frame") for r in rows):
         print("stack B / LDL/STL: local memory of runtime-indexed phase-bit arrays (not spills); "
-              "phase_tracking='bitmask' removes it (minor 17)")
+              "phase_tracking='bitmask' removes it (minor 17)", file=notes)
     bad = [r for r in rows if "error" in r]
     if bad:
         print(f"{len(bad)} of {len(rows)} schedules failed; generated sources kept in {d}", file=sys.stderr)
         return 1
     shutil.rmtree(d, ignore_errors=True)
-    print(f"{len(rows)} schedules ok (sm_100a, 0 spill bytes)")
+    print(f"{len(rows)} schedules ok (sm_100a, 0 spill bytes)", file=notes)
     return 0

@@ -1,7 +1,8 @@
 """The ``b200c`` command line.
 
     b200c compile FILE [-o OUT] [--emit plan|ir|cu|ptx|cubin]
-    b200c check FILE...            validate + nvcc/ptxas + SASS counts, one row per schedule
+    b200c check FILE... [--json]   validate + nvcc/ptxas + SASS counts, one row per schedule,
+                                   + each warp role's steady-state loop
     b200c build FILE... [--target sm_100a|emulate] [-j N]   build into the on-disk cache
 
 User errors print one line (``b200c: error: ...``) and exit with status 2;
@@ -58,7 +59,7 @@ def _write(text: str, output) -> int:
 def _check(args) -> int:
     from .check import check_files
 
-    return check_files(args.files, sass=not args.no_sass, jobs=args.jobs)
+    return check_files(args.files, sass=not args.no_sass, jobs=args.jobs, as_json=args.json)
 
 
 def _build(args) -> int:
@@ -75,10 +76,13 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", help="output file (default: stdout for plan/ir/cu)")
     c.add_argument("--emit", choices=("plan", "ir", "cu", "ptx", "cubin"), default="cu")
     c.set_defaults(func=_compile)
-    k = sub.add_parser("check", help="validate, emit and compile schedules for sm_100a; print a resource table")
+    k = sub.add_parser("check", help="validate, emit and compile schedules for sm_100a; print a resource table "
+                                        "and each warp role's steady-state loop")
     k.add_argument("files", nargs="+")
     k.add_argument("--no-sass", action="store_true", help="skip the SASS instruction counts")
     k.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc runs (default 2)")
+    k.add_argument("--json", action="store_true",
+                   help="print the rows (with each role's steady-state loop counts) as JSON instead of tables")
     k.set_defaults(func=_check)
     b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)")
     b.add_argument("files", nargs="+")

@@ -1,17 +1,26 @@
 """Shared pytest options and skips.
 
-``--update-golden`` rewrites tests/golden/*.cu from the current generator
-(review the diff before committing). ``gpu`` tests need a CUDA GPU; ``nvcc``
-tests need nvcc on PATH; both skip cleanly otherwise.
+``--update-golden`` rewrites tests/golden/*.cu from the current generator and
+tests/golden/sass_loops.json from the current SASS (review the diff before
+committing). ``gpu`` tests need a CUDA GPU; ``nvcc`` tests need nvcc on PATH;
+both skip cleanly otherwise.
 """
+import os
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
+VARIANTS = sorted((ROOT / "examples" / "variants").glob("*.py"))
+
+
+def schedule_key(path: Path) -> str:
+    """``18_tma_l2_promotion`` or ``variants/ring4``: a schedule file's name under examples/."""
+    return path.relative_to(ROOT / "examples").with_suffix("").as_posix()
 
 
 def pytest_addoption(parser):
@@ -50,3 +59,54 @@ def generated():
     import b200c
 
     return {p.stem: b200c.generate(b200c.load_schedule_file(p)) for p in EXAMPLES}
+
+
+class Sm100aBuild:
+    """One schedule compiled for sm_100a twice: ``plain`` (the build's flags)
+    and ``lines`` (plus ``-lineinfo``); each a CompileResult, or the
+    BuildError re-raised where it is used."""
+
+    def __init__(self, source, plain, lines):
+        self.source, self._plain, self._lines = source, plain, lines
+
+    @staticmethod
+    def _get(r):
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    @property
+    def plain(self):
+        return self._get(self._plain)
+
+    @property
+    def lines(self):
+        return self._get(self._lines)
+
+
+@pytest.fixture(scope="session")
+def sm100a_builds(tmp_path_factory):
+    """{schedule key: Sm100aBuild} for every example and variant, compiled in
+    parallel once per session (the nvcc tests share it)."""
+    import b200c
+    from b200c.errors import B200cError
+    from b200c.nvcc import compile_cuda
+    from b200c.role_loops import LINEINFO
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc on PATH")
+    d = tmp_path_factory.mktemp("sm100a")
+    sources = {schedule_key(p): b200c.generate(b200c.load_schedule_file(p)).source for p in EXAMPLES + VARIANTS}
+
+    def build(job):
+        key, extra = job
+        out = d / (key.replace("/", "__") + ("_lines" if extra else "") + ".cubin")
+        try:
+            return compile_cuda(sources[key], out, "cubin", "sm_100a", extra=extra)
+        except B200cError as e:
+            return e
+
+    jobs = [(k, extra) for k in sources for extra in ((), LINEINFO)]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
+        results = dict(zip(jobs, ex.map(build, jobs)))
+    return {k: Sm100aBuild(src, results[(k, ())], results[(k, LINEINFO)]) for k, src in sources.items()}

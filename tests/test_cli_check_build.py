@@ -1,5 +1,6 @@
 """`b200c check` prints one row per schedule and exits 0 for the examples;
 `b200c build` builds in parallel and a second run builds nothing."""
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,35 @@ def test_check_all_examples():
     rows = [l for l in lines[1:] if len(l.split()) > 8 and l.split()[0].isdigit()]
     assert [int(l.split()[0]) for l in rows] == list(range(1, 19))
     assert "18 schedules ok (sm_100a, 0 spill bytes)" in r.stdout
+    if _has_disassembler():  # the second table: one row per warp role's steady-state loop
+        loop_rows = [l.split() for l in lines if l.startswith("tma_l2_promotion ")]
+        assert [l[1] for l in loop_rows] == ["softmax[0]", "softmax[1]", "correction", "load", "mma"], r.stdout
+
+
+def _has_disassembler() -> bool:
+    from b200c.errors import BuildError
+    from b200c.sass import find_cuobjdump
+
+    try:
+        find_cuobjdump()
+        return True
+    except BuildError:
+        return False
+
+
+@pytest.mark.nvcc
+def test_check_json():
+    if not _has_disassembler():
+        pytest.skip("needs cuobjdump/nvdisasm")
+    r = subprocess.run([sys.executable, "-m", "b200c.cli", "check", "--json", str(EXAMPLES[11])],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (row,) = json.loads(r.stdout)
+    assert row["stage"] == 12 and row["spill_bytes"] == 0 and row["UTC*MMA"] > 0
+    assert list(row["loops"]) == ["softmax[0]", "softmax[1]", "correction", "load", "mma"]
+    assert row["loops"]["correction"]["LDTM"] > 0 and row["loops"]["load"]["UTMALDG"] > 0
+    assert all(c["static"] > 0 and c["line"] > 0 for c in row["loops"].values())
+    assert "1 schedules ok" in r.stderr
 
 
 @pytest.mark.nvcc
