@@ -164,15 +164,14 @@ class Schedule:
 
 def _check_field_names(names) -> None:
     """Raise ScheduleError naming the first unknown field in ``names`` and the closest known one."""
-    known = {f.name for f in dataclasses.fields(Schedule)}
-    unknown = sorted(set(names) - known)
+    unknown = sorted(set(names) - _FIELD_NAMES)
     if unknown:
         import difflib
 
         from ..errors import ScheduleError
 
-        close = difflib.get_close_matches(unknown[0], known, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(sorted(known))}"
+        close = difflib.get_close_matches(unknown[0], _FIELD_NAMES, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(sorted(_FIELD_NAMES))}"
         raise ScheduleError(f"Schedule has no field {unknown[0]!r}; {hint}")
 
 
@@ -181,11 +180,12 @@ def _with_field_check(init):
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        if kwargs:
-            _check_field_names(kwargs)  # a ScheduleError with a hint instead of a bare TypeError
+        if not _FIELD_NAMES.issuperset(kwargs):  # a ScheduleError with a hint, not a bare TypeError
+            _check_field_names(kwargs)
         init(self, *args, **kwargs)
 
     return __init__
 
 
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Schedule))
 Schedule.__init__ = _with_field_check(Schedule.__init__)

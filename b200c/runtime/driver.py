@@ -294,8 +294,9 @@ def _wire_emulator(lk: LoadedKernel) -> None:
     lk._keep.append(host)
 
 
-# ---- tensor maps and launch ----------------------------------------------------------
+# ---- tensor maps ------------------------------------------------------------------------
 
+TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap)
 _SWIZZLE = {"none": "CU_TENSOR_MAP_SWIZZLE_NONE", "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
             "64B": "CU_TENSOR_MAP_SWIZZLE_64B", "128B": "CU_TENSOR_MAP_SWIZZLE_128B"}
 _L2 = {"none": "CU_TENSOR_MAP_L2_PROMOTION_NONE", "64B": "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
@@ -306,7 +307,7 @@ _L2 = {"none": "CU_TENSOR_MAP_L2_PROMOTION_NONE", "64B": "CU_TENSOR_MAP_L2_PROMO
 # versions <= 13.1 (cuDriverGetVersion() <= 13010) it clears bit 21 of the
 # descriptor's second 64-bit word when the tensor's memory span is under
 # 128 KiB. Public source: NVIDIA/cutlass, include/cute/atom/copy_traits_sm90_tma.hpp
-# (make_tma_copy_desc, after cuTensorMapEncodeTiled); CHANGELOG 4.3.4: "Work
+# (cute::detail::make_tma_copy_desc, right after cuTensorMapEncodeTiled); CHANGELOG 4.3.4: "Work
 # around a driver TMA descriptor related bug which will cause occasional errors
 # on Blackwell when the tensor's backing memory allocation is less than 128KB".
 # b200c applies the same condition, with the span computed the same way
@@ -388,9 +389,6 @@ def encode_tensor_map(name: str, t, launch) -> bytes:
     desc = bytearray(ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES))
     apply_tma_driver_workaround(desc, tensor_span_bytes(t.shape, t.stride()), driver_version())
     return bytes(desc)
-
-
-TENSOR_MAP_BYTES = 128
 
 
 # ---- hangs ---------------------------------------------------------------------------

@@ -34,11 +34,7 @@ _launch_lock = threading.Lock()  # the parameter block of an entry is shared: wr
 _bound = threading.local()  # .ctx: the CUcontext this thread last made current
 
 
-def _raw_stream(device: int) -> int:
-    """Handle of PyTorch's current CUDA stream on ``device`` (an int, 0 = legacy default stream)."""
-    return _get_raw_stream(device)
-
-
+# PyTorch's current stream on a device as an int handle, and the current device: called per launch
 try:
     _get_raw_stream = torch._C._cuda_getCurrentRawStream
     _current_device = torch._C._cuda_getDevice
@@ -67,7 +63,7 @@ class Entry:
     """
 
     __slots__ = ("lk", "device", "grid", "block", "smem", "default_scale", "buf", "params", "params_addr",
-                 "out_ptr", "scale", "masks", "hang", "problem", "_cu", "_ok", "_bad_ctx", "_launch", "_memset")
+                 "out_ptr", "scale", "masks", "hang", "problem", "_cu", "_ok", "_ctx_errors", "_launch", "_memset")
 
     def __init__(self, lk, problem, grid: int, maps: list[bytes], out_strides: tuple[int, int, int]):
         info = lk.built.launch
@@ -98,7 +94,7 @@ class Entry:
         cu = driver._cu()
         self._cu = cu
         self._ok = cu.CUresult.CUDA_SUCCESS
-        self._bad_ctx = cu.CUresult.CUDA_ERROR_INVALID_CONTEXT
+        self._ctx_errors = (cu.CUresult.CUDA_ERROR_INVALID_CONTEXT, cu.CUresult.CUDA_ERROR_INVALID_HANDLE)
         self._launch = cu.cuLaunchKernel
         self._memset = cu.cuMemsetD32Async
 
@@ -127,24 +123,27 @@ class Entry:
         with _launch_lock:
             self.out_ptr.value = out.data_ptr()
             self.scale.value = self.default_scale if scale is None else scale
-            if self.masks is not None:
-                (err,) = self._memset(self.masks[0], 0, self.masks[1], stream)
-                if err != self._ok:
-                    driver._check((err,), "cuMemsetD32Async(emulator TMEM alloc masks)")
-            (err,) = self._launch(self.lk.function, self.grid, 1, 1, self.block, 1, 1, self.smem, stream,
-                                  self.params_addr, 0)
-            if err == self._bad_ctx and not force_ctx:  # another library changed this thread's context
-                driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-                _bound.ctx = ctx
-                (err,) = self._launch(self.lk.function, self.grid, 1, 1, self.block, 1, 1, self.smem, stream,
-                                      self.params_addr, 0)
+            for retry in (False, True):
+                what, err = "cuLaunchKernel", self._ok
+                if self.masks is not None:
+                    (err,) = self._memset(self.masks[0], 0, self.masks[1], stream)
+                    what = "cuMemsetD32Async (emulator TMEM alloc masks) before cuLaunchKernel"
+                if err == self._ok:
+                    what = "cuLaunchKernel"
+                    (err,) = self._launch(self.lk.function, self.grid, 1, 1, self.block, 1, 1, self.smem, stream,
+                                          self.params_addr, 0)
+                if err in self._ctx_errors and not retry and not force_ctx:
+                    driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")  # another library's context
+                    _bound.ctx = ctx
+                    continue
+                break
         if err != self._ok:
             from ..errors import LaunchError
 
             driver.check_hang(self.lk)
             info = self.lk.built.launch
             raise LaunchError(
-                f"cuLaunchKernel of {info.name!r} (grid {self.grid}, block {self.block}, {self.smem} B SMEM) "
+                f"{what} of {info.name!r} (grid {self.grid}, block {self.block}, {self.smem} B SMEM) "
                 f"failed: {driver._err_name(err)}"
             )
 
