@@ -197,8 +197,11 @@ def main() -> int:
     if torch.cuda.is_available():
         from b200c.runtime import driver
 
+        from b200c.runtime import api
+
         print(f"device: {torch.cuda.get_device_name()}, CUDA driver {driver.driver_version()}, "
-              f"torch CUDA {torch.version.cuda}")
+              f"torch CUDA {torch.version.cuda}; direct eager path (no dispatcher): "
+              f"{'on' if api.DIRECT_PATH else 'OFF (this torch lacks the internals it checks)'}")
         print(table(gpu_rows(args)))
         return 0
     print("host_overhead: skipped: no CUDA GPU (torch.cuda.is_available() is False)")

@@ -224,3 +224,11 @@ def test_cubin_to_stdout(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout[:4] == b"\x7fELF" and b"wrote stdout" in r.stderr
     assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("content", [b"x\x00\xff\xfe", bytes(range(256)) * 4, b"\xef\xbb\xbf\xff\xff"])
+def test_garbage_schedule_file_is_one_line(tmp_path, content):
+    f = tmp_path / "garbage.py"
+    f.write_bytes(content)
+    line = _one_line_error(run("compile", str(f)))
+    assert f"schedule file '{f}'" in line and "None" not in line

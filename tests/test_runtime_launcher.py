@@ -196,6 +196,7 @@ def op_calls(monkeypatch):
 
 
 def test_plain_eager_call_skips_the_dispatcher(fd, op_calls):
+    assert api.DIRECT_PATH  # this torch has every internal the direct-path check reads
     q = t()
     b200c.attention(q, q, q, schedule=SCHED)
     assert not op_calls and len(fd.launches) == 1
@@ -228,6 +229,31 @@ def test_dispatch_modes_and_subclasses_go_through_the_op(fd, op_calls):
     assert len(op_calls) == 1 and "b200c.attention.default" in mode.ops  # the mode saw the op
     b200c.attention(torch.nn.Parameter(q, requires_grad=False), q, q, schedule=SCHED)
     assert len(op_calls) == 2
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_forward_mode_ad_goes_through_the_op(fd, op_calls):
+    import torch.autograd.forward_ad as fwAD
+
+    q = t()
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(q, torch.ones_like(q))
+        try:
+            b200c.attention(dual, q, q, schedule=SCHED)
+        except RuntimeError:
+            pass  # torch: no forward-AD formula for the op; never a result without its tangent
+    assert len(op_calls) == 1
+
+
+def test_attention_generated_refuses_grad_inputs(fd):
+    from b200c.runtime import attention_generated
+
+    gk = op.generated_kernel(SCHED.to_json())
+    q = t()
+    out = attention_generated(q, q, q, gk)
+    assert fd.launches[-1].out_ptr == out.data_ptr()
+    with pytest.raises(b200c.BackwardNotSupportedError, match="attention_generated has no autograd formula"):
+        attention_generated(q.requires_grad_(), q, q, gk)
 
 
 def test_op_called_directly_uses_the_same_cache(fd):

@@ -59,7 +59,8 @@ def load_schedule_file(path: str | os.PathLike) -> Schedule:
     except ScheduleError as e:  # e.g. a base schedule it loads: say which file asked
         raise type(e)(f"in schedule file {str(p)!r}: {e}") from None
     except SyntaxError as e:
-        raise ScheduleError(f"schedule file {str(p)!r} line {e.lineno}: syntax error: {e.msg}") from None
+        where = f" line {e.lineno}" if e.lineno else ""
+        raise ScheduleError(f"schedule file {str(p)!r}{where}: syntax error: {e.msg}") from None
     except BaseException as e:  # user code (also sys.exit): report one line, not a traceback
         if isinstance(e, KeyboardInterrupt):
             raise

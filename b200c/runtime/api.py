@@ -236,7 +236,8 @@ def _check_scale(softmax_scale) -> float | None:
 
 
 def _direct_path_ok(q, k, v) -> bool:
-    """Plain eager CUDA tensors with no autograd, tracing, modes or transforms: skip the dispatcher."""
+    """Plain eager CUDA tensors with no autograd (reverse or forward mode), tracing, modes or
+    transforms: skip the dispatcher."""
     return (
         type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
         and q.is_cuda and k.is_cuda and v.is_cuda
@@ -251,13 +252,19 @@ try:
     _function_modes = torch._C._is_torch_function_mode_enabled
     _jit_tracing = torch._C._get_tracing_state
     _functorch_level = torch._C._functorch.maybe_current_level
+    _forward_ad = torch.autograd.forward_ad
+    _forward_ad._current_level  # noqa: B018  (present: checked below)
 
     def _no_tracing() -> bool:
         return (not _dispatch_modes() and not _function_modes() and _jit_tracing() is None
-                and _functorch_level() is None)
+                and _functorch_level() is None and _forward_ad._current_level < 0)
+
+    DIRECT_PATH = True
 except AttributeError:  # a torch without these internals: always use the dispatcher
     def _no_tracing() -> bool:
         return False
+
+    DIRECT_PATH = False  # reported by scripts/host_overhead.py
 
 
 # ---- the entry point ----------------------------------------------------------------
@@ -314,4 +321,11 @@ def attention_generated(q, k, v, generated, *, softmax_scale: float | None = Non
     check_tensor_types(q, k, v)
     _check_options(target, "bhsd")
     scale = _check_scale(softmax_scale)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        from ..errors import BackwardNotSupportedError
+
+        raise BackwardNotSupportedError(
+            "attention_generated has no autograd formula; pass detached q, k, v or call it under torch.no_grad() "
+            "(b200c.attention supports inputs that require grad, forward only)"
+        )
     return launcher.run(generated, target, "bhsd", q, k, v, scale, op.kernel_for_generated)
