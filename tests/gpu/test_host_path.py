@@ -51,7 +51,7 @@ def test_direct_path_equals_op_and_sdpa(setup):
 
 
 def test_new_tensors_views_and_scales(setup):
-    import torch
+    import torch.nn.functional as F
 
     import b200c
 
@@ -64,8 +64,6 @@ def test_new_tensors_views_and_scales(setup):
     assert out.shape == (2, 256, 4, 128)
     sdpa_close(out.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     out2 = b200c.attention(q, k, v, schedule=setup, target="emulate", layout="bshd", softmax_scale=0.05)
-    import torch.nn.functional as F
-
     ref = F.scaled_dot_product_attention(*(t.transpose(1, 2).float() for t in (q, k, v)), scale=0.05)
     assert (out2.transpose(1, 2).float() - ref).abs().max().item() < 3e-2
 
