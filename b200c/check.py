@@ -115,7 +115,7 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
         try:
             find_cuobjdump()
         except B200cError as e:
-            print(f"note: no SASS counts ({e})", file=sys.stderr)
+            print(f"b200c: note: no SASS counts ({e})", file=sys.stderr)
             sass = False
     d = tempfile.mkdtemp(prefix="b200c_check_")
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
@@ -136,7 +136,7 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
               "phase_tracking='bitmask' removes it (minor 17)", file=notes)
     bad = [r for r in rows if "error" in r]
     if bad:
-        print(f"{len(bad)} of {len(rows)} schedules failed; generated sources kept in {d}", file=sys.stderr)
+        print(f"b200c: {len(bad)} of {len(rows)} schedules failed the check; generated sources kept in {d}", file=sys.stderr)
         return 1
     shutil.rmtree(d, ignore_errors=True)
     print(f"{len(rows)} schedules ok (sm_100a, 0 spill bytes)", file=notes)

@@ -1,56 +1,120 @@
-"""The ``b200c`` command line.
+"""The ``b200c`` command line (also ``python -m b200c``).
 
-    b200c compile FILE [-o OUT] [--emit plan|ir|cu|ptx|cubin]
-    b200c check FILE... [--json]   validate + nvcc/ptxas + SASS counts, one row per schedule,
-                                   + each warp role's steady-state loop
-    b200c build FILE... [--target sm_100a|emulate] [-j N]   build into the on-disk cache
+    b200c compile FILE [-o OUT|-] [--emit plan|ir|cu|ptx|cubin]
+    b200c check FILE... [--no-sass] [-j N] [--json]   validate + nvcc/ptxas + SASS counts, one row per
+                                                      schedule, + each warp role's steady-state loop
+    b200c build FILE... [--target sm_100a|emulate] [-j N]   build into the on-disk kernel cache
+    b200c --version
 
-User errors print one line (``b200c: error: ...``) and exit with status 2;
-no Python traceback.
+Exit status: 0 success; 1 ``check`` ran and at least one schedule failed it
+(its table row says why); 2 error: bad arguments, a missing or invalid
+schedule file, nvcc/ninja missing, a failed build. Errors print one line,
+``b200c: error: ...``, and no Python traceback; 130 when interrupted.
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
 from .errors import B200cError
 
+EXIT_STATUS = """exit status:
+  0  success
+  1  check: at least one schedule failed (its row says why)
+  2  error (one line "b200c: error: ..."): bad arguments, missing or invalid
+     schedule file, nvcc/ninja missing, failed build
+"""
+
+
+class UsageError(B200cError):
+    """A command-line argument is wrong (printed as ``b200c: error: ...``, exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with b200c's one-line error format (``b200c: error: ...``, exit 2)."""
+
+    def error(self, message):
+        sub = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        hint = f"b200c {sub} --help" if sub else "b200c --help"
+        self.exit(2, f"b200c: error: {message}; see '{hint}'\n")
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of parallel jobs >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (parallel jobs), got {n}")
+    return n
+
+
+def _output_path(output: str) -> Path:
+    """Check that ``-o`` names a file in an existing folder (before any work)."""
+    out = Path(output)
+    if out.is_dir():
+        raise UsageError(f"output {output!r} is a directory; give a file name, e.g. {str(out / 'kernel.cu')!r}")
+    parent = out.parent
+    if not parent.is_dir():
+        raise UsageError(f"cannot write output {output!r}: folder {str(parent)!r} does not exist; create it first")
+    return out
+
+
+def _check_schedule_paths(files: list[str]) -> None:
+    for f in files:
+        p = Path(f)
+        if p.is_dir():
+            raise UsageError(f"schedule file {f!r} is a directory, not a file; pass its .py files (e.g. {f}/*.py)")
+        if not p.is_file():
+            raise UsageError(f"schedule file {f!r} does not exist (relative to {Path.cwd()})")
+
 
 def _compile(args) -> int:
     from . import generate, load_schedule_file
 
+    to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
+    out = None if to_stdout else _output_path(args.output) if args.output else Path(
+        Path(args.file).stem + "." + args.emit)
     schedule = load_schedule_file(args.file)
     if args.emit == "plan":
         from .codegen import make_plan
 
-        return _write(str(make_plan(schedule)), args.output)
+        return _write(str(make_plan(schedule)), out)
     if args.emit == "ir":
         from .codegen import lower
 
-        return _write(lower(schedule).text(), args.output)
+        return _write(lower(schedule).text(), out)
     kernel = generate(schedule)
     if args.emit == "cu":
-        return _write(kernel.source, args.output)
+        return _write(kernel.source, out)
     import tempfile
 
     from .nvcc import compile_cuda
 
-    out = Path(args.output) if args.output else Path(Path(args.file).stem + "." + args.emit)
-    src = Path(tempfile.mkdtemp(prefix="b200c_")) / "kernel.cu"  # kept: a failing build names it
-    res = compile_cuda(kernel.source, out, fmt=args.emit, target="sm_100a", keep_source=src)
+    work = Path(tempfile.mkdtemp(prefix="b200c_"))
+    target = work / f"kernel.{args.emit}" if out is None else out
+    res = compile_cuda(kernel.source, target, fmt=args.emit, target="sm_100a", keep_source=work / "kernel.cu")
+    # success: the temporary folder goes (on failure it stays: the error names its kernel.cu)
+    if out is None:
+        sys.stdout.flush()
+        getattr(sys.stdout, "buffer", sys.stdout).write(target.read_bytes())
+        sys.stdout.flush()
+    shutil.rmtree(work, ignore_errors=True)
+    where = "stdout" if out is None else str(out)
     if args.emit == "cubin":
         r = res.resources()
-        print(f"wrote {out} (sm_100a: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
+        print(f"wrote {where} (sm_100a: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
     else:
-        print(f"wrote {out} (sm_100a PTX)", file=sys.stderr)
+        print(f"wrote {where} (sm_100a PTX)", file=sys.stderr)
     return 0
 
 
-def _write(text: str, output) -> int:
-    if output:
-        Path(output).write_text(text)
-        print(f"wrote {output}", file=sys.stderr)
+def _write(text: str, out: Path | None) -> int:
+    if out is not None:
+        out.write_text(text)
+        print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return 0
@@ -58,53 +122,83 @@ def _write(text: str, output) -> int:
 
 def _check(args) -> int:
     from .check import check_files
+    from .toolchain import find_nvcc
 
+    _check_schedule_paths(args.files)
+    find_nvcc()  # a missing nvcc is an error for the whole command, not one failed row per schedule
     return check_files(args.files, sass=not args.no_sass, jobs=args.jobs, as_json=args.json)
 
 
 def _build(args) -> int:
     from .runtime.build_cli import run_build
 
+    _check_schedule_paths(args.files)
     return run_build(args.files, args.target, args.jobs)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="b200c", description="Compile declarative attention schedules to sm_100a CUDA.")
-    sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("compile", help="emit the plan, IR, CUDA, PTX or cubin of one schedule file")
+    """The ``b200c`` argument parser (subcommands compile, check, build)."""
+    from . import __version__
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog="b200c", description="Compile declarative attention schedules to sm_100a CUDA.",
+                epilog=EXIT_STATUS, formatter_class=fmt)
+    p.add_argument("--version", action="version", version=f"b200c {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,check,build}")
+    c = sub.add_parser("compile", help="emit the plan, IR, CUDA, PTX or cubin of one schedule file",
+                       description="Emit the plan, IR, CUDA, PTX or cubin of one schedule file.",
+                       epilog=EXIT_STATUS, formatter_class=fmt)
     c.add_argument("file", help="schedule file (Python defining a module-level `schedule`)")
-    c.add_argument("-o", "--output", help="output file (default: stdout for plan/ir/cu)")
-    c.add_argument("--emit", choices=("plan", "ir", "cu", "ptx", "cubin"), default="cu")
+    c.add_argument("-o", "--output", metavar="OUT",
+                   help="output file, '-' for stdout (default: stdout for plan/ir/cu, FILE's stem + .ptx/.cubin "
+                        "in the current folder for ptx/cubin)")
+    c.add_argument("--emit", choices=("plan", "ir", "cu", "ptx", "cubin"), default="cu",
+                   help="plan: SMEM/TMEM/barrier/warp-role plan; ir: what each warp role does; cu: CUDA source "
+                        "(default); ptx, cubin: nvcc output for sm_100a")
     c.set_defaults(func=_compile)
     k = sub.add_parser("check", help="validate, emit and compile schedules for sm_100a; print a resource table "
-                                        "and each warp role's steady-state loop")
-    k.add_argument("files", nargs="+")
+                                        "and each warp role's steady-state loop",
+                       description="Validate, emit and compile each schedule for sm_100a (nvcc/ptxas), then print "
+                                   "one row per schedule (warps per role, threads, SMEM, TMEM, registers, spills, "
+                                   "SASS counts) and each warp role's steady-state K/V loop (instruction count and "
+                                   "mix).", epilog=EXIT_STATUS, formatter_class=fmt)
+    k.add_argument("files", nargs="+", metavar="FILE", help="schedule files")
     k.add_argument("--no-sass", action="store_true", help="skip the SASS instruction counts")
-    k.add_argument("-j", "--jobs", type=int, default=2, help="parallel nvcc runs (default 2)")
+    k.add_argument("-j", "--jobs", type=_jobs, default=2, help="parallel nvcc runs, >= 1 (default 2)")
     k.add_argument("--json", action="store_true",
                    help="print the rows (with each role's steady-state loop counts) as JSON instead of tables")
     k.set_defaults(func=_check)
-    b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)")
-    b.add_argument("files", nargs="+")
-    b.add_argument("--target", default="sm_100a", help="sm_100a (native) or emulate (sm_90a, Hopper)")
-    b.add_argument("-j", "--jobs", type=int, default=None)
+    b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)",
+                       description="Build schedules into the on-disk kernel cache ($B200C_CACHE_DIR) in one "
+                                   "parallel ninja run; prints 'built' or 'cached' per file.",
+                       epilog=EXIT_STATUS, formatter_class=fmt)
+    b.add_argument("files", nargs="+", metavar="FILE", help="schedule files")
+    b.add_argument("--target", default="sm_100a", choices=("sm_100a", "sm100a", "emulate"),
+                   help="sm_100a: the native B200 kernel (default); emulate: the sm_90a build for Hopper")
+    b.add_argument("-j", "--jobs", type=_jobs, default=None, help="parallel nvcc runs, >= 1 (default: CPU count)")
     b.set_defaults(func=_build)
     return p
 
 
 def main(argv=None) -> int:
+    """Run the ``b200c`` command; returns the exit status (see the module docstring)."""
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except B200cError as e:
-        print(f"b200c: error: {e}", file=sys.stderr)
+        print(f"b200c: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
-    except OSError as e:  # e.g. an output path in a folder that does not exist
-        print(f"b200c: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+    except OSError as e:  # e.g. the output file cannot be written
+        where = f": {e.filename}" if e.filename else ""
+        print(f"b200c: error: {e.strerror or e}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if "\n" in text else text
 
 
 if __name__ == "__main__":

@@ -62,6 +62,15 @@ class UnsupportedDeviceError(LaunchError):
     """The GPU's compute capability does not match the kernel's target."""
 
 
+class BackwardNotSupportedError(B200cError, NotImplementedError):
+    """A gradient was requested through ``b200c.attention``, whose kernels are forward-only.
+
+    Raised when the backward pass runs (``loss.backward()``), never when the
+    forward runs: a forward-only call on inputs that require grad works, in
+    eager mode and under ``torch.compile``.
+    """
+
+
 class BarrierTimeoutError(LaunchError):
     """A bounded mbarrier wait in a debug/emulation build timed out.
 

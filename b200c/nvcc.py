@@ -48,10 +48,12 @@ def compile_cuda(source: str, out: Path, fmt: str = "cubin", target: str = "sm_1
 
     Raises:
         BuildError: nvcc missing or failing (message: the .cu path and the first
-            error line).
+            error line), or ``out``'s folder does not exist.
     """
-    nvcc = find_nvcc()
     out = Path(out)
+    if not out.parent.is_dir():  # else nvcc's error names its own temporary file
+        raise BuildError(f"cannot write {str(out)!r}: folder {str(out.parent)!r} does not exist; create it first")
+    nvcc = find_nvcc()
     src = Path(keep_source) if keep_source else out.with_suffix(".cu")
     if src.resolve() == out.resolve():
         src = out.with_name(out.stem + ".src.cu")

@@ -78,9 +78,11 @@ def test_infeasible_schedule(tmp_path):
     assert "need 768 of 512 TMEM columns" in _one_line_error(run("compile", str(f)))
 
 
-def test_unwritable_output(tmp_path):
-    line = _one_line_error(run("compile", str(EXAMPLES[0]), "-o", str(tmp_path / "no" / "such" / "k.cu")))
-    assert "No such file or directory" in line
+@pytest.mark.parametrize("emit", ["cu", "plan"])
+def test_output_in_missing_folder(tmp_path, emit):
+    out = tmp_path / "no" / "such" / f"k.{emit}"
+    line = _one_line_error(run("compile", str(EXAMPLES[0]), "--emit", emit, "-o", str(out)))
+    assert f"cannot write output '{out}': folder '{out.parent}' does not exist" in line
 
 
 def test_nested_schedule_error_names_the_outer_file(tmp_path):
@@ -99,3 +101,134 @@ def test_syntax_error_names_the_line(tmp_path):
 def test_help():
     r = run("--help")
     assert r.returncode == 0 and "compile" in r.stdout and "check" in r.stdout
+
+
+# ---- issue 11: version, help, one error format for every subcommand ---------------------
+
+
+def test_version_and_python_m():
+    import b200c
+
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"b200c {b200c.__version__}"
+    r = subprocess.run([sys.executable, "-m", "b200c", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "compile" in r.stdout and "exit status" in r.stdout
+
+
+def test_every_option_has_help():
+    import argparse
+
+    from b200c.cli import make_parser
+
+    parser = make_parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(subs.choices) == {"compile", "check", "build"}
+    for name, sub in subs.choices.items():
+        for action in sub._actions:
+            assert action.help, f"b200c {name}: {action.option_strings or action.dest} has no help text"
+
+
+@pytest.mark.parametrize("cmd", ["check", "build"])
+@pytest.mark.parametrize("jobs", ["0", "-3", "two"])
+def test_jobs_must_be_positive(cmd, jobs):
+    line = _one_line_error(run(cmd, "-j", jobs, str(EXAMPLES[0])))
+    assert "argument -j/--jobs: must be" in line and f"see 'b200c {cmd} --help'" in line
+
+
+def test_unknown_option_one_line():
+    line = _one_line_error(run("compile", str(EXAMPLES[0]), "--emit", "sass"))
+    assert "invalid choice: 'sass'" in line
+
+
+@pytest.mark.parametrize("cmd", ["compile", "check", "build"])
+def test_missing_and_directory_schedule_files(cmd, tmp_path):
+    assert "does not exist" in _one_line_error(run(cmd, str(tmp_path / "nope.py")))
+    line = _one_line_error(run(cmd, str(ROOT / "examples")))
+    assert "is a directory, not a file" in line
+
+
+def test_directory_names_a_file_inside():
+    line = _one_line_error(run("compile", "examples"))
+    assert "pass one of its schedule files, e.g. 'examples/01_baseline.py'" in line
+
+
+def test_other_schedule_names_are_listed(tmp_path):
+    f = tmp_path / "two.py"
+    f.write_text("import b200c\nfast = b200c.Schedule(name='fast')\nslow = b200c.Schedule(name='slow')\n")
+    line = _one_line_error(run("compile", str(f)))
+    assert "defines no module-level 'schedule'; it defines Schedules named 'fast', 'slow'" in line
+    assert "schedule = fast" in line
+
+
+def test_build_invalid_schedule_is_an_error(tmp_path):
+    f = tmp_path / "s.py"
+    f.write_text("import b200c\nschedule = b200c.Schedule(p_storage='tmem', warp_specialized=True, q_stages=3)\n")
+    line = _one_line_error(run("build", str(f)))
+    assert f"{f}: 3 Q stages at head dim 128 need 768 of 512 TMEM columns" in line
+
+
+def test_build_without_nvcc_is_an_error(tmp_path):
+    import os
+
+    env = {**os.environ, "B200C_NVCC": str(tmp_path / "no-nvcc"), "B200C_CACHE_DIR": str(tmp_path / "c")}
+    r = subprocess.run([sys.executable, "-m", "b200c", "build", str(EXAMPLES[0])], capture_output=True, text=True,
+                       cwd=ROOT, env=env)
+    assert "nvcc not found" in _one_line_error(r)
+
+
+def test_check_without_nvcc_is_an_error(tmp_path):
+    import os
+
+    env = {**os.environ, "B200C_NVCC": str(tmp_path / "no-nvcc")}
+    r = subprocess.run([sys.executable, "-m", "b200c", "check", str(EXAMPLES[0])], capture_output=True, text=True,
+                       cwd=ROOT, env=env)
+    assert "nvcc not found" in _one_line_error(r)
+
+
+def test_output_is_a_directory(tmp_path):
+    assert "is a directory; give a file name" in _one_line_error(run("compile", str(EXAMPLES[0]), "-o", str(tmp_path)))
+
+
+def test_dash_output_means_stdout(tmp_path):
+    r = run("compile", str(EXAMPLES[0]), "-o", "-", cwd=tmp_path)
+    assert r.returncode == 0 and 'extern "C" __global__' in r.stdout
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("emit", ["ptx", "cubin"])
+def test_nvcc_emits_leave_no_temporary_folder(tmp_path, emit):
+    import os
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / f"k.{emit}"
+    r = subprocess.run([sys.executable, "-m", "b200c", "compile", str(EXAMPLES[0]), "--emit", emit, "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 0 and f"wrote {out}" in r.stderr
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.nvcc
+def test_nvcc_emit_to_missing_folder_names_the_output(tmp_path):
+    out = tmp_path / "missing" / "k.ptx"
+    line = _one_line_error(run("compile", str(EXAMPLES[0]), "--emit", "ptx", "-o", str(out)))
+    assert f"cannot write output '{out}'" in line and "/tmp/" not in line.replace(str(tmp_path), "")
+
+
+@pytest.mark.nvcc
+def test_cubin_to_stdout(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "b200c", "compile", str(EXAMPLES[0]), "--emit", "cubin", "-o", "-"],
+                       capture_output=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout[:4] == b"\x7fELF" and b"wrote stdout" in r.stderr
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("content", [b"x\x00\xff\xfe", bytes(range(256)) * 4, b"\xef\xbb\xbf\xff\xff"])
+def test_garbage_schedule_file_is_one_line(tmp_path, content):
+    f = tmp_path / "garbage.py"
+    f.write_bytes(content)
+    line = _one_line_error(run("compile", str(f)))
+    assert f"schedule file '{f}'" in line and "None" not in line

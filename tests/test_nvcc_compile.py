@@ -35,3 +35,11 @@ def test_emulated_sm90a_build(example, generated, tmp_path):
     if not (Path(cg.cuda_include_dir()) / "b200c_emulate.cuh").exists():
         pytest.skip("emulation header not present")
     compile_cuda(generated[example.stem].source, tmp_path / "k.cubin", "cubin", "emulate")
+
+
+def test_output_folder_missing_names_the_output(tmp_path):
+    from b200c.errors import BuildError
+
+    out = tmp_path / "missing" / "k.cubin"
+    with pytest.raises(BuildError, match=f"cannot write '{out}': folder '{out.parent}' does not exist"):
+        compile_cuda("// nothing\n", out, "cubin", "sm_100a")

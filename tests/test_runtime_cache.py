@@ -1,6 +1,8 @@
 """Build cache, toolchain discovery and ``b200c build`` (run_build); tiny sources, no GPU."""
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -14,7 +16,7 @@ import pytest
 import b200c
 from b200c.codegen import GeneratedKernel
 from b200c.codegen.launch import LaunchInfo, WaitSite
-from b200c.errors import BuildError
+from b200c.errors import BuildError, ScheduleError
 from b200c import toolchain
 from b200c.runtime import build, build_many, cache
 from b200c.runtime.build_cli import run_build
@@ -125,16 +127,77 @@ def test_cache_key_covers_every_input():
     assert cache.cache_key(*base, extra="header v2") != k
 
 
-def test_incomplete_entry_is_not_a_hit(cache_root):
-    d = cache.entry_dir("a" * 64)
+def fake_entry(key: str = "a" * 64) -> Path:
+    d = cache.entry_dir(key)
     d.mkdir(parents=True)
     for f in cache.ENTRY_FILES:
-        (d / f).write_text("x")
+        (d / f).write_bytes(b"\x7fELF cubin bytes" if f == "kernel.cubin" else b"x")
+    cache.write_manifest(d, key)
+    return d
+
+
+def test_incomplete_entry_is_not_a_hit(cache_root):
+    d = fake_entry()
     assert cache.is_complete(d)
+    assert cache.verify_entry(d)[1] == hashlib.sha256(b"\x7fELF cubin bytes").hexdigest()
     (d / "kernel.cubin").write_text("")
-    assert not cache.is_complete(d)
+    assert cache.verify_entry(d)[0] == "kernel.cubin does not match its recorded sha256"
     (d / "launch.json").unlink()
     assert not cache.is_complete(d)
+    assert cache.verify_entry(cache.entry_dir("b" * 64)) == ("absent", None)
+
+
+@pytest.mark.parametrize("damage,problem", [
+    (lambda d: (d / "kernel.cubin").write_bytes(b"\x7fELF cubin"), "kernel.cubin does not match"),  # truncated
+    (lambda d: (d / "kernel.cubin").write_bytes(bytes(17)), "kernel.cubin does not match"),  # zero-filled
+    (lambda d: (d / "launch.json").write_bytes(b"{garbage"), "launch.json does not match"),
+    (lambda d: (d / "manifest.json").write_bytes(b"\xff\xfe garbage"), "manifest.json is not valid"),
+    (lambda d: (d / "manifest.json").write_text('{"format": 1, "key": "other", "sha256": {}}'),
+     "manifest.json does not describe this entry"),
+    (lambda d: (d / "manifest.json").write_text("[1, 2]"), "manifest.json is not valid"),
+    (lambda d: (d / "manifest.json").unlink(), "manifest.json is missing"),
+    (lambda d: (d / "build.log").unlink(), "build.log is missing"),
+    (lambda d: ((d / "kernel.cubin").unlink(), (d / "kernel.cubin").mkdir()), "kernel.cubin is missing"),
+])
+def test_damaged_entry_is_named_not_loaded(cache_root, damage, problem):
+    d = fake_entry()
+    damage(d)
+    found, digest = cache.verify_entry(d)
+    assert found.startswith(problem) and digest is None
+
+
+def test_entry_that_is_a_file(cache_root):
+    d = cache.entry_dir("c" * 64)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    d.write_bytes(b"garbage")
+    assert cache.verify_entry(d) == ("not a folder", None)
+    cache.remove(d)
+    assert not d.exists()
+
+
+def test_cache_dir_that_is_a_file(tmp_path, monkeypatch):
+    f = tmp_path / "file"
+    f.write_text("x")
+    monkeypatch.setenv("B200C_CACHE_DIR", str(f / "sub"))
+    with pytest.raises(BuildError, match="kernel cache folder .* cannot be created .*set B200C_CACHE_DIR"):
+        cache.cache_dir()
+
+
+def test_damaged_cubin_never_reaches_the_driver(tmp_path, monkeypatch):
+    """driver.load re-checks the cubin's sha256 (recorded at build time) before cuModuleLoadData."""
+    from b200c.runtime import driver
+    from b200c.runtime.build import BuiltKernel
+
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(b"\x7fELF good")
+    built = BuiltKernel(cubin, LAUNCH, "sm100a", "d" * 64, False, hashlib.sha256(b"\x7fELF good").hexdigest())
+    assert driver._verified_image(built) == b"\x7fELF good"
+    cubin.write_bytes(bytes(10))
+    with pytest.raises(BuildError, match="changed after it was verified .sha256 mismatch.; call again to rebuild"):
+        driver._verified_image(built)
+    cubin.unlink()
+    with pytest.raises(BuildError, match="cannot read cached kernel"):
+        driver._verified_image(built)
 
 
 def test_cache_dir_default_uses_platformdirs(monkeypatch):
@@ -186,6 +249,40 @@ def test_incomplete_entry_is_rebuilt(cache_root, counting_nvcc):
     (cache_root / key / "kernel.cubin").unlink()
     again = build(kernel(), "sm100a")
     assert again.built and counting_nvcc() == 2 and cache.is_complete(cache_root / key)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("damage", ["truncated", "zero-filled", "garbage manifest", "no manifest", "launch.json",
+                                    "entry is a file"])
+def test_damaged_entry_is_rebuilt_with_one_warning(cache_root, counting_nvcc, caplog, damage):
+    first = build(kernel(), "sm100a")
+    d = first.cubin_path.parent
+    good = first.cubin_path.read_bytes()
+    if damage == "truncated":
+        first.cubin_path.write_bytes(good[: len(good) // 2])
+    elif damage == "zero-filled":
+        first.cubin_path.write_bytes(bytes(len(good)))
+    elif damage == "garbage manifest":
+        (d / "manifest.json").write_bytes(os.urandom(64))
+    elif damage == "no manifest":
+        (d / "manifest.json").unlink()
+    elif damage == "launch.json":
+        (d / "launch.json").write_text("{}")
+    else:
+        shutil.rmtree(d)
+        d.write_bytes(b"\0" * 100)
+    with caplog.at_level(logging.WARNING, logger="b200c.runtime"):
+        again = build(kernel(), "sm100a")
+    warnings = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert f"kernel cache entry {d} is damaged (" in warnings[0] and "rebuilding it" in warnings[0]
+    assert again.built and again.key == first.key and counting_nvcc() == 2
+    assert again.cubin_path.read_bytes() == good and cache.is_complete(d)
+    assert again.cubin_sha256 == hashlib.sha256(good).hexdigest()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="b200c.runtime"):
+        assert not build(kernel(), "sm100a").built  # sound again: a plain hit, no warning
+    assert not caplog.records
 
 
 @pytest.mark.nvcc
@@ -254,14 +351,18 @@ def test_run_build_cli(cache_root, counting_nvcc, tmp_path, monkeypatch, capfd):
     assert counting_nvcc() == 2
 
 
-def test_run_build_bad_file(cache_root, tmp_path, capfd):
-    assert run_build([str(tmp_path / "missing.py")], "sm100a", jobs=1) == 1
-    assert "does not exist" in capfd.readouterr().err
+def test_run_build_bad_files(cache_root, tmp_path):
+    good = tmp_path / "good.py"
+    good.write_text("import b200c\nschedule = b200c.Schedule()\n")
+    bad = [str(tmp_path / "missing.py"), str(tmp_path / "also_missing.py")]
+    with pytest.raises(ScheduleError, match=r"missing.py: schedule file .* does not exist .*\(1 more failed: .*also"):
+        run_build([str(good), *bad], "sm100a", jobs=1)
+    assert not cache_root.exists() or not entries(cache_root)  # nothing built when any file is bad
 
 
-def test_run_build_unknown_target(cache_root, tmp_path, monkeypatch, capfd):
+def test_run_build_unknown_target(cache_root, tmp_path, monkeypatch):
     monkeypatch.setattr(b200c, "generate", lambda s: kernel())
     f = tmp_path / "a.py"
     f.write_text("import b200c\nschedule = b200c.Schedule()\n")
-    assert run_build([str(f)], "sm_75", jobs=1) == 1
-    assert "unknown build target 'sm_75'" in capfd.readouterr().err
+    with pytest.raises(BuildError, match="unknown build target 'sm_75'"):
+        run_build([str(f)], "sm_75", jobs=1)

@@ -210,7 +210,7 @@ def test_empty_inputs_do_not_launch(monkeypatch):
     def no_launch(*a, **kw):
         raise AssertionError("launched")
 
-    monkeypatch.setattr(op, "run_attention", no_launch)
+    monkeypatch.setattr(op, "loaded_kernel", no_launch)
     s = b200c.Schedule()
     out = b200c.attention(t(0), t(0), t(0), schedule=s)
     assert out.shape == (0, 4, 256, 128)

@@ -117,8 +117,8 @@ def test_layout_name_is_checked():
 
 def test_schedule_file_path(tmp_path):
     f = tmp_path / "s.py"
-    f.write_text("import b200c\nschedule = b200c.Schedule(name='from_file', q_stages=2)\n")
-    assert api._schedule_json(str(f)) == b200c.Schedule(name="from_file", q_stages=2).to_json()
+    f.write_text("import b200c\nschedule = b200c.Schedule(name='from_file', swizzle='128B')\n")
+    assert api._schedule_json(str(f)) == b200c.Schedule(name="from_file", swizzle="128B").to_json()
     assert api._schedule_json(f) == api._schedule_json(str(f))
     with pytest.raises(ScheduleError, match="schedule must be a b200c.Schedule or a schedule file path, got int"):
         api._schedule_json(3)

@@ -1,43 +1,82 @@
-"""Load a schedule file: ordinary Python defining a module-level ``schedule``."""
+"""Load a schedule file: ordinary Python defining a module-level ``schedule``.
+
+:func:`load_with_dependencies` also returns every file the schedule was built
+from (the file, the schedule files it loads, recursively, and the helper
+modules it imports from its own folder), so a cache of loaded schedules can
+notice an edit to any of them.
+"""
 from __future__ import annotations
 
+import os
 import runpy
+import sys
+import threading
 from pathlib import Path
 
 from ..errors import ScheduleError
 from .schedule import Schedule
 
+_tracking = threading.local()  # .stack: {path: stat} per load_with_dependencies in progress
 
-def load_schedule_file(path: str | Path) -> Schedule:
-    """Run ``path`` and return its module-level ``schedule`` (a Schedule).
 
-    The file may import other examples by path (``examples/`` is not a
-    package); it runs with its own directory on ``sys.path``.
+def load_schedule_file(path: str | os.PathLike) -> Schedule:
+    """Run the file at ``path`` and return its module-level ``schedule`` (a Schedule).
+
+    The file may load other schedule files (``examples/`` is not a package;
+    use ``load_schedule_file(Path(__file__).with_name("base.py"))``) and
+    import helper modules from its own folder: it runs with its folder on
+    ``sys.path``. Helper modules it imports for the first time are forgotten
+    afterwards, so loading the file again sees their edits.
 
     Raises:
-        ScheduleError: the file is missing, fails to run, has no ``schedule``,
-            or ``schedule`` is not a :class:`b200c.Schedule`.
+        ScheduleError: the path is missing or a directory, the file fails to
+            run (one line: exception type and message), has no ``schedule``
+            (the message lists the Schedules it defines under other names), or
+            ``schedule`` is not a :class:`b200c.Schedule`.
     """
     p = Path(path)
+    if p.is_dir():
+        inside = sorted(x.name for x in p.glob("*.py"))[:3]
+        hint = f"; pass one of its schedule files, e.g. {str(p / inside[0])!r}" if inside else "; pass a .py file"
+        raise ScheduleError(f"schedule file {str(p)!r} is a directory, not a file{hint}")
     if not p.is_file():
         where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
         raise ScheduleError(f"schedule file {str(p)!r} does not exist{where}")
-    import sys
-
-    sys.path.insert(0, str(p.parent.resolve()))
+    folder = p.parent.resolve()
+    stack = getattr(_tracking, "stack", ())
+    if stack:
+        resolved = str(p.resolve())
+        try:
+            st = os.stat(resolved)  # taken before the file runs: an edit during the run shows as a change later
+        except OSError as e:
+            raise ScheduleError(f"schedule file {str(p)!r} cannot be read: {e.strerror or e}") from None
+        for deps in stack:
+            deps.setdefault(resolved, st)
+    before = set(sys.modules)
+    sys.path.insert(0, str(folder))
     try:
         ns = runpy.run_path(str(p), run_name="__b200c_schedule__")
     except ScheduleError as e:  # e.g. a base schedule it loads: say which file asked
         raise type(e)(f"in schedule file {str(p)!r}: {e}") from None
     except SyntaxError as e:
-        raise ScheduleError(f"schedule file {str(p)!r} line {e.lineno}: syntax error: {e.msg}") from None
+        where = f" line {e.lineno}" if e.lineno else ""
+        raise ScheduleError(f"schedule file {str(p)!r}{where}: syntax error: {e.msg}") from None
     except BaseException as e:  # user code (also sys.exit): report one line, not a traceback
         if isinstance(e, KeyboardInterrupt):
             raise
         raise ScheduleError(f"schedule file {str(p)!r} failed to run: {type(e).__name__}: {e}") from None
     finally:
-        sys.path.pop(0)
+        if sys.path and sys.path[0] == str(folder):
+            sys.path.pop(0)
+        _forget_local_modules(before, folder)
     if "schedule" not in ns:
+        others = [name for name, val in ns.items() if isinstance(val, Schedule) and not name.startswith("__")]
+        if others:
+            names = ", ".join(repr(n) for n in others)
+            raise ScheduleError(
+                f"schedule file {str(p)!r} defines no module-level 'schedule'; it defines Schedules named {names}: "
+                f"assign the one to use to 'schedule' (e.g. schedule = {others[0]})"
+            )
         raise ScheduleError(f"schedule file {str(p)!r} defines no module-level 'schedule'")
     s = ns["schedule"]
     if not isinstance(s, Schedule):
@@ -45,3 +84,49 @@ def load_schedule_file(path: str | Path) -> Schedule:
             f"schedule file {str(p)!r}: 'schedule' is a {type(s).__name__}, expected b200c.Schedule"
         )
     return s
+
+
+def _forget_local_modules(before: set, folder: Path) -> None:
+    """Drop modules first imported during a load from ``folder`` (record them as dependencies)."""
+    stack = getattr(_tracking, "stack", ())
+    for name in set(sys.modules) - before:
+        mod = sys.modules.get(name)
+        file = getattr(mod, "__file__", None)
+        if not file:
+            continue
+        try:
+            f = Path(file).resolve()
+        except (OSError, RuntimeError):
+            continue
+        if f.is_relative_to(folder):
+            try:
+                st = os.stat(f)
+            except OSError:
+                continue
+            for deps in stack:
+                deps.setdefault(str(f), st)
+            sys.modules.pop(name, None)
+
+
+def load_with_dependencies(path: str | os.PathLike) -> tuple[Schedule, tuple[tuple[str, os.stat_result], ...]]:
+    """:func:`load_schedule_file` plus every file the schedule was built from.
+
+    Returns:
+        ``(schedule, files)``: ``files`` holds ``(absolute path, os.stat_result)``
+        for ``path`` itself, every schedule file it loaded (recursively) and
+        the helper modules it imported from those files' folders for the
+        first time, sorted by path. A schedule file's stat is taken just before
+        it ran, so an edit while it ran shows as a change afterwards.
+
+    Raises:
+        ScheduleError: as :func:`load_schedule_file`.
+    """
+    if not hasattr(_tracking, "stack"):
+        _tracking.stack = []
+    deps: dict = {}
+    _tracking.stack.append(deps)
+    try:
+        s = load_schedule_file(path)
+    finally:
+        _tracking.stack.pop()
+    return s, tuple(sorted(deps.items()))

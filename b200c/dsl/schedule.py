@@ -125,16 +125,7 @@ class Schedule:
         Raises:
             ScheduleError: a name in ``changes`` is not a Schedule field.
         """
-        from ..errors import ScheduleError
-
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            import difflib
-
-            close = difflib.get_close_matches(unknown[0], known, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(sorted(known))}"
-            raise ScheduleError(f"Schedule has no field {unknown[0]!r}; {hint}")
+        _check_field_names(changes)
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> "Schedule":
@@ -181,3 +172,32 @@ class Schedule:
             if f.name in ("name", "blog_stage") or v != getattr(default, f.name):
                 lines.append(f"{f.name} = {v!r}")
         return "\n".join(lines)
+
+
+def _check_field_names(names) -> None:
+    """Raise ScheduleError naming the first unknown field in ``names`` and the closest known one."""
+    unknown = sorted(set(names) - _FIELD_NAMES)
+    if unknown:
+        import difflib
+
+        from ..errors import ScheduleError
+
+        close = difflib.get_close_matches(unknown[0], _FIELD_NAMES, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(sorted(_FIELD_NAMES))}"
+        raise ScheduleError(f"Schedule has no field {unknown[0]!r}; {hint}")
+
+
+def _with_field_check(init):
+    import functools
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if not _FIELD_NAMES.issuperset(kwargs):  # a ScheduleError with a hint, not a bare TypeError
+            _check_field_names(kwargs)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Schedule))
+Schedule.__init__ = _with_field_check(Schedule.__init__)

@@ -1,5 +1,10 @@
-"""b200c runtime: build (ninja + nvcc, on-disk cache), load and launch generated
-kernels on PyTorch tensors, as the ``b200c::attention`` custom op.
+"""b200c runtime: build (ninja + nvcc, verified on-disk cache), load and launch
+generated kernels on PyTorch tensors, as the ``b200c::attention`` custom op.
+
+Modules: ``build``/``cache`` (kernels on disk), ``driver`` (cuda-bindings:
+load, tensor maps), ``launcher`` (the cached per-call path), ``op`` (the
+custom op, fake and autograd impls), ``api`` (``b200c.attention``),
+``fake_driver`` (a driver stand-in for CPU-only tests and measurements).
 
 Public API:
     attention(q, k, v, *, schedule, softmax_scale=None, layout="bhsd", target="auto") -> Tensor

@@ -1,20 +1,37 @@
-"""``b200c.attention``: the user-facing PyTorch entry point."""
+"""``b200c.attention``: the user-facing PyTorch entry point.
+
+Eager calls on plain CUDA tensors that need no autograd take a direct path:
+the schedule's validated JSON comes from a cache (per Schedule object, or per
+schedule file as long as none of the files it was built from changed on disk)
+and the launch from :mod:`b200c.runtime.launcher` (per tensor pointers,
+shapes, strides). Everything else (torch.compile tracing, fake/meta tensors,
+tensor subclasses, dispatch or function modes, functorch transforms, JIT
+tracing, inputs that require grad) goes through the registered custom op
+``torch.ops.b200c.attention``, which reaches the same launcher.
+"""
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 import os
+import time
+import weakref
 
 import torch
 
+from ..dsl import Schedule
+from ..errors import BuildError, LaunchError, ScheduleError
+from . import launcher, op  # op: registers torch.ops.b200c.attention
 from .inputs import check_tensor_types
 
-_TARGETS = ("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate")
+_TARGETS = frozenset(("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate"))
+_LAYOUTS = frozenset(("bhsd", "bshd"))
+_Tensor = torch.Tensor
 
 
 def _schedule_fields() -> tuple[str, ...]:
     import dataclasses
-
-    from ..dsl import Schedule
 
     return tuple(f.name for f in dataclasses.fields(Schedule))
 
@@ -22,11 +39,143 @@ def _schedule_fields() -> tuple[str, ...]:
 _FIELDS = _schedule_fields()
 
 
+# ---- schedule identity ------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=512)
+def _validated_json(schedule_json: str) -> str:
+    """``schedule_json`` after ``Schedule.validate()`` passed (cached; failures are not)."""
+    Schedule.from_json(schedule_json).validate()
+    return schedule_json
+
+
+_by_id: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def _json_of_schedule(schedule) -> str:
+    """Validated JSON of a Schedule object, cached per object (Schedules are immutable)."""
+    hit = _by_id.get(id(schedule))
+    if hit is not None and hit[0]() is schedule:
+        return hit[1]
+    text = _validated_json(schedule.to_json())
+    i = id(schedule)
+
+    def forget(ref, i=i):
+        if _by_id.get(i, (None,))[0] is ref:
+            del _by_id[i]
+
+    _by_id[i] = (weakref.ref(schedule, forget), text)
+    return text
+
+
+_RACY_S = 2.0  # a file modified this close to when it was read may change again without a new mtime
+
+
+class _FileEntry:
+    """A loaded schedule file: its JSON and what its files looked like when read."""
+
+    __slots__ = ("sig", "deps", "json", "racy_until", "digests")
+
+    def __init__(self, sig, deps, json, racy_until, digests):
+        self.sig, self.deps, self.json, self.racy_until, self.digests = sig, deps, json, racy_until, digests
+
+
+_files: dict[str, _FileEntry] = {}
+
+
+def _sig(st) -> tuple:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _digest(path: str) -> bytes | None:
+    import hashlib
+
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).digest()
+    except OSError:
+        return None
+
+
+def _json_of_file(path: str) -> str:
+    """Validated JSON of a schedule file, reloaded when it or any file it was built from changes.
+
+    Each call stats the file (by the path as given: no resolve) and the
+    files it was built from (see :func:`b200c.dsl.load_with_dependencies`);
+    another inode, size, mtime or ctime reloads. While the newest of them was
+    modified less than 2 s before it was read (an edit within one timestamp
+    tick keeps the mtime), their contents are compared by sha256 as well.
+
+    Raises:
+        ScheduleError: the file is missing, invalid or its schedule infeasible.
+    """
+    e = _files.get(path)
+    if e is not None:
+        stat = os.stat
+        try:
+            fresh = _sig(stat(path)) == e.sig
+            if fresh:
+                for d, s in e.deps:
+                    if _sig(stat(d)) != s:
+                        fresh = False
+                        break
+        except OSError:
+            fresh = False
+        if fresh and e.racy_until is not None:
+            fresh = all(_digest(d) == h for d, h in e.digests)
+            if fresh and time.time() >= e.racy_until:
+                e.racy_until = None
+        if fresh:
+            return e.json
+    return _load_file(path)
+
+
+def _load_file(path: str) -> str:
+    from ..dsl import load_with_dependencies
+
+    _files.pop(path, None)
+    t_read = time.time()
+    schedule, deps = load_with_dependencies(path)  # raises ScheduleError for a missing path
+    text = _validated_json(schedule.to_json())
+    try:
+        main = os.stat(path)
+    except OSError:
+        return text  # gone already: not cached
+    sigs = {d: _sig(st) for d, st in deps}
+    main_path = os.path.realpath(path)
+    if sigs.get(main_path, _sig(main)) != _sig(main):
+        return text  # changed while it ran: not cached, the next call loads it again
+    newest = max([main.st_mtime_ns] + [st.st_mtime_ns for _, st in deps]) / 1e9
+    racy = t_read < newest + _RACY_S
+    files = [main_path] + [d for d in sigs if d != main_path]
+    digests = tuple((f, _digest(f)) for f in files) if racy else ()
+    if len(_files) >= 256:
+        _files.clear()
+    _files[path] = _FileEntry(_sig(main), tuple((d, s) for d, s in sigs.items() if d != main_path), text,
+                              newest + _RACY_S if racy else None, digests)
+    return text
+
+
+def _schedule_json(schedule) -> str:
+    """Validated ``Schedule.to_json()`` of a Schedule or a schedule file path (eager; cached).
+
+    Raises:
+        ScheduleError / ResourceError / IssueOrderError: not a Schedule or a
+            path, or the file or schedule is invalid or infeasible.
+    """
+    if isinstance(schedule, Schedule):
+        return _json_of_schedule(schedule)
+    if isinstance(schedule, (str, os.PathLike)):
+        return _json_of_file(os.fspath(schedule))
+    raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
+
+
+# ---- schedule identity under torch.compile -----------------------------------------
+
+
 @functools.lru_cache(maxsize=512)
 def _json_cached(values: tuple) -> str:
-    from ..dsl import Schedule
-
-    return Schedule(**dict(zip(_FIELDS, values))).to_json()
+    return _validated_json(Schedule(**dict(zip(_FIELDS, values))).to_json())
 
 
 @torch.compiler.assume_constant_result
@@ -34,120 +183,149 @@ def _json_of_fields(values: tuple) -> str:
     return _json_cached(values)
 
 
-@functools.lru_cache(maxsize=256)
-def _json_of_file_cached(path: str, mtime_ns: int) -> str:
-    from ..dsl import load_schedule_file
-
-    return load_schedule_file(path).to_json()
-
-
 @torch.compiler.assume_constant_result
-def _json_of_file(path) -> str:
-    """Schedule JSON of a schedule file, cached per (resolved path, modification time)."""
-    from pathlib import Path
-
-    p = Path(path).resolve()
-    try:
-        mtime = p.stat().st_mtime_ns
-    except OSError:
-        mtime = -1  # missing: load_schedule_file raises the ScheduleError
-    if mtime < 0:
-        return _json_of_file_cached.__wrapped__(str(p), mtime)
-    return _json_of_file_cached(str(p), mtime)
+def _json_of_path(path) -> str:
+    return _json_of_file(os.fspath(path))
 
 
-def _schedule_json(schedule) -> str:
-    """``Schedule.to_json()`` of a Schedule or schedule file path.
+def _traced_schedule_json(schedule) -> str:
+    """Schedule JSON while torch.compile traces: a constant of the compiled graph.
 
-    Under torch.compile the Schedule's field values (plain constants) are read
-    in the traced code and the JSON is computed once as a constant, so no
-    graph break occurs and no dataclass instance has to be reconstructed.
-
-    Raises:
-        ScheduleError: neither a Schedule nor a path, or the file is invalid.
+    The Schedule's field values (plain constants) are read in the traced code
+    and the JSON is computed once, so no graph break occurs. A schedule file
+    is read when the function is compiled; edits after that need a recompile
+    (``torch._dynamo.reset()`` or a new ``torch.compile``).
     """
-    from ..dsl import Schedule
-    from ..errors import ScheduleError
-
     if isinstance(schedule, Schedule):
         return _json_of_fields(tuple([getattr(schedule, name) for name in _FIELDS]))
     if isinstance(schedule, (str, os.PathLike)):
-        return _json_of_file(schedule)
+        return _json_of_path(schedule)
     raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
+
+
+# ---- arguments ----------------------------------------------------------------------
+
+
+def _check_options(target, layout) -> None:
+    if target not in _TARGETS:
+        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
+    if layout not in _LAYOUTS:
+        raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
+
+
+def _check_scale(softmax_scale) -> float | None:
+    """None, or the scale as a finite float.
+
+    Raises:
+        LaunchError: not a real number (e.g. a string), or NaN/infinite.
+    """
+    if softmax_scale is None:
+        return None
+    if type(softmax_scale) is float:
+        value = softmax_scale
+    elif isinstance(softmax_scale, numbers.Real) and not isinstance(softmax_scale, bool):
+        value = float(softmax_scale)
+    else:
+        raise LaunchError(
+            f"softmax_scale={softmax_scale!r} ({type(softmax_scale).__name__}) must be a real number in "
+            "natural-log units, e.g. 0.0884 (= 1/sqrt(128)), or None for 1/sqrt(D)"
+        )
+    if not math.isfinite(value):
+        raise LaunchError(f"softmax_scale={value} must be finite; use e.g. 0.0884 (= 1/sqrt(128)) or None for 1/sqrt(D)")
+    return value
+
+
+def _direct_path_ok(q, k, v) -> bool:
+    """Plain eager CUDA tensors with no autograd (reverse or forward mode), tracing, modes or
+    transforms: skip the dispatcher."""
+    return (
+        type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+        and q.is_cuda and k.is_cuda and v.is_cuda
+        and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+        and _no_tracing()
+    )
+
+
+_grad_enabled = torch.is_grad_enabled
+try:
+    _dispatch_modes = torch._C._len_torch_dispatch_stack
+    _function_modes = torch._C._is_torch_function_mode_enabled
+    _jit_tracing = torch._C._get_tracing_state
+    _functorch_level = torch._C._functorch.maybe_current_level
+    _forward_ad = torch.autograd.forward_ad
+    _forward_ad._current_level  # noqa: B018  (present: checked below)
+
+    def _no_tracing() -> bool:
+        return (not _dispatch_modes() and not _function_modes() and _jit_tracing() is None
+                and _functorch_level() is None and _forward_ad._current_level < 0)
+
+    DIRECT_PATH = True
+except AttributeError:  # a torch without these internals: always use the dispatcher
+    def _no_tracing() -> bool:
+        return False
+
+    DIRECT_PATH = False  # reported by scripts/host_overhead.py
+
+
+# ---- the entry point ----------------------------------------------------------------
 
 
 def attention(q, k, v, *, schedule, softmax_scale: float | None = None, layout: str = "bhsd",
               target: str = "auto") -> torch.Tensor:
-    """Dense non-causal attention ``softmax(q k^T * scale) v`` with a b200c kernel.
+    if torch.compiler.is_compiling():
+        return _attention_traced(q, k, v, schedule, softmax_scale, layout, target)
+    if not (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor):
+        check_tensor_types(q, k, v)  # subclasses (fake tensors, Parameters) pass; anything else raises
+    if target not in _TARGETS or layout not in _LAYOUTS:
+        _check_options(target, layout)
+    scale = _check_scale(softmax_scale)
+    schedule_json = _schedule_json(schedule)  # the schedule first: its errors come before tensor/device ones
+    if _direct_path_ok(q, k, v):
+        return op.run_schedule(q, k, v, schedule_json, scale, target, layout)
+    return _call_op(q, k, v, schedule_json, scale, layout, target)
 
-    Args:
-        q: shape (B, H, S_q, D) (``layout="bhsd"``, like torch SDPA) or
-            (B, S_q, H, D) (``layout="bshd"``, like FlashAttention),
-            torch.bfloat16, CUDA.
-        k, v: the same with S_kv, same dtype and device.
-            Any memory layout whose last dim is contiguous works through the
-            strides (e.g. (B, S, H, D) storage viewed as (B, H, S, D)): 16-byte
-            aligned data and S/H/B strides that are multiples of 8 elements;
-            no copies are made. Today D must be 128 and S_q, S_kv multiples
-            of 128.
-        layout: ``"bhsd"`` or ``"bshd"``: the order of the dimensions of the
-            shapes above (and of the result).
-        schedule: a :class:`b200c.Schedule` or a path to a schedule file.
-        softmax_scale: natural-log units; default ``1 / sqrt(D)``.
-        target: ``"auto"`` (sm100a on compute capability 10.0, the emulated
-            kernel on 9.0), ``"sm100a"`` or ``"emulate"``.
 
-    Returns:
-        (B, H, S_q, D) or, for ``layout="bshd"``, (B, S_q, H, D) bfloat16
-        with q's memory layout. Empty inputs (B, H or
-        S_q = 0) give an empty result and S_kv = 0 gives zeros, without a launch.
-
-    Raises:
-        LaunchError: an input rule is broken (names tensor, rule, value).
-        UnsupportedDeviceError: the GPU cannot run the target.
-        BuildError: nvcc missing or compilation failed.
-        ScheduleError / ResourceError / IssueOrderError: invalid schedule.
-        BarrierTimeoutError: an earlier emulated launch timed out (see
-            :func:`b200c.runtime.check_hang`).
-
-    The first call per (schedule, target, device) generates, builds (cached
-    on disk) and loads the kernel; later calls only launch asynchronously on
-    the current stream (CUDA-graph capturable). Registered as the custom op
-    ``torch.ops.b200c.attention``, so ``torch.compile(fullgraph=True)`` works.
-    """
-    from ..errors import BuildError, LaunchError
-
-    check_tensor_types(q, k, v)
-    if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
-    if layout not in ("bhsd", "bshd"):
-        raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
+def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str) -> torch.Tensor:
     if layout == "bshd":  # views only: the kernel reads any strides
         q, k, v = (t.transpose(1, 2) if t.dim() == 4 else t for t in (q, k, v))
-    schedule_json = _schedule_json(schedule)
-    if softmax_scale is None:
-        softmax_scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 else 1.0
-    out = torch.ops.b200c.attention(q, k, v, schedule_json, float(softmax_scale), target)
+    if scale is None:
+        scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 and q.shape[-1] > 0 else 1.0
+    out = torch.ops.b200c.attention(q, k, v, schedule_json, scale, target)
     return out.transpose(1, 2) if layout == "bshd" else out
 
 
+def _attention_traced(q, k, v, schedule, softmax_scale, layout, target) -> torch.Tensor:
+    check_tensor_types(q, k, v)
+    _check_options(target, layout)
+    scale = _check_scale(softmax_scale)
+    return _call_op(q, k, v, _traced_schedule_json(schedule), scale, layout, target)
+
+
+def _set_doc() -> None:
+    import b200c
+
+    attention.__doc__ = b200c.attention.__doc__
+
+
+_set_doc()
+
+
 def attention_generated(q, k, v, generated, *, softmax_scale: float | None = None, target: str = "auto") -> torch.Tensor:
-    """Run a :class:`b200c.codegen.GeneratedKernel` directly (eager only, no custom op).
+    """Run a :class:`b200c.codegen.GeneratedKernel` directly (eager only, no custom op, no autograd).
 
     For kernels that are not a Schedule (e.g. hand-edited or deliberately
-    broken variants in tests). Same inputs, result, rules and errors as
-    :func:`attention`; the build is cached on disk by source text, and each
-    call re-hashes the source (slower host path than :func:`attention`).
+    broken variants in tests). q, k, v are logical (B, H, S, D); same rules,
+    result and errors as :func:`b200c.attention`. The build is cached on
+    disk by source text and the launch per tensor pointers/shapes/strides.
     """
-    from ..errors import BuildError
-    from . import op
-    from .inputs import empty_result, validate_inputs
-
     check_tensor_types(q, k, v)
-    if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
-    problem = validate_inputs(q, k, v)
-    if not problem.needs_launch:
-        return empty_result(q, problem)
-    scale = float(softmax_scale) if softmax_scale is not None else problem.head_dim ** -0.5
-    return op.run_attention(q, k, v, problem, scale, lambda dev: op.kernel_for_generated(generated, target, dev))
+    _check_options(target, "bhsd")
+    scale = _check_scale(softmax_scale)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        from ..errors import BackwardNotSupportedError
+
+        raise BackwardNotSupportedError(
+            "attention_generated has no autograd formula; pass detached q, k, v or call it under torch.no_grad() "
+            "(b200c.attention supports inputs that require grad, forward only)"
+        )
+    return launcher.run(generated, target, "bhsd", q, k, v, scale, op.kernel_for_generated)

@@ -9,6 +9,7 @@ then renamed atomically into the cache.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shlex
@@ -24,6 +25,8 @@ from ..nvcc import first_error_line
 from . import cache
 from ..toolchain import find_nvcc, header_digest_text, normalize_target, nvcc_flags, nvcc_version
 
+log = logging.getLogger("b200c.runtime")
+
 
 @dataclass(frozen=True)
 class BuiltKernel:
@@ -35,6 +38,8 @@ class BuiltKernel:
         target: canonical target (``"sm100a"`` or ``"emulate"``).
         key: cache key (sha256 hex).
         built: True if this call compiled it, False if it was cached.
+        cubin_sha256: sha256 of the cubin recorded at build time (checked
+            again when the cubin is loaded; ``""``: not checked).
     """
 
     cubin_path: Path
@@ -42,6 +47,7 @@ class BuiltKernel:
     target: str
     key: str
     built: bool
+    cubin_sha256: str = ""
 
 
 def find_ninja() -> str:
@@ -91,9 +97,14 @@ def build_many(
     Returns:
         One :class:`BuiltKernel` per item, in order.
 
+    Every cache hit is verified against the sha256 recorded at build time;
+    a damaged entry (truncated, zero-filled, missing or foreign files) is
+    rebuilt with a one-line warning on the ``b200c.runtime`` logger.
+
     Raises:
-        BuildError: unknown target, nvcc/ninja missing, or any kernel failed to
-            compile (kernels that compiled are still cached).
+        BuildError: unknown target, nvcc/ninja missing, the cache folder
+            unusable, or any kernel failed to compile (kernels that compiled
+            are still cached).
     """
     from .. import __version__
 
@@ -105,23 +116,48 @@ def build_many(
     root = cache.cache_dir()
 
     keys = [cache.cache_key(gk.source, flags, target, version, __version__, extra) for _, gk in items]
+    digests: dict[str, str] = {}
     missing: dict[str, tuple[str, GeneratedKernel]] = {}
     for key, item in zip(keys, items):
-        if key not in missing and not cache.is_complete(cache.entry_dir(key, root)):
-            missing[key] = item
+        if key in missing or key in digests:
+            continue
+        entry = cache.entry_dir(key, root)
+        problem, digest = cache.verify_entry(entry, key)
+        if problem is None:
+            digests[key] = digest
+            continue
+        if problem != "absent":
+            log.warning("b200c: kernel cache entry %s is damaged (%s); rebuilding it", entry, problem)
+        missing[key] = item
 
     built_now: set[str] = set()
     if missing:
-        with contextlib.ExitStack() as stack:
-            for key in sorted(missing):
-                stack.enter_context(cache.key_lock(key, root))
-            todo = {k: v for k, v in missing.items() if not cache.is_complete(cache.entry_dir(k, root))}
-            if todo:
-                _ninja_build(todo, nvcc, flags, target, root, jobs, progress)
-                built_now = set(todo)
+        try:
+            with contextlib.ExitStack() as stack:
+                for key in sorted(missing):
+                    stack.enter_context(cache.key_lock(key, root))
+                todo = {}
+                for key, item in missing.items():  # another process may have built it meanwhile
+                    problem, digest = cache.verify_entry(cache.entry_dir(key, root), key)
+                    if problem is None:
+                        digests[key] = digest
+                    else:
+                        todo[key] = item
+                if todo:
+                    _ninja_build(todo, nvcc, flags, target, root, jobs, progress)
+                    built_now = set(todo)
+                    for key in todo:
+                        problem, digest = cache.verify_entry(cache.entry_dir(key, root), key)
+                        if problem is not None:
+                            raise BuildError(f"kernel cache entry {cache.entry_dir(key, root)} is unusable right "
+                                             f"after its build ({problem}); check the disk or set B200C_CACHE_DIR")
+                        digests[key] = digest
+        except OSError as e:  # the cache folder itself is unusable (permissions, a file in the way, disk full)
+            raise BuildError(f"kernel cache {root}: {e.strerror or e}: {e.filename or ''}; "
+                             "set B200C_CACHE_DIR to a writable folder") from None
 
     return [
-        BuiltKernel(cache.entry_dir(key, root) / "kernel.cubin", gk.launch, target, key, key in built_now)
+        BuiltKernel(cache.entry_dir(key, root) / "kernel.cubin", gk.launch, target, key, key in built_now, digests[key])
         for key, (_, gk) in zip(keys, items)
     ]
 
@@ -194,6 +230,7 @@ def _ninja_build(
             d = tmp / key
             cubin = d / "kernel.cubin"
             if cubin.is_file() and cubin.stat().st_size > 0 and (d / "build.log").is_file():
+                cache.write_manifest(d, key)
                 cache.publish(d, key, root)
                 continue
             log_path = d / "build.log"

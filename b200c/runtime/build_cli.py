@@ -1,17 +1,12 @@
 """``b200c build FILE...``: build many schedule files in one parallel ninja run."""
 from __future__ import annotations
 
-import sys
-
-from ..errors import B200cError
-
 
 def run_build(paths: list[str], target: str, jobs: int | None) -> int:
     """Load, generate and build every schedule file in ``paths``.
 
     Prints ninja's ``[k/n]`` progress, then one line per schedule:
-    ``built  <path>`` or ``cached <path>``. Errors (bad schedule, missing
-    nvcc, compile failure) print one line to stderr.
+    ``built  <path>`` or ``cached <path>``.
 
     Args:
         paths: schedule files (Python defining ``schedule``).
@@ -19,27 +14,34 @@ def run_build(paths: list[str], target: str, jobs: int | None) -> int:
         jobs: parallel nvcc processes (None: CPU count).
 
     Returns:
-        0 when every schedule built or was cached, else 1.
+        0 when every schedule built or was cached.
+
+    Raises:
+        ScheduleError (and subclasses): a file is missing or invalid; the
+            message starts with the first such file and counts the others.
+            Nothing is built then.
+        BuildError: unknown target, nvcc/ninja missing, or a kernel failed
+            to compile (the others are still cached).
     """
     import b200c
 
+    from ..errors import B200cError
     from .build import build_many
 
     items = []
-    failed = False
+    failures = []
     for p in paths:
         try:
             items.append((p, b200c.generate(b200c.load_schedule_file(p))))
         except B200cError as e:
-            print(f"b200c build: {p}: {e}", file=sys.stderr)
-            failed = True
-    if failed:
-        return 1
-    try:
-        results = build_many(items, target, jobs=jobs, progress=True)
-    except B200cError as e:
-        print(f"b200c build: {e}", file=sys.stderr)
-        return 1
+            failures.append((p, e))
+    if failures:
+        p, e = failures[0]
+        more = ""
+        if len(failures) > 1:
+            more = f" ({len(failures) - 1} more failed: {', '.join(f for f, _ in failures[1:])})"
+        raise type(e)(f"{p}: {e}{more}")
+    results = build_many(items, target, jobs=jobs, progress=True)
     for (p, _), r in zip(items, results):
         print(f"{'built ' if r.built else 'cached'} {p}")
     return 0

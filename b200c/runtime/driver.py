@@ -1,9 +1,11 @@
 """Load cubins and launch them on PyTorch tensors through cuda-bindings.
 
 Everything runs in the device's primary context (the one PyTorch uses).
-Modules are loaded once per (cache key, device); a launch encodes three
-tensor maps on the host and calls ``cuLaunchKernel`` on PyTorch's current
-stream: no host synchronisation and no device allocation, so it can be
+Modules are loaded once per (cache key, device), after the cubin's bytes were
+checked against the sha256 recorded at build time. Tensor maps are encoded
+here (:func:`encode_tensor_map`); :mod:`b200c.runtime.launcher` caches them and
+the kernel's parameter block and calls ``cuLaunchKernel`` on PyTorch's current
+stream: no host synchronisation and no device allocation, so launches can be
 captured in a CUDA graph once the kernel was loaded by a call outside capture.
 
 Emulation target (sm_90a): on first load a zeroed TMEM image
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from ..codegen.launch import EMULATOR_THREADS, KERNEL_NAME
 from ..errors import BarrierTimeoutError, LaunchError, UnsupportedDeviceError
 from .build import BuiltKernel
-from .inputs import Problem, check_grid, tma_strides
+from .inputs import tma_strides
 
 log = logging.getLogger("b200c.runtime")
 
@@ -200,6 +202,30 @@ def load(built: BuiltKernel, device: int) -> LoadedKernel:
         return _loaded[k]
 
 
+def _verified_image(built: BuiltKernel) -> bytes:
+    """The cubin's bytes, checked against the sha256 recorded when it was built.
+
+    A damaged cubin is never handed to the driver (the driver may crash on
+    one instead of returning an error).
+
+    Raises:
+        BuildError: the file is unreadable or changed since it was verified.
+    """
+    from ..errors import BuildError
+    from .cache import sha256_bytes
+
+    try:
+        image = built.cubin_path.read_bytes()
+    except OSError as e:
+        raise BuildError(f"cannot read cached kernel {built.cubin_path}: {e.strerror or e}; call again to rebuild it") from None
+    if built.cubin_sha256 and sha256_bytes(image) != built.cubin_sha256:
+        raise BuildError(
+            f"cached kernel {built.cubin_path} changed after it was verified (sha256 mismatch); "
+            "call again to rebuild it"
+        )
+    return image
+
+
 def _load(built: BuiltKernel, device: int) -> LoadedKernel:
     cu = _cu()
     A = cu.CUdevice_attribute
@@ -208,7 +234,7 @@ def _load(built: BuiltKernel, device: int) -> LoadedKernel:
     dev = _check(cu.cuDeviceGet(device), "cuDeviceGet")
     ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
     _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    image = built.cubin_path.read_bytes()
+    image = _verified_image(built)
     module = _check(cu.cuModuleLoadData(image), f"cuModuleLoadData({built.cubin_path})")
     func = _check(cu.cuModuleGetFunction(module, KERNEL_NAME.encode()), f"cuModuleGetFunction({KERNEL_NAME})")
 
@@ -268,19 +294,72 @@ def _wire_emulator(lk: LoadedKernel) -> None:
     lk._keep.append(host)
 
 
-# ---- tensor maps and launch ----------------------------------------------------------
+# ---- tensor maps ------------------------------------------------------------------------
 
+TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap)
 _SWIZZLE = {"none": "CU_TENSOR_MAP_SWIZZLE_NONE", "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
             "64B": "CU_TENSOR_MAP_SWIZZLE_64B", "128B": "CU_TENSOR_MAP_SWIZZLE_128B"}
 _L2 = {"none": "CU_TENSOR_MAP_L2_PROMOTION_NONE", "64B": "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
        "128B": "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", "256B": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
 
 
-def encode_tensor_map(name: str, t, launch):
-    """CUtensorMap of a logical (B, H, S, D) bf16 tensor (launch.py contract).
+# CUTLASS works around a CUDA driver bug in TMA descriptors: for driver
+# versions <= 13.1 (cuDriverGetVersion() <= 13010) it clears bit 21 of the
+# descriptor's second 64-bit word when the tensor's memory span is under
+# 128 KiB. Public source: NVIDIA/cutlass, include/cute/atom/copy_traits_sm90_tma.hpp
+# (cute::detail::make_tma_copy_desc, right after cuTensorMapEncodeTiled); CHANGELOG 4.3.4: "Work
+# around a driver TMA descriptor related bug which will cause occasional errors
+# on Blackwell when the tensor's backing memory allocation is less than 128KB".
+# b200c applies the same condition, with the span computed the same way
+# (cosize of the layout x element size) and the version read at run time.
+TMA_WORKAROUND_MAX_DRIVER = 13010
+TMA_WORKAROUND_MAX_BYTES = 128 * 1024  # exclusive
+_driver_version: int | None = None
+
+
+def driver_version() -> int:
+    """``cuDriverGetVersion()`` (1000 * major + 10 * minor, e.g. 13000), read once per process.
+
+    Raises:
+        LaunchError: the driver cannot be queried.
+    """
+    global _driver_version
+    if _driver_version is None:
+        _driver_version = int(_check(_cu().cuDriverGetVersion(), "cuDriverGetVersion"))
+    return _driver_version
+
+
+def tensor_span_bytes(shape, strides, elem_bytes: int = 2) -> int:
+    """Bytes from a tensor's first to one past its last element (CuTe's cosize x element size)."""
+    if any(n == 0 for n in shape):
+        return 0
+    return elem_bytes * (1 + sum((n - 1) * st for n, st in zip(shape, strides)))
+
+
+def apply_tma_driver_workaround(desc: bytearray, span_bytes: int, version: int) -> bool:
+    """Clear bit 21 of the descriptor's second 64-bit word when CUTLASS would (see above).
+
+    Args:
+        desc: the 128-byte CUtensorMap, modified in place.
+        span_bytes: :func:`tensor_span_bytes` of the tensor.
+        version: :func:`driver_version`.
+
+    Returns:
+        True if the bit was cleared.
+    """
+    if version <= TMA_WORKAROUND_MAX_DRIVER and span_bytes < TMA_WORKAROUND_MAX_BYTES:
+        word = int.from_bytes(desc[8:16], "little") & ~(1 << 21)
+        desc[8:16] = word.to_bytes(8, "little")
+        return True
+    return False
+
+
+def encode_tensor_map(name: str, t, launch) -> bytes:
+    """The 128-byte CUtensorMap of a logical (B, H, S, D) bf16 tensor (launch.py contract).
 
     dims {D, S, H, B}; strides of S, H, B in bytes; box {tma_box_inner,
-    tma_box_rows, 1, 1}; swizzle and L2 promotion from ``launch``; OOB zero fill.
+    tma_box_rows, 1, 1}; swizzle and L2 promotion from ``launch``; OOB zero
+    fill; then CUTLASS's driver workaround (:func:`apply_tma_driver_workaround`).
 
     Raises:
         LaunchError: the driver rejects the map (names tensor, shape, strides).
@@ -307,50 +386,9 @@ def encode_tensor_map(name: str, t, launch):
             f"cuTensorMapEncodeTiled rejected tensor {name} (shape {tuple(t.shape)}, strides {tuple(t.stride())} "
             f"elements, box {launch.tma_box_inner}x{launch.tma_box_rows}, swizzle {launch.tma_swizzle}): {_err_name(err)}"
         )
-    return tmap
-
-
-def launch(lk: LoadedKernel, q, k, v, out, problem: Problem, softmax_scale: float) -> None:
-    """Enqueue the kernel on PyTorch's current stream of ``lk.device`` (asynchronous).
-
-    Args:
-        q, k, v: validated logical (B, H, S, D) bf16 CUDA tensors on ``lk.device``.
-        out: the output, logical (B, H, S_q, D) bf16 (any strides, elements).
-        softmax_scale: natural-log units.
-
-    Raises:
-        BarrierTimeoutError: an earlier launch of this kernel timed out in a
-            bounded wait (the context is unusable: restart the process).
-        LaunchError: grid too large, tensor map rejected, or cuLaunchKernel failed.
-    """
-    import torch
-
-    cu = _cu()
-    check_hang(lk)
-    info = lk.built.launch
-    grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms)
-    check_grid(grid)
-    _check(cu.cuCtxSetCurrent(lk.context), "cuCtxSetCurrent")
-    maps = [encode_tensor_map(n, t, info) for n, t in (("q", q), ("k", k), ("v", v))]
-    stream = torch.cuda.current_stream(out.device).cuda_stream
-    c = ctypes
-    params = (
-        (*maps, out.data_ptr(), out.stride(0), out.stride(1), out.stride(2),
-         problem.batch, problem.heads, problem.seq_q, problem.seq_kv, float(softmax_scale)),
-        (None, None, None, c.c_void_p, c.c_int64, c.c_int64, c.c_int64,
-         c.c_int, c.c_int, c.c_int, c.c_int, c.c_float),
-    )
-    if lk.emu_masks is not None:  # emulator contract: alloc masks zeroed before each launch
-        _check(cu.cuMemsetD32Async(lk.emu_masks[0], 0, lk.emu_masks[1], cu.CUstream(stream)), "cuMemsetD32Async")
-    (err,) = cu.cuLaunchKernel(
-        lk.function, grid, 1, 1, lk.block, 1, 1, info.dynamic_smem_bytes, cu.CUstream(stream), params, 0
-    )
-    if err != cu.CUresult.CUDA_SUCCESS:
-        check_hang(lk)
-        raise LaunchError(
-            f"cuLaunchKernel of {info.name!r} (grid {grid}, block {lk.block}, {info.dynamic_smem_bytes} B SMEM) "
-            f"failed: {_err_name(err)}"
-        )
+    desc = bytearray(ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES))
+    apply_tma_driver_workaround(desc, tensor_span_bytes(t.shape, t.stride()), driver_version())
+    return bytes(desc)
 
 
 # ---- hangs ---------------------------------------------------------------------------

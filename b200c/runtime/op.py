@@ -1,9 +1,17 @@
-"""The ``b200c::attention`` torch.library custom op (real and fake impls).
+"""The ``b200c::attention`` torch.library custom op (real, fake and autograd impls).
 
 Schedules cross the op boundary as ``Schedule.to_json()`` text; the generated
-kernel is cached per JSON string, and the built+loaded kernel per (JSON,
-target, device). The fake impl only propagates shapes, so
-``torch.compile(fullgraph=True)`` traces calls without touching data.
+kernel is cached per JSON string, the built+loaded kernel per (JSON, target,
+device) and each launch configuration per tensor pointers/shapes/strides
+(:mod:`b200c.runtime.launcher`), so a repeated call only launches. The fake
+impl only propagates shapes, so ``torch.compile(fullgraph=True)`` traces
+calls without touching data.
+
+The kernels are forward-only. The op's autograd formula makes that work with
+inputs that require grad, in eager mode and under ``torch.compile``: the
+forward runs, and only a backward pass through the op raises
+:class:`b200c.BackwardNotSupportedError` (from ``b200c::attention_backward``,
+whose fake impl lets AOT autograd trace the backward graph).
 """
 from __future__ import annotations
 
@@ -12,7 +20,8 @@ import threading
 
 import torch
 
-from .inputs import Problem, empty_result, validate_inputs
+from . import launcher
+from .inputs import validate_inputs
 
 _lock = threading.Lock()
 _kernels: dict[tuple[str, str, int], object] = {}
@@ -72,33 +81,57 @@ def loaded_kernel(schedule_json: str, target: str, device: int):
     return lk
 
 
-def run_attention(q, k, v, problem: Problem, softmax_scale: float, kernel_for_device) -> torch.Tensor:
-    """Launch on validated, non-empty inputs; returns the output (allocated here).
+def run_schedule(q, k, v, schedule_json: str, softmax_scale: float | None, target: str, layout: str = "bhsd"):
+    """Launch the kernel of a (validated) schedule JSON on CUDA tensors; the op's real impl.
 
-    ``kernel_for_device(device_ordinal) -> LoadedKernel`` supplies the kernel.
+    ``layout`` says whether q, k, v (and the result) are (B, H, S, D) or
+    (B, S, H, D); see :func:`b200c.runtime.launcher.run`.
     """
-    from . import driver
-
-    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    with torch.cuda.device(device):
-        lk = kernel_for_device(device)
-        out = torch.empty_like(q)
-        driver.launch(lk, q, k, v, out, problem, softmax_scale)
-    return out
+    return launcher.run(schedule_json, target, layout, q, k, v, softmax_scale, loaded_kernel)
 
 
 @torch.library.custom_op("b200c::attention", mutates_args=())
 def attention_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, schedule_json: str, softmax_scale: float, target: str
 ) -> torch.Tensor:
-    """Dense non-causal attention; see :func:`b200c.runtime.attention` (logical (B, H, S, D) bf16)."""
-    problem = validate_inputs(q, k, v)
-    if not problem.needs_launch:
-        return empty_result(q, problem)
-    return run_attention(q, k, v, problem, softmax_scale, lambda dev: loaded_kernel(schedule_json, target, dev))
+    """Dense non-causal attention; see :func:`b200c.attention` (logical (B, H, S, D) bf16)."""
+    return run_schedule(q, k, v, schedule_json, softmax_scale, target)
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, schedule_json, softmax_scale, target):
     validate_inputs(q, k, v, check_device=False, check_pointers=False)
     return torch.empty_like(q)
+
+
+@torch.library.custom_op("b200c::attention_backward", mutates_args=())
+def attention_backward_op(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward of ``b200c::attention``: always raises BackwardNotSupportedError."""
+    from ..errors import BackwardNotSupportedError
+
+    raise BackwardNotSupportedError(
+        "b200c.attention has no backward pass (its kernels are forward-only), but a gradient was requested "
+        "through it; run it under torch.no_grad() or on detached q, k, v, or use "
+        "torch.nn.functional.scaled_dot_product_attention where gradients are needed"
+    )
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(grad_out, q, k, v):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v = inputs[:3]
+    ctx.save_for_backward(q, k, v)
+
+
+def _backward(ctx, grad_out):
+    q, k, v = ctx.saved_tensors
+    dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v)
+    return dq, dk, dv, None, None, None
+
+
+attention_op.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,171 @@
+"""A stand-in for the CUDA driver, for CPU-only tests and host-overhead measurements.
+
+:func:`install` replaces, for the duration of a ``with`` block, everything the
+per-call path of :func:`b200c.attention` touches on a GPU: the driver module
+(``cuLaunchKernel``, ``cuCtxSetCurrent``, ``cuMemsetD32Async``,
+``cuTensorMapEncodeTiled``, ``cuDriverGetVersion``), kernel building/loading
+(a LoadedKernel with the schedule's real LaunchInfo, no cubin), the device
+queries and PyTorch's current stream, and lets CPU tensors pass the CUDA
+device rule. Launches are recorded with the parameter block decoded, so a
+test can check exactly what the kernel would receive.
+
+Nothing here is used by the real runtime.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import api, driver, inputs, launcher, op
+from .api import _no_tracing
+from .build import BuiltKernel
+
+_T = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
+
+
+@dataclass
+class Launch:
+    """One recorded ``cuLaunchKernel``, with the parameter block decoded."""
+
+    grid: int
+    block: int
+    smem: int
+    stream: int
+    maps: tuple  # three 128-byte tensor maps (bytes)
+    out_ptr: int
+    out_strides: tuple
+    sizes: tuple  # (B, H, S_q, S_kv)
+    scale: float
+
+
+@dataclass
+class FakeDriver:
+    """Counters and records of the fake driver (see :func:`install`)."""
+
+    version: int = 13000
+    launches: list = field(default_factory=list)
+    encodes: list = field(default_factory=list)  # (globalAddress, dims, strides, box inner) per encode
+    memsets: int = 0
+    ctx_sets: int = 0
+    loads: int = 0
+    record: bool = True
+    _keep: list = field(default_factory=list, repr=False)
+
+    def module(self):
+        """A namespace that looks like ``cuda.bindings.driver`` to b200c.runtime."""
+        from cuda.bindings import driver as real
+
+        ok = real.CUresult.CUDA_SUCCESS
+        fd = self
+
+        def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            if fd.record:
+                p = (ctypes.c_void_p * 12).from_address(params)
+                fd.launches.append(Launch(
+                    gx, bx, smem, int(stream), tuple(ctypes.string_at(p[i], 128) for i in range(3)),
+                    ctypes.c_uint64.from_address(p[3]).value,
+                    tuple(ctypes.c_int64.from_address(p[i]).value for i in range(4, 7)),
+                    tuple(ctypes.c_int32.from_address(p[i]).value for i in range(7, 11)),
+                    ctypes.c_float.from_address(p[11]).value,
+                ))
+            return (ok,)
+
+        def memset(ptr, value, n, stream):
+            fd.memsets += 1
+            return (ok,)
+
+        def set_ctx(ctx):
+            fd.ctx_sets += 1
+            return (ok,)
+
+        def encode(dtype, rank, addr, dims, strides, box, elem_strides, interleave, swizzle, l2, oob):
+            dims = tuple(int(x) for x in dims)
+            strides = tuple(int(x) for x in strides)
+            fd.encodes.append((int(addr), dims, strides, int(box[0])))
+            words = [int(addr), (1 << 64) - 1] + [int.from_bytes(hashlib.sha256(repr((dims, strides, i)).encode())
+                                                                  .digest()[:8], "little") for i in range(14)]
+            buf = (ctypes.c_uint64 * 16)(*words)
+            fd._keep.append(buf)
+            return ok, types.SimpleNamespace(getPtr=lambda: ctypes.addressof(buf))
+
+        ns = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real) if name[:2] == "CU"})
+        ns.cuuint64_t, ns.cuuint32_t = int, int
+        ns.cuLaunchKernel = launch
+        ns.cuMemsetD32Async = memset
+        ns.cuCtxSetCurrent = set_ctx
+        ns.cuTensorMapEncodeTiled = encode
+        ns.cuDriverGetVersion = lambda: (ok, fd.version)
+        ns.cuGetErrorName = lambda err: (ok, str(err).encode())
+        return ns
+
+
+class _Patches:
+    def __init__(self):
+        self._undo = []
+
+    def setattr(self, obj, name, value):
+        self._undo.append((obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+
+    def undo(self):
+        while self._undo:
+            obj, name, old = self._undo.pop()
+            setattr(obj, name, old)
+
+
+@contextlib.contextmanager
+def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000):
+    """Replace the driver, kernel loading, device queries and the CUDA device rule (see the module docstring).
+
+    Everything is restored when the ``with`` block ends.
+
+    Args:
+        target: the resolved target of the fake loaded kernels.
+        num_sms: SM count of the fake device.
+        version: what ``cuDriverGetVersion`` returns.
+
+    Yields:
+        FakeDriver: the records.
+    """
+    fd = FakeDriver(version=version)
+    mod = fd.module()
+    mp = _Patches()
+
+    def load(generated, tgt, device):
+        fd.loads += 1
+        built = BuiltKernel(Path("/fake/kernel.cubin"), generated.launch, target, "f" * 64, False)
+        block = generated.launch.threads + (32 if target == "emulate" else 0)
+        masks = (0, 2 * num_sms) if target == "emulate" else None
+        report = driver.HangReport() if target == "emulate" else None
+        return driver.LoadedKernel(built, device, object(), None, object(), num_sms, block, report, masks)
+
+    mp.setattr(driver, "_cu", lambda: mod)
+    mp.setattr(driver, "_driver_version", None)
+    mp.setattr(op, "kernel_for_generated", load)
+    mp.setattr(op, "_kernels", {})
+    mp.setattr(op, "device_capability", lambda dev: ((9, 0) if target == "emulate" else (10, 0), "fake GPU"))
+    mp.setattr(inputs, "_check_devices", lambda ts: None)
+    mp.setattr(launcher, "_get_raw_stream", lambda device: 7)
+    mp.setattr(launcher, "_current_device", lambda: -1)  # CPU tensors report device -1
+    mp.setattr(api, "_direct_path_ok", _direct_path_ok_on_cpu)
+    launcher.clear()
+    try:
+        yield fd
+    finally:
+        launcher.clear()
+        mp.undo()
+
+
+def _direct_path_ok_on_cpu(q, k, v) -> bool:
+    """:func:`b200c.runtime.api._direct_path_ok` without the CUDA-device condition."""
+    return (type(q) is _T and type(k) is _T and type(v) is _T
+            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+            and _no_tracing())
+

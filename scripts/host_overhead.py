@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Host time per cached attention call: b200c next to torch SDPA, in one run.
+
+    python scripts/host_overhead.py                 # on a GPU: the table (H200: target emulate)
+    python scripts/host_overhead.py --stub-driver   # CPU only: the Python-side path with the driver stubbed
+
+Method (issue 11): a 1x1x128x128 bf16 problem, so the kernel is negligible
+next to the host work; each row issues ``--calls`` (200) asynchronous calls
+and divides the host time by the count; the median of ``--reps`` (5) such
+runs is reported. The device is synchronised between runs, never inside.
+Rows: torch SDPA; ``b200c.attention`` with a Schedule object, with the
+schedule file's path and with ``layout="bshd"``; ``torch.ops.b200c.attention``
+called directly; a ``torch.compile(fullgraph=True)`` function; one call
+captured in a CUDA graph and replayed (SDPA the same way). Each b200c row is
+checked against SDPA's output once before it is timed.
+
+Without a CUDA GPU it prints that it skipped and exits 0; ``--stub-driver``
+then times the per-call Python path on CPU tensors with every driver call,
+the kernel build and the device rule stubbed (b200c.runtime.fake_driver).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_SCHEDULE = ROOT / "examples" / "07_compute_pipeline.py"
+
+
+def per_call_us(fn, calls: int, reps: int, sync) -> float:
+    """Median over ``reps`` of (host time of ``calls`` back-to-back calls) / ``calls``, in microseconds."""
+    fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter_ns()
+        times.append((t1 - t0) / calls / 1e3)
+    sync()
+    return statistics.median(times)
+
+
+def table(rows: list[tuple[str, float | None, str]]) -> str:
+    w = max(len(r[0]) for r in rows)
+    lines = [f"{'call':<{w}}  {'host us/call':>12}  note", f"{'-' * w}  {'-' * 12}  ----"]
+    for name, us, note in rows:
+        val = f"{us:12.1f}" if us is not None else f"{'-':>12}"
+        lines.append(f"{name:<{w}}  {val}  {note}")
+    return "\n".join(lines)
+
+
+def gpu_rows(args) -> list[tuple[str, float | None, str]]:
+    import torch
+    import torch.nn.functional as F
+
+    import b200c
+
+    sync = torch.cuda.synchronize
+    dev = "cuda"
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 128, 128, generator=g).to(dev, torch.bfloat16) for _ in range(3))
+    path = str(args.schedule)
+    sched = b200c.load_schedule_file(path)
+    tgt = args.target
+    ref = F.scaled_dot_product_attention(q, k, v)
+    rows = []
+
+    def check(name, out):
+        sync()
+        err = (out.float() - ref.float()).abs().max().item()
+        if not err <= 2e-2:
+            raise SystemExit(f"host_overhead: {name} differs from SDPA by {err:.3e} (> 2e-2): not timing a wrong result")
+        return f"max|out - sdpa| = {err:.1e}"
+
+    def row(name, fn, note=""):
+        us = per_call_us(fn, args.calls, args.reps, sync)
+        rows.append((name, us, note))
+        print(f"{name}: {us:.1f} us", file=sys.stderr, flush=True)
+
+    row("torch SDPA", lambda: F.scaled_dot_product_attention(q, k, v), "reference")
+    note = check("b200c Schedule", b200c.attention(q, k, v, schedule=sched, target=tgt))  # builds on first use
+    row("b200c.attention(schedule=Schedule)", lambda: b200c.attention(q, k, v, schedule=sched, target=tgt), note)
+    from b200c.dsl import load_with_dependencies
+
+    n_files = len(load_with_dependencies(path)[1])
+    note = check("b200c path", b200c.attention(q, k, v, schedule=path, target=tgt))
+    row("b200c.attention(schedule=path)", lambda: b200c.attention(q, k, v, schedule=path, target=tgt),
+        f"{note}; {n_files} files checked per call ({Path(path).name})")
+    qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+    note = check("b200c bshd", b200c.attention(qs, ks, vs, schedule=sched, target=tgt, layout="bshd").transpose(1, 2))
+    row("b200c.attention(layout='bshd')",
+        lambda: b200c.attention(qs, ks, vs, schedule=sched, target=tgt, layout="bshd"), note)
+    js = sched.to_json()
+    scale = 128 ** -0.5
+    op = torch.ops.b200c.attention
+    note = check("torch.ops", op(q, k, v, js, scale, tgt))
+    row("torch.ops.b200c.attention", lambda: op(q, k, v, js, scale, tgt), note + "; through the dispatcher")
+
+    def fn(q, k, v):
+        return b200c.attention(q, k, v, schedule=sched, target=tgt)
+
+    compiled, backend = None, None
+    for backend in ("inductor", "aot_eager"):
+        try:
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, fullgraph=True, backend=backend)
+            note = check("compiled", compiled(q, k, v))
+            break
+        except Exception as e:  # noqa: BLE001 - e.g. no triton for inductor: try the next backend
+            print(f"torch.compile backend {backend}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            compiled = None
+    if compiled is not None:
+        row("torch.compile(fullgraph=True)", lambda: compiled(q, k, v), f"{note}; backend {backend}")
+    else:
+        rows.append(("torch.compile(fullgraph=True)", None, "failed (see stderr)"))
+
+    for name, call in (("CUDA graph replay: torch SDPA", lambda: F.scaled_dot_product_attention(q, k, v)),
+                       ("CUDA graph replay: b200c", lambda: b200c.attention(q, k, v, schedule=sched, target=tgt))):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                call()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = call()
+        graph.replay()
+        note = check(name, out) if "b200c" in name else "reference"
+        row(name, graph.replay, note)
+    return rows
+
+
+def stub_rows(args) -> list[tuple[str, float | None, str]]:
+    import torch
+
+    import b200c
+    from b200c.runtime import fake_driver
+
+    q, k, v = (torch.randn(1, 1, 128, 128).to(torch.bfloat16) for _ in range(3))
+    path = str(args.schedule)
+    sched = b200c.load_schedule_file(path)
+    from b200c.dsl import load_with_dependencies
+
+    n_files = len(load_with_dependencies(path)[1])
+    rows = []
+    nop = lambda: None  # noqa: E731
+    with fake_driver.install(target=args.target) as fd:
+        b200c.attention(q, k, v, schedule=sched, target=args.target)
+        fd.record = False
+        js = sched.to_json()
+        qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+        cases = [
+            ("floor: torch.empty_like(q)", lambda: torch.empty_like(q), "the output allocation alone"),
+            ("b200c.attention(schedule=Schedule)", lambda: b200c.attention(q, k, v, schedule=sched, target=args.target), ""),
+            ("b200c.attention(schedule=path)", lambda: b200c.attention(q, k, v, schedule=path, target=args.target),
+             f"{n_files} files checked per call ({Path(path).name})"),
+            ("b200c.attention(layout='bshd')",
+             lambda: b200c.attention(qs, ks, vs, schedule=sched, target=args.target, layout="bshd"), ""),
+            ("torch.ops.b200c.attention", lambda: torch.ops.b200c.attention(q, k, v, js, 0.1, args.target),
+             "through the dispatcher"),
+        ]
+        def fn(q, k, v):
+            return b200c.attention(q, k, v, schedule=sched, target=args.target)
+
+        compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+        compiled(q, k, v)
+        cases.append(("torch.compile(fullgraph=True)", lambda: compiled(q, k, v), "backend aot_eager"))
+        for name, fn, note in cases:
+            rows.append((name, per_call_us(fn, args.calls, args.reps, nop), note))
+        assert fd.loads == 1, fd.loads  # one kernel for every row: the cache hit each time
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=200, help="asynchronous calls per timed run (default 200)")
+    ap.add_argument("--reps", type=int, default=5, help="timed runs; the median is reported (default 5)")
+    ap.add_argument("--schedule", type=Path, default=DEFAULT_SCHEDULE, help="schedule file (default: example 07)")
+    ap.add_argument("--target", default="emulate", help="b200c target (default emulate: the H200's)")
+    ap.add_argument("--stub-driver", action="store_true",
+                    help="without a GPU: time the Python-side path on CPU with the driver stubbed")
+    args = ap.parse_args()
+
+    import torch
+
+    print(f"torch {torch.__version__}, Python {sys.version.split()[0]}, {args.calls} calls x {args.reps} runs "
+          f"(median), 1x1x128x128 bf16, schedule {args.schedule.name}, target {args.target}")
+    if torch.cuda.is_available():
+        from b200c.runtime import driver
+
+        from b200c.runtime import api
+
+        print(f"device: {torch.cuda.get_device_name()}, CUDA driver {driver.driver_version()}, "
+              f"torch CUDA {torch.version.cuda}; direct eager path (no dispatcher): "
+              f"{'on' if api.DIRECT_PATH else 'OFF (this torch lacks the internals it checks)'}")
+        print(table(gpu_rows(args)))
+        return 0
+    print("host_overhead: skipped: no CUDA GPU (torch.cuda.is_available() is False)")
+    if args.stub_driver:
+        print("CPU only, driver calls stubbed (no kernel runs; not comparable to GPU numbers):")
+        print(table(stub_rows(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

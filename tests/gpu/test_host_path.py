@@ -1,0 +1,155 @@
+"""The cached host path on a real GPU (emulation target on the H200): the direct eager path,
+the custom op, torch.compile and CUDA graphs give the same numbers; new pointers, views and
+streams are honoured; backward raises the typed error.
+
+    python -m pytest -q -m gpu tests/gpu/test_host_path.py
+"""
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+EX = Path(__file__).resolve().parents[2] / "examples" / "07_compute_pipeline.py"
+
+
+@pytest.fixture(scope="module")
+def setup():
+    import torch
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the emulation target needs a compute capability 9.0 GPU")
+    return str(EX)
+
+
+def rand(*shape):
+    import torch
+
+    return torch.randn(*shape, device="cuda").to(torch.bfloat16)
+
+
+def sdpa_close(out, q, k, v):
+    import torch.nn.functional as F
+
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    err = (out.float() - ref).abs().max().item()
+    assert err < 3e-2, err
+
+
+def test_direct_path_equals_op_and_sdpa(setup):
+    import torch
+
+    import b200c
+
+    q, k, v = rand(1, 2, 256, 128), rand(1, 2, 384, 128), rand(1, 2, 384, 128)
+    direct = b200c.attention(q, k, v, schedule=setup, target="emulate")
+    s = b200c.load_schedule_file(setup)
+    via_op = torch.ops.b200c.attention(q, k, v, s.to_json(), 128 ** -0.5, "emulate")
+    torch.cuda.synchronize()
+    assert torch.equal(direct, via_op)
+    sdpa_close(direct, q, k, v)
+
+
+def test_new_tensors_views_and_scales(setup):
+    import torch.nn.functional as F
+
+    import b200c
+
+    for i in range(4):  # new pointers each time
+        q, k, v = rand(1, 1 + i, 256, 128), rand(1, 1 + i, 256, 128), rand(1, 1 + i, 256, 128)
+        sdpa_close(b200c.attention(q, k, v, schedule=setup, target="emulate"), q, k, v)
+    qkv = rand(2, 256, 3, 4, 128)  # packed (B, S, 3, H, D): q, k, v are strided views
+    q, k, v = qkv.unbind(2)
+    out = b200c.attention(q, k, v, schedule=setup, target="emulate", layout="bshd")
+    assert out.shape == (2, 256, 4, 128)
+    sdpa_close(out.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    out2 = b200c.attention(q, k, v, schedule=setup, target="emulate", layout="bshd", softmax_scale=0.05)
+    ref = F.scaled_dot_product_attention(*(t.transpose(1, 2).float() for t in (q, k, v)), scale=0.05)
+    assert (out2.transpose(1, 2).float() - ref).abs().max().item() < 3e-2
+
+
+def test_side_stream(setup):
+    import torch
+
+    import b200c
+
+    q, k, v = rand(1, 2, 256, 128), rand(1, 2, 256, 128), rand(1, 2, 256, 128)
+    ref = b200c.attention(q, k, v, schedule=setup, target="emulate")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        out = b200c.attention(q, k, v, schedule=setup, target="emulate")
+    s.synchronize()
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+
+
+def test_cuda_graph_replay_with_new_data(setup):
+    import torch
+
+    import b200c
+
+    q, k, v = rand(1, 2, 256, 128), rand(1, 2, 256, 128), rand(1, 2, 256, 128)
+    b200c.attention(q, k, v, schedule=setup, target="emulate")  # load outside capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = b200c.attention(q, k, v, schedule=setup, target="emulate")
+    for _ in range(3):
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t, dtype=torch.float32))
+        g.replay()
+        torch.cuda.synchronize()
+        sdpa_close(out, q, k, v)
+
+
+def test_torch_compile_matches_eager(setup):
+    import torch
+
+    import b200c
+
+    s = b200c.load_schedule_file(setup)
+
+    def fn(q, k, v):
+        return b200c.attention(q, k, v, schedule=s, target="emulate") * 2
+
+    pytest.importorskip("triton")  # inductor's GPU backend
+    q, k, v = rand(1, 2, 256, 128), rand(1, 2, 256, 128), rand(1, 2, 256, 128)
+    eager = fn(q, k, v)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), eager)
+
+
+def test_forward_with_grad_inputs_and_typed_backward_error(setup):
+    import torch
+
+    import b200c
+
+    q, k, v = (rand(1, 2, 256, 128).requires_grad_() for _ in range(3))
+    out = b200c.attention(q, k, v, schedule=setup, target="emulate")
+    sdpa_close(out.detach(), q.detach(), k.detach(), v.detach())
+    with pytest.raises(b200c.BackwardNotSupportedError, match="b200c.attention has no backward pass"):
+        out.float().sum().backward()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: b200c.attention(q, k, v, schedule=setup, target="emulate"),
+                             fullgraph=True, backend="aot_eager")
+    out = compiled(q, k, v)
+    sdpa_close(out.detach(), q.detach(), k.detach(), v.detach())
+    with pytest.raises(b200c.BackwardNotSupportedError):
+        out.float().sum().backward()
+
+
+def test_driver_version_and_tma_workaround_applied(setup):
+    from b200c.runtime import driver, launcher
+
+    import b200c
+
+    assert driver.driver_version() >= 12000
+    q = rand(1, 1, 128, 128)  # 32 KiB: under CUTLASS's 128 KiB limit
+    b200c.attention(q, q, q, schedule=setup, target="emulate")
+    maps = [m for key, m in launcher._maps.items() if key[0] == q.data_ptr()]
+    assert maps
+    bit = int.from_bytes(maps[0][8:16], "little") >> 21 & 1
+    if driver.driver_version() <= driver.TMA_WORKAROUND_MAX_DRIVER:
+        assert bit == 0
