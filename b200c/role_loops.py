@@ -2,11 +2,12 @@
 
 A generated kernel is split into ``// ==== section: NAME ====`` blocks, one
 ``role NAME`` section per warp role, and the ``entry`` section calls each
-role function (``role_softmax<0>(c)``, ``role_mma(c)``). A role's K/V loop is
+role function (``role_softmax(c, q)``, ``role_mma(c)``). A role's K/V loop is
 a ``for (int i = ...`` or ``for (int j = ...`` statement right after
 ``#pragma unroll 1`` whose line ends with a comment starting ``// K/V`` or
-``// steady state``, or whose condition is bounded by ``n_kv`` (stages 4-6
-comment their MMA loop with its issue order instead).
+``// steady state`` (the softmax's loop over masked tiles -- the partial
+last K/V tile, the causal diagonal -- is commented ``// masked tiles`` and is
+not a steady-state loop).
 
 The kernel is compiled with ``-lineinfo`` (which leaves the instruction
 stream unchanged; tests/test_sass_loops.py checks it on every example) and
@@ -36,7 +37,7 @@ from .sass_loops import find_loops, is_spin_wait, mix, parse_listing
 
 _SECTION = re.compile(r"^// ==== (end )?section: (.+?) ====\s*$")
 _KV_FOR = re.compile(r"^\s*for \(int [ij] = [^;]*;([^;]*);[^)]*\)\s*\{?\s*(?://\s*(.*))?$")
-_CALL = re.compile(r"\brole_(\w+?)(?:<(\d+)>)?\(c\)")
+_CALL = re.compile(r"\brole_(\w+?)(?:<(\d+)>)?\(c[,)]")
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def kernel_layout(source: str) -> KernelLayout:
             continue
         prev = next((lines[k].strip() for k in range(n - 2, -1, -1) if lines[k].strip()), "")
         comment = (m.group(2) or "").strip()
-        if prev == "#pragma unroll 1" and (comment.startswith(("K/V", "steady state")) or "n_kv" in m.group(1)):
+        if prev == "#pragma unroll 1" and comment.startswith(("K/V", "steady state")):
             kv.append(KvLoopSource(role, n, _statement_end(lines, n)))
     a, b = sections["entry"]
     found = []

@@ -17,6 +17,9 @@ from ..errors import ScheduleError
 from .schedule import Schedule
 
 _tracking = threading.local()  # .stack: {path: stat} per load_with_dependencies in progress
+# sys.path and sys.modules are process-wide: one load at a time (re-entrant for nested loads; `b200c check`
+# loads files from a thread pool, and two loads at once dropped each other's runpy module)
+_load_lock = threading.RLock()
 
 
 def load_schedule_file(path: str | os.PathLike) -> Schedule:
@@ -42,6 +45,11 @@ def load_schedule_file(path: str | os.PathLike) -> Schedule:
     if not p.is_file():
         where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
         raise ScheduleError(f"schedule file {str(p)!r} does not exist{where}")
+    with _load_lock:
+        return _load(p)
+
+
+def _load(p: Path) -> Schedule:
     folder = p.parent.resolve()
     stack = getattr(_tracking, "stack", ())
     if stack:

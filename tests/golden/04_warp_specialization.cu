@@ -812,7 +812,7 @@ __device__ __forceinline__ void role_mma(const Ctx& c) {
     q_full_ph ^= 1u;
     tcgen05_fence_after();
     #pragma unroll 1
-    for (int i = 0; i < w.n_kv; ++i) {  // Q0K(i) P0V(i)
+    for (int i = 0; i < w.n_kv; ++i) {  // K/V tiles: Q0K(i) P0V(i)
       {  // Q0K(i): S0 = Q0 K(i)^T
         const uint32_t slot = (kv_base + i) % KV_STAGES;
         mbar_wait(c.bar(BAR_KV_FULL + slot), kv_full_ph, 401, i, work);  // wait site 401

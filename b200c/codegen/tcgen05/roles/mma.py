@@ -97,7 +97,7 @@ def build(lw) -> RoleIR:
         item += [_step(lw, order, st, "w.n_kv - 1", st.label("n-1")) for st in order.epilogue()]
     else:
         steady = tuple(_step(lw, order, st, "i", st.symbolic) for st in order.steps)
-        item.append(Loop("i", "0", "w.n_kv", steady, " ".join(st.symbolic for st in order.steps)))
+        item.append(Loop("i", "0", "w.n_kv", steady, "K/V tiles: " + " ".join(st.symbolic for st in order.steps)))
     item.append(Assign("kv_base", f"kv_base + {tokens_per_tile} * w.n_kv"))
     p_var = "p_hi_ph" if s.early_pv_cols else "p_ready_ph"
     body = [
