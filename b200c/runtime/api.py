@@ -44,8 +44,11 @@ _FIELDS = _schedule_fields()
 
 @functools.lru_cache(maxsize=512)
 def _validated_json(schedule_json: str) -> str:
-    """``schedule_json`` after ``Schedule.validate()`` passed (cached; failures are not)."""
-    Schedule.from_json(schedule_json).validate()
+    """``schedule_json`` after its knobs and hardware budgets were checked (``b200c.plan``;
+    cached, failures are not)."""
+    from ..codegen import make_plan
+
+    make_plan(Schedule.from_json(schedule_json))
     return schedule_json
 
 
