@@ -2,7 +2,7 @@
 
 A generated kernel is split into ``// ==== section: NAME ====`` blocks, one
 ``role NAME`` section per warp role, and the ``entry`` section calls each
-role function (``role_softmax(c, q)``, ``role_mma(c)``). A role's K/V loop is
+role function (``role_softmax(smem_ptr, q)``, ``role_mma(smem_ptr)``). A role's K/V loop is
 a ``for (int i = ...`` or ``for (int j = ...`` statement right after
 ``#pragma unroll 1`` whose line ends with a comment starting ``// K/V`` or
 ``// steady state`` (the softmax's loop over masked tiles -- the partial
@@ -37,7 +37,7 @@ from .sass_loops import find_loops, is_spin_wait, mix, parse_listing
 
 _SECTION = re.compile(r"^// ==== (end )?section: (.+?) ====\s*$")
 _KV_FOR = re.compile(r"^\s*for \(int [ij] = [^;]*;([^;]*);[^)]*\)\s*\{?\s*(?://\s*(.*))?$")
-_CALL = re.compile(r"\brole_(\w+?)(?:<(\d+)>)?\(c[,)]")
+_CALL = re.compile(r"\brole_(\w+?)(?:<(\d+)>)?\((?:c|smem_ptr)[,)]")
 
 
 @dataclass(frozen=True)

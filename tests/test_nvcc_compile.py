@@ -1,15 +1,15 @@
-"""Every example compiles with nvcc -arch=sm_100a with 0 spill bytes, and the
+"""Every example and variant compiles with nvcc -arch=sm_100a with 0 spill bytes, and the
 emulated sm_90a build of the same source compiles too (ptxas runs on CPU)."""
 import pytest
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, VARIANTS, schedule_key
 from b200c.nvcc import compile_cuda
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", EXAMPLES + VARIANTS, ids=schedule_key)
 def test_sm100a_zero_spills(example, sm100a_builds):
-    res = sm100a_builds[example.stem].plain  # the build's own flags, compiled once per session
+    res = sm100a_builds[schedule_key(example)].plain  # the build's own flags, compiled once per session
     r = res.resources()
     assert r["registers"] is not None, res.log
     assert r["spill_bytes"] == 0, res.log

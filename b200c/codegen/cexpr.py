@@ -19,14 +19,18 @@ _RULES = (
 )
 
 
+_TERNARY = re.compile(r"^(?P<cond>[^?:]+)\?(?P<yes>[^?:]+):(?P<no>[^?:]+)$")
+
+
 @functools.lru_cache(maxsize=4096)
 def compile_expr(text: str):
-    """Python code object of the C expression ``text``.
+    """Python code object of the C expression ``text`` (one unnested ``a ? b : c`` allowed).
 
     Raises:
         SyntaxError: not an expression of the supported subset.
     """
-    py = text
+    m = _TERNARY.match(text)
+    py = f"(({m['yes']}) if ({m['cond']}) else ({m['no']}))" if m else text
     for rx, rep in _RULES:
         py = rx.sub(rep, py)
     return compile(py.strip(), "<ir expression>", "eval")

@@ -136,7 +136,10 @@ class If(Node):
 @dataclass(frozen=True)
 class Single(Node):
     """Body run by one thread: ``thread0`` (thread 0 of the CTA) or ``elect``
-    (``elect.sync`` lane of the warp, then ``__syncwarp``)."""
+    (``elect.sync`` lane of the warp, then ``__syncwarp``); or ``warp``: the
+    whole warp runs the body, converged, and each asynchronous arrival in it
+    (a ``tcgen05.commit`` with ``elect``) is issued by one lane elected inside
+    its asm, so the protocol verifier counts each once."""
 
     who: str
     body: tuple = ()

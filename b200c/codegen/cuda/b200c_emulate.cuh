@@ -515,6 +515,29 @@ __device__ __forceinline__ void tcgen05_mma_ts(uint32_t d_tmem, uint32_t a_tmem,
 }
 // one arrive on `bar` once every earlier MMA of this issuer completed
 __device__ __forceinline__ void tcgen05_commit(uint32_t bar) { emu_enqueue(kEmuOpCommit, 0, bar, 0, 0, 0); }
+// the SmemDesc forms (b200c_ptx.cuh): by the calling thread, and by one elected lane of a converged warp
+__device__ __forceinline__ void tcgen05_mma_ss(uint32_t d_tmem, SmemDesc a, SmemDesc b, uint32_t idesc,
+                                               uint32_t accumulate) {
+  tcgen05_mma_ss(d_tmem, desc_u64(a), desc_u64(b), idesc, accumulate);
+}
+__device__ __forceinline__ void tcgen05_mma_ts(uint32_t d_tmem, uint32_t a_tmem, SmemDesc b, uint32_t idesc,
+                                               uint32_t accumulate) {
+  tcgen05_mma_ts(d_tmem, a_tmem, desc_u64(b), idesc, accumulate);
+}
+template <uint32_t IDESC>
+__device__ __forceinline__ void tcgen05_mma_ss_elect(uint32_t d_tmem, SmemDesc a, SmemDesc b, uint32_t accumulate) {
+  if (elect_one()) tcgen05_mma_ss(d_tmem, desc_u64(a), desc_u64(b), IDESC, accumulate);
+  __syncwarp();
+}
+template <uint32_t IDESC>
+__device__ __forceinline__ void tcgen05_mma_ts_elect(uint32_t d_tmem, uint32_t a_tmem, SmemDesc b, uint32_t accumulate) {
+  if (elect_one()) tcgen05_mma_ts(d_tmem, a_tmem, desc_u64(b), IDESC, accumulate);
+  __syncwarp();
+}
+__device__ __forceinline__ void tcgen05_commit_elect(uint32_t bar) {
+  if (elect_one()) tcgen05_commit(bar);
+  __syncwarp();
+}
 // the issuer will issue no more MMAs: the engine returns after this entry
 __device__ __forceinline__ void tcgen05_issue_end() { emu_enqueue(kEmuOpStop, 0, 0, 0, 0, 0); }
 

@@ -18,8 +18,9 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ uint32_t warp_id() { return threadIdx.x >> 5; }
-// x through an opaque mov: ptxas keeps the value in a register instead of recomputing it inside a hot
-// loop (used where measured to pay: the correction warps' TMEM lane base)
+// x through an opaque mov: ptxas computes the value here, once (used where measured to pay: the correction
+// warps' TMEM lane base, kept in a register instead of recomputed in the hot loop; kernel parameters read
+// inside a role instead of at kernel entry)
 __device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
   uint32_t y;
   asm volatile("mov.u32 %0, %1;" : "=r"(y) : "r"(x));
@@ -159,6 +160,22 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
          ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 46) | ((uint64_t)(swizzle & 7u) << 61);
 }
 
+// The descriptor as the two 32-bit words generated kernels keep: `lo` holds the start-address and LBO
+// fields, `hi` the SBO field, the fixed bit 46 and the swizzle mode (one constant per tile layout). The
+// MMA wrappers join them inside their asm; as one 64-bit value, LLVM turned each K-step advance into a
+// 64-bit add with carry (measured on stage 18's MMA loop).
+struct SmemDesc {
+  uint32_t lo, hi;
+};
+__device__ __forceinline__ SmemDesc smem_desc_words(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t swizzle) {
+  return {((addr & 0x3FFFFu) >> 4) | (((lbo >> 4) & 0x3FFFu) << 16),
+          ((sbo >> 4) & 0x3FFFu) | (1u << 14) | ((swizzle & 7u) << 29)};
+}
+// `d` advanced by `bytes` (a multiple of 16): only the start-address field (bits 0-13, address >> 4)
+// moves; tiles lie below 256 KiB, so the field never carries into bit 14
+__device__ __forceinline__ SmemDesc desc_add(SmemDesc d, uint32_t bytes) { return {d.lo + (bytes >> 4), d.hi}; }
+__host__ __device__ __forceinline__ uint64_t desc_u64(SmemDesc d) { return ((uint64_t)d.hi << 32) | d.lo; }
+
 // ---- math ------------------------------------------------------------------
 __device__ __forceinline__ float ex2_approx_ftz(float x) {   // PTX 9.7.3.21
   float y;
@@ -274,6 +291,52 @@ __device__ __forceinline__ void tcgen05_mma_ts(uint32_t d_tmem, uint32_t a_tmem,
 __device__ __forceinline__ void tcgen05_commit(uint32_t bar) {
   asm volatile("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];" ::"r"(bar)
                : "memory");
+}
+
+// The same MMAs with SmemDesc descriptors. Issued by the calling thread (one thread calls); the words are
+// joined in C++ here: when one lane runs the whole MMA role, 64-bit descriptors kept ptxas off spilling
+// (joined inside the asm instead, stage 12's MMA role spilled 72 B at 48 registers, measured)
+__device__ __forceinline__ void tcgen05_mma_ss(uint32_t d_tmem, SmemDesc a, SmemDesc b, uint32_t idesc,
+                                               uint32_t accumulate) {
+  tcgen05_mma_ss(d_tmem, desc_u64(a), desc_u64(b), idesc, accumulate);
+}
+__device__ __forceinline__ void tcgen05_mma_ts(uint32_t d_tmem, uint32_t a_tmem, SmemDesc b, uint32_t idesc,
+                                               uint32_t accumulate) {
+  tcgen05_mma_ts(d_tmem, a_tmem, desc_u64(b), idesc, accumulate);
+}
+// Issued by one lane of the calling warp: the whole warp calls them, converged, and elect.sync inside the
+// asm (PTX ISA: elect.sync) picks the issuer, so the code around stays warp-uniform and ptxas keeps the
+// descriptors and ring slots in uniform registers (measured: stage 18's MMA loop 265 instructions with one
+// elected lane running the whole role, 238 this way).
+template <uint32_t IDESC>
+__device__ __forceinline__ void tcgen05_mma_ss_elect(uint32_t d_tmem, SmemDesc a, SmemDesc b, uint32_t accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p, e;\n\t.reg .b64 da, db;\n\t"
+      "elect.sync _|e, 0xffffffff;\n\t"
+      "setp.ne.b32 p, %5, 0;\n\t"
+      "mov.b64 da, {%1, %2};\n\t"
+      "mov.b64 db, {%3, %4};\n\t"
+      "@e tcgen05.mma.cta_group::1.kind::f16 [%0], da, db, %6, p;\n\t}" ::"r"(d_tmem),
+      "r"(a.lo), "r"(a.hi), "r"(b.lo), "r"(b.hi), "r"(accumulate), "n"(IDESC)
+      : "memory");
+}
+template <uint32_t IDESC>
+__device__ __forceinline__ void tcgen05_mma_ts_elect(uint32_t d_tmem, uint32_t a_tmem, SmemDesc b, uint32_t accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p, e;\n\t.reg .b64 db;\n\t"
+      "elect.sync _|e, 0xffffffff;\n\t"
+      "setp.ne.b32 p, %4, 0;\n\t"
+      "mov.b64 db, {%2, %3};\n\t"
+      "@e tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], db, %5, p;\n\t}" ::"r"(d_tmem),
+      "r"(a_tmem), "r"(b.lo), "r"(b.hi), "r"(accumulate), "n"(IDESC)
+      : "memory");
+}
+__device__ __forceinline__ void tcgen05_commit_elect(uint32_t bar) {
+  asm volatile(
+      "{\n\t.reg .pred e;\n\t"
+      "elect.sync _|e, 0xffffffff;\n\t"
+      "@e tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];\n\t}" ::"r"(bar)
+      : "memory");
 }
 // no MMA follows from this issuer (used by the emulator's engine; nothing on sm_100a)
 __device__ __forceinline__ void tcgen05_issue_end() {}

@@ -2,9 +2,10 @@
 issues every TMA.
 
 Q tiles once per work item (after ``q_free`` when persistent, ch.14); then
-K/V tokens in consumption order, each into ring slot ``token % KV_STAGES``
-after the slot's previous token was released by its last consumer
-(``kv_empty``, ch.6). Paired tokens load K(j) and V(j) into one slot.
+K/V tokens in consumption order, each into the ring's next slot after the
+slot's previous token was released by its last consumer (``kv_empty``,
+ch.6). Paired tokens load K(j) and V(j) into one slot. One elected lane runs
+the role.
 """
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def _token(lw, tensors, note):
         loads.append(TmaLoadTile(t, dst, "w.kv_row0 + j * BLOCK_N", "kv_full", "slot", "w.h_kv",
                                  lw.plan.tile.block_n))
     return Scope(note, (
-        Decl("const uint32_t", "slot", "kv_token % KV_STAGES"),
         Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", plan.kv_stages), lw.site(name, "kv_empty"), "j"),
-        Single("elect", (Arrive("kv_full", "slot", by="thread", tx_bytes=tx), *loads)),
-        Assign("kv_token", "kv_token + 1"),
+        Arrive("kv_full", "slot", by="thread", tx_bytes=tx),
+        *loads,
+        Assign("slot", "slot + 1 == KV_STAGES ? 0u : slot + 1"),  # the ring's next slot
     ))
 
 
@@ -61,7 +62,8 @@ def build(lw) -> RoleIR:
         item.append(Comment("blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed"))
         item.append(Wait("q_free", None, lw.phase("q_free_ph"), lw.site(name, "q_free"), "-1", fence_after=False))
     item += [
-        Single("elect", (Arrive("q_full", by="thread", tx_bytes=f"{plan.q_stages} * TILE_BYTES"), *q_loads)),
+        Arrive("q_full", by="thread", tx_bytes=f"{plan.q_stages} * TILE_BYTES"),
+        *q_loads,
         Loop("j", "0", "w.n_kv", tokens, "K/V tokens in consumption order"),
     ]
     body = [
@@ -71,5 +73,8 @@ def build(lw) -> RoleIR:
     ]
     if plan.persistent:
         body.append(PhaseDecl("q_free_ph", 1, 1, "scalar"))
-    body += [Decl("uint32_t", "kv_token", "0"), WorkLoop(plan.persistent, tuple(item))]
+    body += [
+        Comment("one elected lane runs the whole role (waits, expect_tx, TMA issue); the others wait at the end"),
+        Single("elect", (Decl("uint32_t", "slot", "0"), WorkLoop(plan.persistent, tuple(item)))),
+    ]
     return RoleIR(name, role.warps, tuple(body), regs=role.regs, blog="ch.4, ch.6 (ring), ch.14 (q_free), minor 17")

@@ -65,6 +65,7 @@ def emit(ir: KernelIR, launch) -> str:
         lead = tuple(n for n in r.body[:1] if isinstance(n, SetMaxNReg))
         roles.append(dict(name=r.name, blog=r.blog, where=_where(r), per_q_stage=bool(r.instances),
                           rows=r.name in ("cta", "softmax", "correction"), pin_trow=r.name == "correction",
+                          pin_bases=r.name == "mma",
                           prelude=indent(render_block(env, lead)), body=indent(render_block(env, r.body[len(lead):]))))
     text = env.get_template("kernel.cu.j2").render(
         plan=plan,

@@ -11,7 +11,10 @@ from ..ir import AsyncArrive, Node
 @dataclass(frozen=True)
 class Commit(AsyncArrive):
     """``tcgen05.commit`` to ``barrier[index]``: one arrival once every MMA this
-    thread issued so far has completed (PTX ISA 9.7.16.12.1)."""
+    thread issued so far has completed (PTX ISA 9.7.16.12.1). ``elect``: the
+    whole warp calls it and one elected lane issues it (as the MMAs)."""
+
+    elect: bool = False
 
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""
@@ -19,34 +22,40 @@ class Commit(AsyncArrive):
 
 @dataclass(frozen=True)
 class MmaQK(Node):
-    """S[tmem s_col] = Q[smem q] . K[smem k]^T: 8 MMAs of K=16 (blog ch.1 §A)."""
+    """S[tmem s_col] = Q[smem q] . K[smem k]^T: HEAD_DIM/16 MMAs of K=16 (blog
+    ch.1 §A). ``q_desc``/``k_desc``: C expressions of the tiles' SMEM
+    descriptors (``SmemDesc``); ``elect``: the whole warp calls, one elected
+    lane issues (else the calling thread issues)."""
 
     q_stage: int
     s_col: str
-    q_buf: str
-    k_buf: str
+    q_desc: str
+    k_desc: str
+    elect: bool = False
 
     def describe(self) -> str:
-        return f"mma.qk  S{self.q_stage}[tmem {self.s_col}] = Q{self.q_stage}[smem {self.q_buf}] . K[smem {self.k_buf}]^T   (8 x tcgen05.mma K=16)"
+        return f"mma.qk  S{self.q_stage}[tmem {self.s_col}] = Q{self.q_stage}[smem {self.q_desc}] . K[smem {self.k_desc}]^T   (tcgen05.mma K=16 steps)"
 
 
 @dataclass(frozen=True)
 class MmaPV(Node):
     """O[tmem o_col] (+)= P . V for K steps [k_lo, k_hi) (blog ch.1 §C, ch.2,
-    ch.13). P from TMEM column ``p_col`` or SMEM buffer ``p_buf``."""
+    ch.13). P from TMEM column ``p_col`` or SMEM buffer ``p_buf``; ``v_desc``:
+    C expression of V's SMEM descriptor; ``elect`` as for :class:`MmaQK`."""
 
     q_stage: int
     o_col: str
-    v_buf: str
+    v_desc: str
     k_lo: int
     k_hi: int
     accumulate: str
     p_col: Optional[str] = None
     p_buf: Optional[str] = None
+    elect: bool = False
 
     def describe(self) -> str:
         src = f"P{self.q_stage}[tmem {self.p_col}]" if self.p_col else f"P[smem {self.p_buf}]"
-        return (f"mma.pv  O{self.q_stage}[tmem {self.o_col}] += {src} . V[smem {self.v_buf}]  k-steps "
+        return (f"mma.pv  O{self.q_stage}[tmem {self.o_col}] += {src} . V[smem {self.v_desc}]  k-steps "
                 f"[{self.k_lo},{self.k_hi}) accumulate={self.accumulate}")
 
 
@@ -285,7 +294,8 @@ class Epilogue(Node):
     (correction warps); ``q``: the Q stage; ``packed``: normalize with
     ``mul.f32x2``. Rows with a zero rowsum (no visible key) store 0. When the
     runtime passes an LSE buffer, the row's log-sum-exp (natural log; -inf
-    for no key) is stored too, from the row max in ``mode`` units."""
+    for no key) is stored too, from the row max in ``mode`` units. ``width``:
+    O columns per TMEM load (16 or 32)."""
 
     o_col: str
     ncols: int
@@ -293,6 +303,7 @@ class Epilogue(Node):
     rowsum: str = "reg"
     packed: bool = False
     mode: str = "ex2"
+    width: int = 32
 
     def describe(self) -> str:
         return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})")
@@ -318,7 +329,10 @@ class CtaSync(Node):
 
 @dataclass(frozen=True)
 class IssueEnd(Node):
-    """The MMA issuer issues nothing more (emulator STOP; nothing natively)."""
+    """The MMA issuer issues nothing more (emulator STOP; nothing natively).
+    ``elect``: the whole warp reaches it, one elected lane ends the issue."""
+
+    elect: bool = False
 
     def describe(self) -> str:
         return "tcgen05 issue end"

@@ -188,4 +188,7 @@ def rescale_o(lw, q: str, source: str, skip_unit: bool) -> RescaleO:
 
 def epilogue(lw, q: str, rowsum: str) -> Epilogue:
     """O / rowsum -> BF16 -> global (blog ch.1)."""
-    return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw), exp_mode(lw))
+    # the correction warps' small budget (80 at stage 12) spilled with 32-column chunks (measured)
+    regs = lw.role_spec("correction").regs if rowsum == "smem" else None
+    width = 16 if regs is not None and regs < 128 else 32
+    return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw), exp_mode(lw), width)

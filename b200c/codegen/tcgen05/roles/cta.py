@@ -10,15 +10,18 @@ from .. import softmax as sm
 from ..ir import Commit, CtaSync, IssueEnd, MmaPV, MmaQK
 
 
+V_DESC = "mnmajor_desc(c.smem + SMEM_KV + TILE_BYTES)"  # V sits behind K in the one K/V slot
+
+
 def build(lw) -> RoleIR:
     """The ``cta`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
     s = lw.s
     name = "cta"
     ph = {b: lw.phase(f"{b}_ph") for b in ("q_full", "kv_full", "s_full", "pv_done")}
     k_steps = lw.plan.tile.pv_k_steps
-    pv = (MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, k_steps, "j > 0", p_col="TMEM_P(0)")
+    pv = (MmaPV(0, "TMEM_O(0)", V_DESC, 0, k_steps, "j > 0", p_col="TMEM_P(0)")
           if s.p_storage == "tmem" else
-          MmaPV(0, "TMEM_O(0)", "SMEM_KV + TILE_BYTES", 0, k_steps, "j > 0", p_buf="SMEM_KV"))
+          MmaPV(0, "TMEM_O(0)", V_DESC, 0, k_steps, "j > 0", p_buf="SMEM_KV"))
     kv_loop = (
         Comment("load K(j) and V(j) into the one K/V slot (blog ch.1: wait on every hand-off)"),
         Single("thread0", (
@@ -29,7 +32,7 @@ def build(lw) -> RoleIR:
         )),
         Wait("kv_full", None, ph["kv_full"], lw.site(name, "kv_full"), "j", fence_after=True),
         Comment("S = Q K(j)^T"),
-        Single("thread0", (MmaQK(0, "TMEM_S(0)", "SMEM_Q", "SMEM_KV"), Commit("s_full"))),
+        Single("thread0", (MmaQK(0, "TMEM_S(0)", "kmajor_desc(c.smem + SMEM_Q)", "kmajor_desc(c.smem + SMEM_KV)"), Commit("s_full"))),
         Wait("s_full", None, ph["s_full"], lw.site(name, "s_full"), "j", fence_after=True),
         Decl("const int", "col_lim", "col_limit(c, w, row_in_seq, j)", model="0"),
         sm.rowmax_pass(lw, "TMEM_S(0)", mask=True),

@@ -1,5 +1,15 @@
-"""Role ``mma`` (blog ch.4, 5, 6, 7, 12, 13, 14, minor 17): one warp, an
-elected lane issues every tcgen05.mma and commit.
+"""Role ``mma`` (blog ch.4, 5, 6, 7, 12, 13, 14, minor 17): one warp; one
+lane issues every tcgen05.mma and commit (single-thread issue, PTX
+9.7.16.10.9).
+
+Two ways to get there, chosen by measurement (static SASS of the K/V loop):
+the whole warp runs the role, converged, and each MMA and commit elects its
+issuer inside its asm, so ptxas keeps descriptors and slots in uniform
+registers (stage 18: 239 instructions, FA4 241); but when the K/V ring's
+phase bits are a runtime-indexed array (local memory, ``phase_tracking=
+'array'`` before minor 17), per-lane local loads make that code non-uniform
+(stage 12: 462), and one elected lane running the whole role is cheaper
+(stage 12: 261).
 
 The steady-state K/V iteration follows the schedule's issue order (ch.7); the
 prologue peels the QKs that run one tile ahead and the epilogue drains the
@@ -25,55 +35,64 @@ def _term(k: int, j: str):
     return t if k == 1 else f"{k} * {t}"
 
 
+def warp_issue(lw) -> bool:
+    """True: the whole warp runs the role and each MMA/commit elects its
+    issuer; False: one elected lane runs the whole role (see the module doc)."""
+    return lw.storage(lw.plan.kv_stages) != "array"
+
+
 def _step(lw, order, st, j: str, label: str):
     s = lw.s
+    e = warp_issue(lw)
     name = "mma"
     q = st.q
     nodes = []
-    if lw.plan.kv_tokens == "paired":  # token j of this work item
-        tok = " + ".join(filter(None, ("kv_base", _term(1, j))))
-        buf = "SMEM_KV + slot * KV_SLOT_BYTES" + (" + TILE_BYTES" if st.kind == "PV" else "")
-    else:  # K(j) is token 2j, V(j) token 2j + 1
-        tok = " + ".join(filter(None, ("kv_base", _term(2, j), "1" if st.kind == "PV" else None)))
-        buf = "SMEM_KV + slot * KV_SLOT_BYTES"
-    nodes.append(Decl("const uint32_t", "slot", (f"({tok})" if " " in tok else tok) + " % KV_STAGES"))
+    # K/V tokens are first consumed in token order (the load role loads them in that order), so the first
+    # consumer of a token takes the ring's next slot; later consumers of the same token reuse it
+    paired = lw.plan.kv_tokens == "paired"
+    slot = "slot_kv" if paired else ("slot_k" if st.kind == "QK" else "slot_v")
+    buf = f"SMEM_KV + {slot} * KV_SLOT_BYTES" + (" + TILE_BYTES" if paired and st.kind == "PV" else "")
     if order.is_first_consumer(st):
-        nodes.append(Wait("kv_full", "slot", lw.phase("kv_full_ph", "slot", lw.plan.kv_stages),
+        nodes.append(Assign(slot, "next_slot"))
+        nodes.append(Assign("next_slot", "next_slot + 1 == KV_STAGES ? 0u : next_slot + 1"))
+        nodes.append(Wait("kv_full", slot, lw.phase("kv_full_ph", slot, lw.plan.kv_stages),
                           lw.site(name, "kv_full"), j, fence_after=True))
-    release = (Commit("kv_empty", "slot"),) if order.is_last_consumer(st) else ()
+    release = (Commit("kv_empty", slot, elect=e),) if order.is_last_consumer(st) else ()
     if st.kind == "QK":
-        issue = [MmaQK(q, f"TMEM_S({q})", q_buf(q), buf), Commit("s_full", str(q)), *release]
+        issue = [MmaQK(q, f"TMEM_S({q})", f"kmajor_desc(c.smem + {q_buf(q)})", "k_desc", elect=e),
+                 Commit("s_full", str(q), elect=e), *release]
         if lw.plan.persistent and order.is_last_qk(st):
             last = "w.n_kv == 1" if j == "0" else f"{j} == w.n_kv - 1"  # the last K/V tile of the work item
-            issue.append(If(last, (Commit("q_free"),)))
-        nodes.append(Single("elect", tuple(issue)))
+            issue.append(If(last, (Commit("q_free", elect=e),)))
+        nodes += [Decl("const SmemDesc", "k_desc", f"kmajor_desc(c.smem + {buf})", model="0"), *issue]
         note = f"{label}: S{q} = Q{q} K({j})^T"
     else:
-        pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", buf, lo, hi, acc, p_col=f"TMEM_P({q})")
+        nodes.append(Decl("const SmemDesc", "v_desc", f"mnmajor_desc(c.smem + {buf})", model="0"))
+        pv = lambda lo, hi, acc: MmaPV(q, f"TMEM_O({q})", "v_desc", lo, hi, acc, p_col=f"TMEM_P({q})", elect=e)
         not_first_tile = "0" if j == "0" else f"{j} > 0"  # PV accumulates into O except on K/V tile 0
         # pv_done only for the last K/V tile (the epilogue reads O): for tile j < last, PqV(j) is issued
         # before Qq K(j+1) (the issue-order check guarantees it) and the s_full commit of that QK tracks
         # every earlier MMA of this thread (PTX 9.7.16.12.1), so "S(j+1) ready" already means "O stable"
         if j == "w.n_kv - 1":
-            done = (Commit("pv_done", str(q)),)
+            done = (Commit("pv_done", str(q), elect=e),)
         elif order.lead:
             done = ()  # steady-state PVs are never the last tile's
         else:
-            done = (If(f"{j} == w.n_kv - 1", (Commit("pv_done", str(q)),)),)
+            done = (If(f"{j} == w.n_kv - 1", (Commit("pv_done", str(q), elect=e),)),)
         if s.early_pv_cols:
             tile = lw.plan.tile
             k_split = (tile.block_n - s.early_pv_cols) // tile.mma_k
             nodes.append(Wait("p_hi_ready", str(q), lw.phase("p_hi_ph", str(q), lw.plan.q_stages, True),
                               lw.site(name, "p_hi_ready"), j, fence_after=True))
             nodes.append(Comment(f"blog ch.13: PV on the {s.early_pv_cols} high P columns published first"))
-            nodes.append(Single("elect", (pv(k_split, tile.pv_k_steps, not_first_tile),)))
+            nodes.append(pv(k_split, tile.pv_k_steps, not_first_tile))
             nodes.append(Wait("p_lo_ready", str(q), lw.phase("p_lo_ph", str(q), lw.plan.q_stages, True),
                               lw.site(name, "p_lo_ready"), j, fence_after=True))
-            nodes.append(Single("elect", (pv(0, k_split, "1"), *done, *release)))
+            nodes += [pv(0, k_split, "1"), *done, *release]
         else:
             nodes.append(Wait("p_ready", str(q), lw.phase("p_ready_ph", str(q), lw.plan.q_stages, True),
                               lw.site(name, "p_ready"), j, fence_after=True))
-            nodes.append(Single("elect", (pv(0, lw.plan.tile.pv_k_steps, not_first_tile), *done, *release)))
+            nodes += [pv(0, lw.plan.tile.pv_k_steps, not_first_tile), *done, *release]
         note = f"{label}: O{q} += P{q} V({j})"
     return Scope(note, tuple(nodes))
 
@@ -84,7 +103,6 @@ def build(lw) -> RoleIR:
     name = "mma"
     role = lw.role_spec("mma")
     order = lw.plan.issue
-    tokens_per_tile = 1 if lw.plan.kv_tokens == "paired" else 2
     item = [Wait("q_full", None, lw.phase("q_full_ph"), lw.site(name, "q_full"), "-1", fence_after=True)]
     if order.lead:
         item.append(Comment("prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead"))
@@ -98,21 +116,33 @@ def build(lw) -> RoleIR:
     else:
         steady = tuple(_step(lw, order, st, "i", st.symbolic) for st in order.steps)
         item.append(Loop("i", "0", "w.n_kv", steady, "K/V tiles: " + " ".join(st.symbolic for st in order.steps)))
-    item.append(Assign("kv_base", f"kv_base + {tokens_per_tile} * w.n_kv"))
     p_var = "p_hi_ph" if s.early_pv_cols else "p_ready_ph"
     body = [
         *setmaxnreg(lw, role.regs),
-        Comment("blog ch.4: one MMA warp; an elected lane issues tcgen05.mma and tcgen05.commit"),
+        Comment("blog ch.4: one MMA warp; one lane issues every tcgen05.mma and tcgen05.commit"),
         PhaseDecl("q_full_ph", 1, 0, "scalar"),
         PhaseDecl("kv_full_ph", lw.plan.kv_stages, 0, lw.storage(lw.plan.kv_stages)),
         PhaseDecl(p_var, lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)),
     ]
     if s.early_pv_cols:
         body.append(PhaseDecl("p_lo_ph", lw.plan.q_stages, 0, lw.storage(lw.plan.q_stages, True)))
+    e = warp_issue(lw)
+    if e:
+        note = ("the whole warp runs the role and waits; each tcgen05.mma and commit is issued by one lane "
+                "(single-thread tcgen05.mma, PTX 9.7.16.10.9), elected inside its asm")
+    else:
+        note = ("one elected lane runs the whole role: it waits, issues every MMA and commit (single-thread "
+                "tcgen05.mma, PTX 9.7.16.10.9); the K/V phase bits are a runtime-indexed array, whose "
+                "per-lane loads would make a whole-warp loop non-uniform")
     body += [
-        Decl("uint32_t", "kv_base", "0"),
-        WorkLoop(lw.plan.persistent, tuple(item)),
-        Single("elect", (IssueEnd(),)),
+        Comment(note),
+        Single("warp" if e else "elect", (
+            Decl("uint32_t", "next_slot", "0"),  # ring slot of the next K/V token
+            *(Decl("uint32_t", v, "0") for v in
+              (("slot_kv",) if lw.plan.kv_tokens == "paired" else ("slot_k", "slot_v"))),
+            WorkLoop(lw.plan.persistent, tuple(item)),
+            IssueEnd(elect=e),
+        )),
     ]
     return RoleIR(name, role.warps, tuple(body), regs=role.regs,
                   blog="ch.4, 5, 6, 7 (issue order), 13 (early PV), 14 (q_free), minor 17")
