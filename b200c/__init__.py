@@ -1,12 +1,13 @@
-"""b200c: compile declarative attention schedules to sm_100a CUDA and run them.
+"""b200c: compile declarative attention schedules to CUDA for sm_100a (B200,
+tcgen05) or sm_90a (Hopper, wgmma) and run them.
 
 Public API:
     Schedule                 the declarative kernel schedule (b200c.dsl)
     load_schedule_file(path) run a schedule file, return its ``schedule``
-    plan(schedule)           the layout (SMEM, TMEM, barriers, warp roles); checks budgets
-    generate(schedule)       CUDA source + launch info (b200c.codegen)
+    plan(schedule, target="sm100a")      the layout (SMEM, TMEM, barriers, warp roles); checks budgets
+    generate(schedule, target="sm100a")  CUDA source + launch info (b200c.codegen); target "sm90a": Hopper
     attention(q, k, v, *, schedule, ...)  PyTorch op (b200c.runtime)
-    errors: ScheduleError, ResourceError, IssueOrderError, BuildError,
+    errors: ScheduleError, ResourceError, IssueOrderError, BuildError, TargetError,
             LaunchError, UnsupportedDeviceError, BarrierTimeoutError, ProtocolError
 """
 from .errors import (
@@ -18,6 +19,7 @@ from .errors import (
     ProtocolError,
     ResourceError,
     ScheduleError,
+    TargetError,
     UnsupportedDeviceError,
 )
 from .dsl import Schedule, load_schedule_file
@@ -25,19 +27,21 @@ from .dsl import Schedule, load_schedule_file
 __version__ = "0.1.0"
 
 
-def plan(schedule):
-    """Validate ``schedule`` and return its layout plan (``print`` it); raises
-    ScheduleError / IssueOrderError / ResourceError (see b200c.codegen.make_plan)."""
+def plan(schedule, target: str = "sm100a"):
+    """Validate ``schedule`` for ``target`` and return its layout plan (``print``
+    it); raises ScheduleError / IssueOrderError / ResourceError / TargetError
+    (see b200c.codegen.make_plan)."""
     from .codegen import make_plan
 
-    return make_plan(schedule)
+    return make_plan(schedule, target)
 
 
-def generate(schedule):
-    """Validate ``schedule`` and return its GeneratedKernel (see b200c.codegen)."""
+def generate(schedule, target: str = "sm100a", profile: bool = False):
+    """Validate ``schedule`` and return its GeneratedKernel for ``target``
+    (``"sm100a"``, ``"emulate"`` or ``"sm90a"``; see b200c.codegen.generate)."""
     from .codegen import generate as _generate
 
-    return _generate(schedule)
+    return _generate(schedule, target, profile=profile)
 
 
 def attention(q, k, v, *, schedule, softmax_scale=None, layout="bhsd", target="auto"):
@@ -58,6 +62,7 @@ __all__ = [
     "ResourceError",
     "IssueOrderError",
     "BuildError",
+    "TargetError",
     "LaunchError",
     "ProtocolError",
     "UnsupportedDeviceError",

@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
+HOPPER_EXAMPLES = sorted((ROOT / "examples/hopper").glob("h[0-9][0-9]_*.py"))
 
 
 def pytest_addoption(parser):
@@ -50,3 +51,11 @@ def generated():
     import b200c
 
     return {p.stem: b200c.generate(b200c.load_schedule_file(p)) for p in EXAMPLES}
+
+
+@pytest.fixture(scope="session")
+def generated_sm90():
+    """{Hopper example stem: GeneratedKernel for target sm90a}, generated once."""
+    import b200c
+
+    return {p.stem: b200c.generate(b200c.load_schedule_file(p), "sm90a") for p in HOPPER_EXAMPLES}

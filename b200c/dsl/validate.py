@@ -247,11 +247,11 @@ RULES = (
     _p_and_cache,
     _pingpong,
     _registers,
-)  # then the target's rules, then _issue_order, whose parsed order validate_schedule returns
+)  # the target's rules run after _types and _enums; then _issue_order, whose parse is returned
 
 
 def validate_schedule(s: Schedule, target_rules: tuple = (), p_aliases_s: bool = True):
-    """Run every knob rule in order, then ``target_rules``; the first violation raises.
+    """Run the knob rules (types, enums, then ``target_rules``, then the rest); the first violation raises.
 
     Args:
         s: the schedule.
@@ -270,6 +270,8 @@ def validate_schedule(s: Schedule, target_rules: tuple = (), p_aliases_s: bool =
     """
     if not isinstance(s, Schedule):
         raise ScheduleError(f"expected a b200c.Schedule, got {type(s).__name__}")
-    for rule in RULES + tuple(target_rules):
+    # the target's refusals right after the type and enum checks: a knob that means nothing on the
+    # target is reported as such, before rules that relate it to other knobs
+    for rule in RULES[:2] + tuple(target_rules) + RULES[2:]:
         rule(s)
     return _issue_order(s, p_aliases_s)

@@ -8,7 +8,7 @@ import torch
 
 from .inputs import check_tensor_types
 
-_TARGETS = ("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate")
+_TARGETS = ("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate", "sm90a", "sm_90a", "sm_90", "sm90")
 
 
 def _schedule_fields() -> tuple[str, ...]:
@@ -94,8 +94,9 @@ def attention(q, k, v, *, schedule, softmax_scale: float | None = None, layout: 
             shapes above (and of the result).
         schedule: a :class:`b200c.Schedule` or a path to a schedule file.
         softmax_scale: natural-log units; default ``1 / sqrt(D)``.
-        target: ``"auto"`` (sm100a on compute capability 10.0, the emulated
-            kernel on 9.0), ``"sm100a"`` or ``"emulate"``.
+        target: ``"auto"`` (sm100a on compute capability 10.0, the native
+            Hopper kernel sm90a on 9.0), ``"sm100a"``, ``"sm90a"`` or
+            ``"emulate"`` (the sm100a kernel emulated on Hopper, correctness only).
 
     Returns:
         (B, H, S_q, D) or, for ``layout="bshd"``, (B, S_q, H, D) bfloat16
@@ -119,7 +120,8 @@ def attention(q, k, v, *, schedule, softmax_scale: float | None = None, layout: 
 
     check_tensor_types(q, k, v)
     if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
+        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), "
+                         f"'sm_90a' (also 'sm90a', 'sm_90'), 'emulate'")
     if layout not in ("bhsd", "bshd"):
         raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
     if layout == "bshd":  # views only: the kernel reads any strides
@@ -145,7 +147,8 @@ def attention_generated(q, k, v, generated, *, softmax_scale: float | None = Non
 
     check_tensor_types(q, k, v)
     if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
+        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), "
+                         f"'sm_90a' (also 'sm90a', 'sm_90'), 'emulate'")
     problem = validate_inputs(q, k, v)
     if not problem.needs_launch:
         return empty_result(q, problem)

@@ -20,15 +20,17 @@ _capability: dict[int, tuple[tuple[int, int], str]] = {}
 
 
 @functools.lru_cache(maxsize=256)
-def generated_kernel(schedule_json: str):
-    """``b200c.generate(Schedule.from_json(schedule_json))``, cached per JSON string.
+def generated_kernel(schedule_json: str, target: str = "sm100a"):
+    """``b200c.codegen.generate(Schedule.from_json(schedule_json), target)``,
+    cached per (JSON string, target); the emulation target uses the sm100a source.
 
     Raises:
         ScheduleError, ResourceError, IssueOrderError.
     """
     import b200c
+    from b200c.codegen import generate
 
-    return b200c.generate(b200c.Schedule.from_json(schedule_json))
+    return generate(b200c.Schedule.from_json(schedule_json), "sm90a" if target == "sm90a" else "sm100a")
 
 
 def device_capability(device: int) -> tuple[tuple[int, int], str]:
@@ -47,8 +49,17 @@ def kernel_for_generated(generated, target: str, device: int):
     from . import driver
     from .build import build
 
+    from ..errors import UnsupportedDeviceError
+
     cap, name = device_capability(device)
-    return driver.load(build(generated, driver.resolve_target(target, cap, name)), device)
+    resolved = driver.resolve_target(target, cap, name)
+    made_for = getattr(generated, "target", "sm100a")
+    if (made_for == "sm90a") != (resolved == "sm90a"):
+        raise UnsupportedDeviceError(
+            f"kernel {generated.launch.name!r} was generated for target {made_for!r} but the build target is "
+            f"{resolved!r}; generate it with b200c.codegen.generate(schedule, target={resolved!r})"
+        )
+    return driver.load(build(generated, resolved), device)
 
 
 def loaded_kernel(schedule_json: str, target: str, device: int):
@@ -63,11 +74,11 @@ def loaded_kernel(schedule_json: str, target: str, device: int):
         from . import driver
 
         cap, name = device_capability(device)
-        driver.resolve_target(target, cap, name)  # device check before generating anything
+        resolved = driver.resolve_target(target, cap, name)  # device check before generating anything
         with _lock:
             lk = _kernels.get(key)
             if lk is None:
-                lk = kernel_for_generated(generated_kernel(schedule_json), target, device)
+                lk = kernel_for_generated(generated_kernel(schedule_json, resolved), target, device)
                 _kernels[key] = lk
     return lk
 
