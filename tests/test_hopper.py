@@ -134,6 +134,7 @@ REFUSED_ON_SM90 = [
     ("block-n", dict(block_n=208), ["block_n=208", "192"]),
     ("q-stages", dict(q_stages=3), ["q_stages=3", "65536"]),
     ("regs-missing", dict(softmax_regs=None, other_regs=None), ["q_stages=2", "softmax_regs", "other_regs"]),
+    ("paired", dict(kv_tokens="paired", kv_stages=2), ["kv_tokens='paired'", "kv_tokens='separate'"]),
     ("orders-differ", dict(issue_order="Q0K(i+1) P0V(i) P1V(i) Q1K(i+1)"), ["each Q stage", "stage 1"]),
 ]
 

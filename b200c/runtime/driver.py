@@ -80,7 +80,7 @@ def check_arch(target: str, capability: tuple[int, int], device_name: str = "") 
     if have != need:
         hint = ""
         if target == "sm100a" and have[0] == 9:
-            hint = '; on Hopper use target="sm90a" (native) or "emulate" (the sm100a kernel, correctness only)'
+            hint = '; on Hopper use target="sm90a" (the native Hopper kernel) or target="emulate" (this sm100a kernel, correctness only)'
         elif target == "sm90a":
             hint = "; target sm90a runs on compute capability 9.0 (H100/H200) only"
         elif target == "emulate":

@@ -28,9 +28,9 @@ def generated_kernel(schedule_json: str, target: str = "sm100a"):
         ScheduleError, ResourceError, IssueOrderError.
     """
     import b200c
-    from b200c.codegen import generate
 
-    return generate(b200c.Schedule.from_json(schedule_json), "sm90a" if target == "sm90a" else "sm100a")
+    schedule = b200c.Schedule.from_json(schedule_json)
+    return b200c.generate(schedule, "sm90a") if target == "sm90a" else b200c.generate(schedule)
 
 
 def device_capability(device: int) -> tuple[tuple[int, int], str]:

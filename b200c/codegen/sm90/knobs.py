@@ -50,6 +50,16 @@ def consumers(s) -> None:
         )
 
 
+def kv_tokens(s) -> None:
+    """Warp-specialized kernels use separate K and V tokens (each released after its own wgmma)."""
+    if s.warp_specialized and s.kv_tokens != "separate":
+        raise ScheduleError(
+            f"kv_tokens={s.kv_tokens!r} {_WHERE} with warp_specialized=True is not generated: the consumers take K "
+            f"and V as separate ring tokens, each released once the wgmma that reads it completed; set "
+            f"kv_tokens='separate' (kv_stages=1 still loads one tile at a time)"
+        )
+
+
 def swizzle(s) -> None:
     """The wgmma descriptors are built for 128B-swizzled tiles."""
     if s.swizzle != "128B":
@@ -113,4 +123,4 @@ def issue_order_per_stage(s) -> None:
         )
 
 
-RULES = (tile_shape, consumers, swizzle, p_storage, tcgen05_only, issue_order_per_stage)
+RULES = (tile_shape, consumers, kv_tokens, swizzle, p_storage, tcgen05_only, issue_order_per_stage)
