@@ -280,3 +280,89 @@ def test_ir_text_of_a_hopper_kernel():
     assert "bar.sync turn[q]" in text and "fn softmax_tile: expf; always rebase" in text
     assert re.search(r"for i in \[0, c\.n_kv - 1\)\s+// K/V tokens in the consumers' order of use: K\(i\+1\) V\(i\)",
                      text)
+
+
+# ---- the runtime picks and builds the Hopper kernel (device and build replaced) ----------------
+
+def test_auto_on_hopper_generates_and_builds_sm90a(monkeypatch):
+    from b200c.runtime import driver, op
+
+    monkeypatch.setattr(op, "device_capability", lambda dev: ((9, 0), "H200 (stand-in)"))
+    seen = {}
+
+    def fake_build(gen, target):
+        seen["target"], seen["gen_target"], seen["source"] = target, gen.target, gen.source
+        return "built"
+
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("b200c.runtime.build"), "build", fake_build)
+    monkeypatch.setattr(driver, "load", lambda built, dev: ("loaded", built))
+    op.generated_kernel.cache_clear()
+    op._kernels.clear()
+    try:
+        lk = op.loaded_kernel(_load("h11").to_json(), "auto", 0)
+    finally:
+        op.generated_kernel.cache_clear()
+        op._kernels.clear()
+    assert lk == ("loaded", "built") and seen["target"] == "sm90a" and seen["gen_target"] == "sm90a"
+    assert "wgmma_qk(" in seen["source"]
+    # a B200 schedule on Hopper with auto: refused with the knobs that mean nothing there
+    with pytest.raises(ScheduleError, match="sm90a"):
+        op.loaded_kernel(b200c.load_schedule_file(Path(__file__).parents[1] / "examples/14_persistent.py").to_json(),
+                         "auto", 0)
+    op._kernels.clear()
+    op.generated_kernel.cache_clear()
+
+
+def test_generated_target_must_match_the_build_target(monkeypatch):
+    from b200c import UnsupportedDeviceError
+    from b200c.runtime import op
+
+    monkeypatch.setattr(op, "device_capability", lambda dev: ((9, 0), "H200 (stand-in)"))
+    g = generate(_load("h07"), "sm90a")
+    with pytest.raises(UnsupportedDeviceError, match="generated for target 'sm90a' but the build target is 'emulate'"):
+        op.kernel_for_generated(g, "emulate", 0)
+
+
+def test_tensor_map_rows_per_tensor(monkeypatch):
+    """K and V maps use block_n-row boxes, Q maps 64-row boxes."""
+    import torch
+
+    from b200c.runtime import driver
+
+    calls = []
+
+    class FakeCu:
+        class CUresult:
+            CUDA_SUCCESS = 0
+
+        class CUtensorMapDataType:
+            CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
+
+        class CUtensorMapInterleave:
+            CU_TENSOR_MAP_INTERLEAVE_NONE = 0
+
+        class CUtensorMapSwizzle:
+            CU_TENSOR_MAP_SWIZZLE_128B = 3
+
+        class CUtensorMapL2promotion:
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
+
+        class CUtensorMapFloatOOBfill:
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0
+
+        cuuint64_t = staticmethod(int)
+        cuuint32_t = staticmethod(int)
+
+        @staticmethod
+        def cuTensorMapEncodeTiled(*a):
+            calls.append(a[5])
+            return 0, object()
+
+    monkeypatch.setattr(driver, "_cu", lambda: FakeCu)
+    li = generate(_load("h10"), "sm90a").launch
+    t = torch.zeros(1, 2, 256, 128, dtype=torch.bfloat16)
+    for name in ("q", "k", "v"):
+        driver.encode_tensor_map(name, t, li)
+    assert [c[1] for c in calls] == [64, 176, 176] and all(c[0] == 64 for c in calls)
