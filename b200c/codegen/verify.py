@@ -109,7 +109,11 @@ class _Model:
         t = self.plan.tile
         self.consts = dict(KV_STAGES=self.plan.kv_stages, Q_STAGES=self.plan.q_stages, BLOCK_M=t.block_m,
                            BLOCK_N=t.block_n, HEAD_DIM=t.head_dim, TILE_BYTES=t.q_tile_bytes, KV_TILE_BYTES=t.k_tile_bytes,
-                           KV_SLOT_BYTES=self.plan.kv_slot_bytes, c_n_kv=n_kv, c_num_work=num_work)
+                           KV_SLOT_BYTES=self.plan.kv_slot_bytes, c_n_kv=n_kv, c_num_work=num_work, c_smem=0)
+        # SMEM offsets, for address declarations the roles make (their values do not matter here)
+        self.consts.update({f"SMEM_{r.name.upper()}": r.offset for r in self.plan.smem})
+        self.consts.setdefault("SMEM_Q", self.consts.get("SMEM_Q0", 0))
+        self.consts.setdefault("SMEM_KV", self.consts.get("SMEM_KV0", 0))
         self.procs = []
         for r in ir.roles:
             insts = r.instances or ((None, r.warps),)

@@ -17,13 +17,14 @@ from ..ir import Node
 @dataclass(frozen=True)
 class WgmmaQK(Node):
     """S = Q K^T: head_dim / 16 SS wgmmas (m64 n{block_n} k16) into the ``s``
-    registers, then ``wgmma.commit_group`` (PTX ISA 9.7.15.5.2, 9.7.15.7)."""
+    registers, then ``wgmma.commit_group`` (PTX ISA 9.7.15.5.2, 9.7.15.7).
+    ``q_addr``/``k_addr``: shared-window addresses (C expressions) of the tiles."""
 
-    q_buf: str
-    k_buf: str
+    q_addr: str
+    k_addr: str
 
     def describe(self) -> str:
-        return f"wgmma.qk  s = Q[smem {self.q_buf}] . K[smem {self.k_buf}]^T   (SS, commit group)"
+        return f"wgmma.qk  s = Q[{self.q_addr}] . K[{self.k_addr}]^T   (SS, commit group)"
 
 
 @dataclass(frozen=True)

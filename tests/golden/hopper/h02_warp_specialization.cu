@@ -605,6 +605,7 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
   SoftmaxState st;
   // FA3 §3: consumer warpgroup q owns Q rows [64 q, 64 q + 64) of the work item; issue order Q0K(i) P0V(i)
   uint32_t q_full_ph = 0u;  // mbarrier phase parity
+  const uint32_t q_smem = c.smem + SMEM_Q + q * TILE_BYTES;
   uint32_t kv_slot = 0;
   uint32_t kv_phase = 0;
   {  // one work item per CTA
@@ -628,7 +629,7 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
         kv_phase ^= 1u;
       }
       mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 500, j, work);  // wait site 500
-      wgmma_qk(s, c.smem + SMEM_Q + q * TILE_BYTES, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
+      wgmma_qk(s, q_smem, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
       wgmma_wait<0>();  // S(j) ready
       reg_fence_all(s);
       mbar_arrive_if(c.bar(BAR_KV_EMPTY + k_slot), lane_id() == 0);  // one arrival per warp (predicated, no branch)

@@ -662,6 +662,7 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
   SoftmaxState st;
   // FA3 §3: consumer warpgroup q owns Q rows [64 q, 64 q + 64) of the work item; issue order Q0K(i+1) P0V(i)
   uint32_t q_full_ph = 0u;  // mbarrier phase parity
+  const uint32_t q_smem = c.smem + SMEM_Q + q * TILE_BYTES;
   uint32_t kv_slot = 0;
   uint32_t kv_phase = 0;
   if (q == 1) {
@@ -682,7 +683,7 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
       }
       mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 502, 0, work);  // wait site 502
       named_bar_sync(NBAR_TURN + q, NBAR_TURN_THREADS);  // FA3 §3.1: my turn to issue GEMMs
-      wgmma_qk(s, c.smem + SMEM_Q + q * TILE_BYTES, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
+      wgmma_qk(s, q_smem, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
       named_bar_arrive(NBAR_TURN + 1 - q, NBAR_TURN_THREADS);  // pass the turn to the other consumer
       wgmma_wait<0>();  // S(0) ready
       reg_fence_all(s);
@@ -706,7 +707,7 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
       }
       mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 500, i + 1, work);  // wait site 500
       named_bar_sync(NBAR_TURN + q, NBAR_TURN_THREADS);  // FA3 §3.1: my turn to issue GEMMs
-      wgmma_qk(s, c.smem + SMEM_Q + q * TILE_BYTES, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
+      wgmma_qk(s, q_smem, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
       // O *= factor of softmax(i) while QK(i+1) runs
       rescale_o(o, st);
       mbar_wait(c.bar(BAR_KV_FULL + v_slot), v_ph, 501, i, work);  // wait site 501

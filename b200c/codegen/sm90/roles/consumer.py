@@ -66,7 +66,7 @@ class _Builder:
                 NamedBarArrive("turn", "1 - q", "pass the turn to the other consumer"))
 
     def qk(self) -> WgmmaQK:
-        return WgmmaQK(Q_BUF, KV_BUF.format(slot="k_slot"))
+        return WgmmaQK("q_smem", "c.smem + " + KV_BUF.format(slot="k_slot"))
 
     def pv(self) -> WgmmaPV:
         return WgmmaPV(KV_BUF.format(slot="v_slot"))
@@ -185,6 +185,7 @@ def build(lw) -> RoleIR:
         Comment(f"FA3 §3: consumer warpgroup q owns Q rows [64 q, 64 q + 64) of the work item; issue order "
                 f"{' '.join(st.symbolic for st in lw.plan.issue.stage_steps(0))}"),
         PhaseDecl("q_full_ph", 1, 0, "scalar"),
+        Decl("const uint32_t", "q_smem", f"c.smem + {Q_BUF}"),  # this consumer's Q rows, loop-invariant
         Decl("uint32_t", "kv_slot", "0"),
         Decl("uint32_t", "kv_phase", "0"),
     ]

@@ -21,7 +21,7 @@ def build(lw) -> RoleIR:
             TmaLoadTile("v", "SMEM_KV + KV_TILE_BYTES", "j * BLOCK_N", "kv_full"),
         )),
         *lw.span("wait K/V", (Wait("kv_full", None, lw.phase("kv_full_ph"), lw.site(name, "kv_full"), "j"),)),
-        *lw.span("issue", (WgmmaQK("SMEM_Q", "SMEM_KV"),)),
+        *lw.span("issue", (WgmmaQK("c.smem + SMEM_Q", "c.smem + SMEM_KV"),)),
         *lw.span("wait QK", (WgmmaWait(0, "s", "S(j) ready"),)),
         *lw.span("softmax", (Softmax("j == c.n_kv - 1"),)),
         PackP(),
