@@ -29,7 +29,8 @@
 //   out                     __nv_bfloat16*: O, same logical (B, H, S_q, D) shape as Q
 //   out_stride_b/h/s        int64_t: element strides of O
 //   batch, heads            int
-//   seq_q, seq_kv           int: any length; a partial last K/V tile is masked, rows past seq_q are not stored
+//   seq_q, seq_kv           int: the kernel takes any length (a partial last K/V tile is masked, rows past seq_q
+//                           are not stored); b200c.attention's input rules still ask for multiples of 128
 //   softmax_scale           float: natural-log units, usually 1/sqrt(D)
 // Launch: grid = work items (B * H * ceil(ceil(seq_q / 64) / 2)),
 //         block = 384 threads, dynamic SMEM = 164944 bytes
