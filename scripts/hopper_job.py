@@ -47,7 +47,27 @@ def emit(ev: dict) -> None:
 
 
 # ---- worker (one process; the parent restarts it past a crash or hang) ---------------------------
+def fake_worker(files: list, shapes: list, debug: bool, plan: str) -> int:
+    """``B200C_FAKE_WORKER="stem:hang|crash|fail,..."``: exercise the parent's watchdog without a GPU."""
+    what = dict(x.split(":") for x in plan.split(",") if x)
+    emit({"ev": "start", "device": "fake"})
+    for shape in shapes:
+        for f in files:
+            emit({"ev": "step", "what": f"{Path(f).stem} {shape} bhsd", "file": f})
+            kind = what.get(Path(f).stem, "ok")
+            if kind == "hang":
+                time.sleep(3600)
+            if kind == "crash":
+                return 3
+            emit({"ev": "result", "file": f, "shape": shape, "layout": "bhsd", "debug": debug, "tol": 0.02,
+                  "max_err": 0.01 if kind == "ok" else 0.5, "status": "PASS" if kind == "ok" else "FAIL"})
+    emit({"ev": "done"})
+    return 0
+
+
 def worker(files: list, shapes: list, debug: bool) -> int:
+    if os.environ.get("B200C_FAKE_WORKER"):
+        return fake_worker(files, shapes, debug, os.environ["B200C_FAKE_WORKER"])
     import torch
     import torch.nn.functional as F
 
@@ -97,42 +117,58 @@ def worker(files: list, shapes: list, debug: bool) -> int:
 
 # ---- parent --------------------------------------------------------------------------------------
 def run_worker_set(files, shapes, debug, step_timeout, deadline, log) -> list:
-    """Run the numerics worker over ``files`` x ``shapes``, restarting it past a hung or crashed file."""
-    results, pending = [], list(files)
-    while pending and time.time() < deadline:
+    """Run the numerics worker over ``files`` x ``shapes``; a file whose run hangs
+    (no output for ``step_timeout`` s) or crashes the worker is recorded as HANG or
+    ERROR and the worker restarts without it (rows already measured are kept; a
+    restart may measure some again, the last row of each case counts)."""
+    rows: dict = {}  # (file, shape, layout) -> result row
+    bad: set = set()  # files that hung or crashed
+    while time.time() < deadline:
+        todo = [f for f in files if f not in bad]
+        if not todo:
+            break
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if debug:
             env["B200C_BOUNDED_WAIT"] = "1"
             env.setdefault("B200C_WAIT_TIMEOUT_MS", "3000")
-        cmd = [sys.executable, __file__, "--worker", "--shapes", ",".join(shapes), "--files", *pending]
+        cmd = [sys.executable, __file__, "--worker", "--shapes", ",".join(shapes), "--files", *todo]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)], daemon=True).start()
-        current, done_files = None, set()
+        current, finished = None, False
+
+        def fail(status, why):
+            f = current["file"]
+            bad.add(f)
+            rows[(f, current["what"].split()[1], "-")] = {"file": f, "shape": current["what"].split()[1],
+                                                          "layout": "-", "debug": debug, "status": status,
+                                                          "error": why}
+
         while True:
             try:
                 ln = lines.get(timeout=max(1.0, min(step_timeout, deadline - time.time())))
             except queue.Empty:
-                log(f"[watchdog] no progress for {step_timeout:.0f} s at {current}; killing the worker")
+                log(f"[watchdog] no progress for {step_timeout:.0f} s at {current and current['what']}; "
+                    f"killing the worker")
                 proc.kill()
                 proc.wait()
                 if current and current.get("file"):
-                    results.append({"file": current["file"], "shape": current["what"].split()[1], "layout": "-",
-                                    "debug": debug, "status": "HANG", "error": f"no progress at {current['what']}"})
-                    done_files.add(current["file"])
+                    fail("HANG", f"no progress for {step_timeout:.0f} s at {current['what']}")
+                else:
+                    finished = True
                 break
             if ln is None:
                 rc = proc.wait()
-                if rc != 0 and not (current and current.get("file")):
+                if rc == 0:
+                    finished = True
+                elif current and current.get("file"):
+                    fail("ERROR", f"worker exit {rc} at {current['what']}")
+                else:
                     log(f"[watchdog] the worker died (exit {rc}) before its first schedule; giving up on this set")
-                    return results + [{"file": f, "shape": "-", "layout": "-", "debug": debug, "status": "ERROR",
-                                       "error": f"worker exit {rc} before any schedule ran"} for f in pending]
-                if rc != 0 and current and current.get("file"):
-                    done_files.add(current["file"])
-                    results.append({"file": current["file"], "shape": current["what"].split()[1], "layout": "-",
-                                    "debug": debug, "status": "ERROR", "error": f"worker exit {rc} at {current['what']}"})
-                elif rc == 0:
-                    done_files |= set(pending)
+                    for f in todo:
+                        rows[(f, "-", "-")] = {"file": f, "shape": "-", "layout": "-", "debug": debug,
+                                               "status": "ERROR", "error": f"worker exit {rc} before any schedule ran"}
+                    finished = True
                 break
             if not ln.startswith("@@"):
                 log("   | " + ln.rstrip())
@@ -141,13 +177,16 @@ def run_worker_set(files, shapes, debug, step_timeout, deadline, log) -> list:
             if ev["ev"] == "step":
                 current = ev
             elif ev["ev"] == "result":
-                results.append(ev)
+                rows[(ev["file"], ev["shape"], ev["layout"])] = ev
                 mark = f"err {ev['max_err']:.3e} tol {ev['tol']:.3e}" if "max_err" in ev else ev.get("error", "")
                 log(f"{'debug  ' if debug else 'release'} {Path(ev['file']).stem:28s} {ev['shape']:9s} "
                     f"{ev['layout']:5s} {ev['status']:5s} {mark}")
-        failed_here = {r["file"] for r in results if r.get("debug") == debug and r["status"] in ("HANG", "ERROR")}
-        pending = [f for f in pending if f not in done_files and f not in failed_here]
-    return results
+                if ev["status"] == "ERROR" and ("restart the process" in ev.get("error", "")
+                                                or "illegal" in ev.get("error", "").lower()):
+                    bad.add(ev["file"])  # the context died with it: the worker exits next
+        if finished:
+            break
+    return list(rows.values())
 
 
 def main(argv=None) -> int:
