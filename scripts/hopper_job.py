@@ -42,6 +42,7 @@ ALL = SMALL + ["4k", "8k", "16k"]
 
 
 def emit(ev: dict) -> None:
+    """One worker event on stdout (``@@`` + JSON) for the parent."""
     sys.stdout.write("@@" + json.dumps(ev) + "\n")
     sys.stdout.flush()
 
@@ -66,6 +67,8 @@ def fake_worker(files: list, shapes: list, debug: bool, plan: str) -> int:
 
 
 def worker(files: list, shapes: list, debug: bool) -> int:
+    """Numerics of ``files`` on ``shapes`` (target sm90a), one result event per case; exit 3 when the CUDA
+    context died (a trap), so the parent restarts past that schedule."""
     if os.environ.get("B200C_FAKE_WORKER"):
         return fake_worker(files, shapes, debug, os.environ["B200C_FAKE_WORKER"])
     import torch
@@ -190,6 +193,7 @@ def run_worker_set(files, shapes, debug, step_timeout, deadline, log) -> list:
 
 
 def main(argv=None) -> int:
+    """The job (module docstring); exit status 0 when every schedule passed every case."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", nargs="+", default=[str(p) for p in sorted((ROOT / "examples/hopper").glob("h*.py"))])
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/b200c_hopper"))

@@ -48,12 +48,14 @@ class _Builder:
                 RingAdvance("kv_slot", "kv_phase", "KV_STAGES"))
 
     def wait_full(self, kind: str, tile: str) -> tuple:
+        """Wait until the taken token (``K`` or ``V`` of tile ``tile``) landed in its slot."""
         v = kind.lower()
         w = Wait("kv_full", f"{v}_slot", PhaseRef(f"{v}_ph", None, "value"),
                  self.lw.site("consumer", f"kv_full ({kind})"), tile)
         return self.lw.span(f"wait {kind}", (w,))
 
     def release(self, kind: str) -> tuple:
+        """Each warp of the consumer releases the token's slot (after the wait that proved its wgmma done)."""
         return (Arrive("kv_empty", f"{kind.lower()}_slot", by="warp"),)
 
     def turn(self, nodes) -> tuple:
@@ -66,12 +68,15 @@ class _Builder:
                 NamedBarArrive("turn", "1 - q", "pass the turn to the other consumer"))
 
     def qk(self) -> WgmmaQK:
+        """S = Q K^T on the taken K slot."""
         return WgmmaQK("q_smem", "c.smem + " + KV_BUF.format(slot="k_slot"))
 
     def pv(self) -> WgmmaPV:
+        """O += P V on the taken V slot."""
         return WgmmaPV(KV_BUF.format(slot="v_slot"))
 
     def wait(self, pending: int, regs: str, note: str) -> tuple:
+        """``wgmma.wait_group pending`` and the fence of the registers it completes."""
         return self.lw.span(f"wait {'QK' if regs == 's' else 'PV' if regs == 'o' else 'QK+PV'}",
                             (WgmmaWait(pending, regs, note),))
 
@@ -82,6 +87,7 @@ class _Builder:
         return (If(cond, (Arrive("q_free", "q", by="warp"),)),)
 
     def softmax(self, tile: str) -> tuple:
+        """Softmax of S(tile), masking the columns past seq_kv when it is the last tile."""
         last = f"{tile} == c.n_kv - 1" if tile != "0" else "c.n_kv == 1"
         return self.lw.span("softmax", (Softmax(last),))
 
