@@ -1,12 +1,13 @@
-"""b200c: compile declarative attention schedules to sm_100a CUDA and run them.
+"""b200c: compile declarative attention schedules to CUDA for sm_100a (B200,
+tcgen05) or sm_90a (Hopper, wgmma) and run them.
 
 Public API:
     Schedule                 the declarative kernel schedule (b200c.dsl)
     load_schedule_file(path) run a schedule file, return its ``schedule``
-    plan(schedule)           the layout (SMEM, TMEM, barriers, warp roles); checks budgets
-    generate(schedule)       CUDA source + launch info (b200c.codegen)
+    plan(schedule, target="sm100a")      the layout (SMEM, TMEM, barriers, warp roles); checks budgets
+    generate(schedule, target="sm100a")  CUDA source + launch info (b200c.codegen); target "sm90a": Hopper
     attention(q, k, v, *, schedule, ...)  PyTorch op (b200c.runtime)
-    errors: ScheduleError, ResourceError, IssueOrderError, BuildError,
+    errors: ScheduleError, ResourceError, IssueOrderError, BuildError, TargetError,
             LaunchError, UnsupportedDeviceError, BarrierTimeoutError, ProtocolError,
             BackwardNotSupportedError
 """
@@ -20,6 +21,7 @@ from .errors import (
     ProtocolError,
     ResourceError,
     ScheduleError,
+    TargetError,
     UnsupportedDeviceError,
 )
 from .dsl import Schedule, load_schedule_file
@@ -27,19 +29,21 @@ from .dsl import Schedule, load_schedule_file
 __version__ = "0.1.0"
 
 
-def plan(schedule):
-    """Validate ``schedule`` and return its layout plan (``print`` it); raises
-    ScheduleError / IssueOrderError / ResourceError (see b200c.codegen.make_plan)."""
+def plan(schedule, target: str = "sm100a"):
+    """Validate ``schedule`` for ``target`` and return its layout plan (``print``
+    it); raises ScheduleError / IssueOrderError / ResourceError / TargetError
+    (see b200c.codegen.make_plan)."""
     from .codegen import make_plan
 
-    return make_plan(schedule)
+    return make_plan(schedule, target)
 
 
-def generate(schedule):
-    """Validate ``schedule`` and return its GeneratedKernel (see b200c.codegen)."""
+def generate(schedule, target: str = "sm100a", profile: bool = False):
+    """Validate ``schedule`` and return its GeneratedKernel for ``target``
+    (``"sm100a"``, ``"emulate"`` or ``"sm90a"``; see b200c.codegen.generate)."""
     from .codegen import generate as _generate
 
-    return _generate(schedule)
+    return _generate(schedule, target, profile=profile)
 
 
 _attention_impl = None
@@ -64,9 +68,11 @@ def attention(q, k, v, *, schedule, softmax_scale=None, layout="bhsd", target="a
         softmax_scale: float in natural-log units; default ``1 / sqrt(D)``.
         layout: ``"bhsd"`` or ``"bshd"``: the order of the dimensions above
             (and of the result).
-        target: ``"auto"`` (``"sm100a"`` on compute capability 10.0, the
-            emulated kernel on 9.0), ``"sm100a"`` (B200) or ``"emulate"``
-            (H100/H200, correctness only).
+        target: ``"auto"`` (a B200 schedule: ``"sm100a"`` on compute
+            capability 10.0, ``"emulate"`` on 9.0; a Hopper schedule,
+            examples/hopper: ``"sm90a"``), ``"sm100a"`` (B200), ``"sm90a"``
+            (the native Hopper kernel of a Hopper schedule) or ``"emulate"``
+            (the sm100a kernel on H100/H200, correctness only).
 
     Returns:
         torch.Tensor: bfloat16, q's shape and, for dense q, q's strides.
@@ -121,6 +127,7 @@ __all__ = [
     "ResourceError",
     "IssueOrderError",
     "BuildError",
+    "TargetError",
     "LaunchError",
     "ProtocolError",
     "UnsupportedDeviceError",

@@ -1,9 +1,12 @@
-"""``b200c check FILE...``: validate, emit and compile each schedule for
-sm_100a, then print one row per schedule (stage, warps per role, threads,
-dynamic SMEM, TMEM columns, registers and spills from ptxas, SASS counts),
-and a second table with each warp role's steady-state (K/V) loop from the
-SASS (:mod:`b200c.role_loops`); ``--json`` prints the rows as JSON instead.
-Exit status 1 if any schedule fails to validate or compile, or spills."""
+"""``b200c check FILE... [--target sm100a|sm90a]``: validate, emit and compile
+each schedule for the target, then print one row per schedule (stage, warps
+per role, threads, dynamic SMEM, TMEM columns, registers and spills from
+ptxas, SASS counts). For sm100a a second table gives each warp role's
+steady-state (K/V) loop from the SASS (:mod:`b200c.role_loops`); for sm90a
+the row has the consumer's hot-loop size and the wgmma register-hazard count
+(:mod:`b200c.sass_hopper`). ``--json`` prints the rows as JSON instead. Exit
+status 1 if any schedule fails to validate or compile, spills, or (sm90a)
+has a hazard."""
 from __future__ import annotations
 
 import json
@@ -16,19 +19,25 @@ from pathlib import Path
 from .errors import B200cError
 
 SASS_COLS = ("MUFU.EX2", "FMUL", "FSETP.GEU", "predicated", "LDL/STL", "UTC*MMA")
+SASS_COLS_SM90 = ("MUFU.EX2", "FFMA", "FMUL", "LDL/STL", "HGMMA", "loop", "steady", "hazards")
 
 
-def check_one(path: str, workdir: Path, sass: bool = True) -> dict:
-    """Check one schedule file; returns a row dict (``error`` set on failure).
+def _is_sm90(target: str) -> bool:
+    return target in ("sm90a", "sm_90a")
 
-    With ``sass`` the kernel is compiled with ``-lineinfo`` (which leaves the
+
+def check_one(path: str, workdir: Path, sass: bool = True, target: str = "sm100a") -> dict:
+    """Check one schedule file for ``target``; returns a row dict (``error`` set on failure).
+
+    With ``sass`` on sm100a the kernel is compiled with ``-lineinfo`` (which leaves the
     SASS as it is; tests/test_sass_loops.py checks that on every example) and
     the row also holds ``loops``: {role label: counts of its steady-state
     loop} (see :func:`b200c.role_loops.role_loops`), or ``loops_error`` when
     the loops cannot be attributed (the schedule itself is not failed for it).
+    On sm90a the row holds the hot loop's size and its wgmma register hazards.
     """
-    from . import generate, load_schedule_file
-    from .codegen import make_plan
+    from . import load_schedule_file
+    from .codegen import generate, make_plan
     from .nvcc import compile_cuda
     from .role_loops import LINEINFO
 
@@ -36,25 +45,39 @@ def check_one(path: str, workdir: Path, sass: bool = True) -> dict:
     try:
         s = load_schedule_file(path)
         row.update(stage=s.blog_stage, name=s.name)
-        plan = make_plan(s)
+        plan = make_plan(s, target)
         roles = {}
         for r in plan.roles:
             roles[r.name] = roles.get(r.name, 0) + len(r.warps)
         row["warps"] = " ".join(f"{k}:{v}" for k, v in roles.items())
         row.update(threads=plan.threads, smem=plan.smem_bytes, tmem=plan.tmem_alloc_cols)
-        kernel = generate(s)
+        kernel = generate(s, target)
         out = workdir / f"{Path(path).stem}.cubin"
-        res = compile_cuda(kernel.source, out, "cubin", "sm_100a", extra=LINEINFO if sass else ())
+        sm90 = plan.backend == "sm90"
+        res = compile_cuda(kernel.source, out, "cubin", "sm_90a" if sm90 else "sm_100a",
+                           extra=LINEINFO if sass and not sm90 else ())
         row.update(res.resources())
         if sass:
-            from .role_loops import cubin_role_loops
             from .sass import count, disassemble
 
-            row.update(count(disassemble(out)))
-            try:
-                row["loops"] = cubin_role_loops(kernel.source, out)
-            except B200cError as e:
-                row["loops_error"] = str(e)
+            text = disassemble(out)
+            row.update(count(text))
+            if sm90:
+                from .sass_hopper import async_register_hazards, hot_loop
+
+                loop = hot_loop(text)
+                if loop:
+                    hz = async_register_hazards(loop["body"])
+                    row.update(loop=loop["instructions"], steady=loop["steady"], hazards=len(hz))
+                    if hz:
+                        row["error"] = f"{len(hz)} wgmma register hazard(s), first: {hz[0]}"
+            else:
+                from .role_loops import cubin_role_loops
+
+                try:
+                    row["loops"] = cubin_role_loops(kernel.source, out)
+                except B200cError as e:
+                    row["loops_error"] = str(e)
         if row.get("spill_bytes"):
             row["error"] = f"{row['spill_bytes']} spill bytes"
     except B200cError as e:
@@ -62,12 +85,14 @@ def check_one(path: str, workdir: Path, sass: bool = True) -> dict:
     return row
 
 
-def format_table(rows: list, sass: bool = True) -> str:
+def format_table(rows: list, sass: bool = True, target: str = "sm100a") -> str:
+    """The check table (one row per schedule)."""
+    sm90 = _is_sm90(target)
     cols = [("stage", "stage"), ("name", "schedule"), ("warps", "warps per role"), ("threads", "threads"),
-            ("smem", "dyn SMEM B"), ("tmem", "TMEM cols"), ("registers", "regs"), ("spill_bytes", "spill B"),
-            ("stack_frame", "stack B")]
+            ("smem", "dyn SMEM B")] + ([] if sm90 else [("tmem", "TMEM cols")]) + [
+            ("registers", "regs"), ("spill_bytes", "spill B"), ("stack_frame", "stack B")]
     if sass:
-        cols += [(c, c) for c in SASS_COLS]
+        cols += [(c, c) for c in (SASS_COLS_SM90 if sm90 else SASS_COLS)]
     table = [[h for _, h in cols]]
     for r in rows:
         if "error" in r and "registers" not in r:
@@ -105,10 +130,12 @@ LOOP_TABLE_TITLE = ("steady-state K/V loop of each warp role: static SASS instru
                     "tile as the loop stands (the mma loop issues every Q stage's MMAs; softmax[q] is Q stage q)")
 
 
-def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = False) -> int:
-    """Check schedule files, print the tables (or with ``as_json`` a JSON list
-    of the row dicts on stdout, notes on stderr), return the exit status (0 ok,
-    1 if any schedule failed validation or compilation, or spilled)."""
+def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = False,
+                target: str = "sm100a") -> int:
+    """Check schedule files for ``target``, print the tables (or with
+    ``as_json`` a JSON list of the row dicts on stdout, notes on stderr),
+    return the exit status (0 ok, 1 if any schedule failed validation or
+    compilation, spilled, or has a wgmma register hazard)."""
     if sass:
         from .sass import find_cuobjdump
 
@@ -119,12 +146,12 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
             sass = False
     d = tempfile.mkdtemp(prefix="b200c_check_")
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        rows = list(ex.map(lambda f: check_one(f, Path(d), sass), files))
+        rows = list(ex.map(lambda f: check_one(f, Path(d), sass, target), files))
     notes = sys.stderr if as_json else sys.stdout
     if as_json:
         print(json.dumps(rows, indent=1))
     else:
-        print(format_table(rows, sass))
+        print(format_table(rows, sass, target))
         entries = [(r.get("name", r["file"]), role, c) for r in rows for role, c in r.get("loops", {}).items()]
         if entries:
             print(f"\n{LOOP_TABLE_TITLE}\n{format_loop_table(entries)}\n")
@@ -139,5 +166,5 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
         print(f"b200c: {len(bad)} of {len(rows)} schedules failed the check; generated sources kept in {d}", file=sys.stderr)
         return 1
     shutil.rmtree(d, ignore_errors=True)
-    print(f"{len(rows)} schedules ok (sm_100a, 0 spill bytes)", file=notes)
+    print(f"{len(rows)} schedules ok ({'sm_90a' if _is_sm90(target) else 'sm_100a'}, 0 spill bytes)", file=notes)
     return 0

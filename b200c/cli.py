@@ -1,9 +1,10 @@
 """The ``b200c`` command line (also ``python -m b200c``).
 
-    b200c compile FILE [-o OUT|-] [--emit plan|ir|cu|ptx|cubin]
-    b200c check FILE... [--no-sass] [-j N] [--json]   validate + nvcc/ptxas + SASS counts, one row per
-                                                      schedule, + each warp role's steady-state loop
-    b200c build FILE... [--target sm_100a|emulate] [-j N]   build into the on-disk kernel cache
+    b200c compile FILE [-o OUT|-] [--emit plan|ir|cu|ptx|cubin] [--target sm100a|sm90a]
+    b200c check FILE... [--no-sass] [-j N] [--json] [--target sm100a|sm90a]   validate + nvcc/ptxas +
+                        SASS counts, one row per schedule, + each warp role's steady-state loop
+    b200c build FILE... [--target sm_100a|emulate|sm_90a] [-j N]   build into the on-disk kernel cache
+    b200c bench FILE... [--shapes ...] [--csv/--json/--png/--md OUT] [--profile]   TFLOPS next to torch SDPA
     b200c --version
 
 Exit status: 0 success; 1 ``check`` ran and at least one schedule failed it
@@ -71,8 +72,19 @@ def _check_schedule_paths(files: list[str]) -> None:
             raise UsageError(f"schedule file {f!r} does not exist (relative to {Path.cwd()})")
 
 
+def _target(text: str) -> str:
+    from .codegen.targets import canonical_target
+
+    try:
+        return canonical_target(text)
+    except B200cError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _compile(args) -> int:
-    from . import generate, load_schedule_file
+    from . import load_schedule_file
+    from .codegen import generate
+    from .codegen.targets import backend_name
 
     to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
     out = None if to_stdout else _output_path(args.output) if args.output else Path(
@@ -81,21 +93,22 @@ def _compile(args) -> int:
     if args.emit == "plan":
         from .codegen import make_plan
 
-        return _write(str(make_plan(schedule)), out)
+        return _write(str(make_plan(schedule, args.target)), out)
     if args.emit == "ir":
         from .codegen import lower
 
-        return _write(lower(schedule).text(), out)
-    kernel = generate(schedule)
+        return _write(lower(schedule, target=args.target).text(), out)
+    kernel = generate(schedule, args.target)
     if args.emit == "cu":
         return _write(kernel.source, out)
     import tempfile
 
     from .nvcc import compile_cuda
 
+    arch = "sm_90a" if backend_name(args.target) == "sm90" else "sm_100a"
     work = Path(tempfile.mkdtemp(prefix="b200c_"))
     target = work / f"kernel.{args.emit}" if out is None else out
-    res = compile_cuda(kernel.source, target, fmt=args.emit, target="sm_100a", keep_source=work / "kernel.cu")
+    res = compile_cuda(kernel.source, target, fmt=args.emit, target=arch, keep_source=work / "kernel.cu")
     # success: the temporary folder goes (on failure it stays: the error names its kernel.cu)
     if out is None:
         sys.stdout.flush()
@@ -105,9 +118,9 @@ def _compile(args) -> int:
     where = "stdout" if out is None else str(out)
     if args.emit == "cubin":
         r = res.resources()
-        print(f"wrote {where} (sm_100a: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
+        print(f"wrote {where} ({arch}: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
     else:
-        print(f"wrote {where} (sm_100a PTX)", file=sys.stderr)
+        print(f"wrote {where} ({arch} PTX)", file=sys.stderr)
     return 0
 
 
@@ -126,7 +139,7 @@ def _check(args) -> int:
 
     _check_schedule_paths(args.files)
     find_nvcc()  # a missing nvcc is an error for the whole command, not one failed row per schedule
-    return check_files(args.files, sass=not args.no_sass, jobs=args.jobs, as_json=args.json)
+    return check_files(args.files, sass=not args.no_sass, jobs=args.jobs, as_json=args.json, target=args.target)
 
 
 def _build(args) -> int:
@@ -136,15 +149,22 @@ def _build(args) -> int:
     return run_build(args.files, args.target, args.jobs)
 
 
+def _bench(args) -> int:
+    from .bench.cli import run_bench
+
+    return run_bench(args)
+
+
 def make_parser() -> argparse.ArgumentParser:
-    """The ``b200c`` argument parser (subcommands compile, check, build)."""
+    """The ``b200c`` argument parser (subcommands compile, check, build, bench)."""
     from . import __version__
 
     fmt = argparse.RawDescriptionHelpFormatter
-    p = _Parser(prog="b200c", description="Compile declarative attention schedules to sm_100a CUDA.",
+    p = _Parser(prog="b200c", description="Compile declarative attention schedules to sm_100a (B200) or sm_90a "
+                                          "(Hopper) CUDA.",
                 epilog=EXIT_STATUS, formatter_class=fmt)
     p.add_argument("--version", action="version", version=f"b200c {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,check,build}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,check,build,bench}")
     c = sub.add_parser("compile", help="emit the plan, IR, CUDA, PTX or cubin of one schedule file",
                        description="Emit the plan, IR, CUDA, PTX or cubin of one schedule file.",
                        epilog=EXIT_STATUS, formatter_class=fmt)
@@ -154,7 +174,9 @@ def make_parser() -> argparse.ArgumentParser:
                         "in the current folder for ptx/cubin)")
     c.add_argument("--emit", choices=("plan", "ir", "cu", "ptx", "cubin"), default="cu",
                    help="plan: SMEM/TMEM/barrier/warp-role plan; ir: what each warp role does; cu: CUDA source "
-                        "(default); ptx, cubin: nvcc output for sm_100a")
+                        "(default); ptx, cubin: nvcc output for the target")
+    c.add_argument("--target", type=_target, default="sm100a",
+                   help="sm100a: B200, tcgen05 (default); sm90a: Hopper, wgmma")
     c.set_defaults(func=_compile)
     k = sub.add_parser("check", help="validate, emit and compile schedules for sm_100a; print a resource table "
                                         "and each warp role's steady-state loop",
@@ -167,16 +189,22 @@ def make_parser() -> argparse.ArgumentParser:
     k.add_argument("-j", "--jobs", type=_jobs, default=2, help="parallel nvcc runs, >= 1 (default 2)")
     k.add_argument("--json", action="store_true",
                    help="print the rows (with each role's steady-state loop counts) as JSON instead of tables")
+    k.add_argument("--target", type=_target, default="sm100a",
+                   help="sm100a (default; role loops from the SASS) or sm90a (hot loop and wgmma hazards)")
     k.set_defaults(func=_check)
     b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)",
                        description="Build schedules into the on-disk kernel cache ($B200C_CACHE_DIR) in one "
                                    "parallel ninja run; prints 'built' or 'cached' per file.",
                        epilog=EXIT_STATUS, formatter_class=fmt)
     b.add_argument("files", nargs="+", metavar="FILE", help="schedule files")
-    b.add_argument("--target", default="sm_100a", choices=("sm_100a", "sm100a", "emulate"),
-                   help="sm_100a: the native B200 kernel (default); emulate: the sm_90a build for Hopper")
+    b.add_argument("--target", default="sm_100a", choices=("sm_100a", "sm100a", "emulate", "sm_90a", "sm90a"),
+                   help="sm_100a: the native B200 kernel (default); emulate: the sm_100a kernel emulated on "
+                        "Hopper; sm_90a: the native Hopper kernel")
     b.add_argument("-j", "--jobs", type=_jobs, default=None, help="parallel nvcc runs, >= 1 (default: CPU count)")
     b.set_defaults(func=_build)
+    from .bench.cli import add_parser as _add_bench
+
+    _add_bench(sub, _bench)
     return p
 
 

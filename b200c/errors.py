@@ -46,6 +46,12 @@ class ProtocolError(B200cError, RuntimeError):
     """
 
 
+class TargetError(B200cError, ValueError):
+    """An unknown code-generation target name (``b200c.generate(schedule,
+    target=...)``; the message lists the known targets), or a generation
+    option the target does not offer (e.g. profiling stamps on tcgen05)."""
+
+
 class BuildError(B200cError, RuntimeError):
     """nvcc/ptxas/ninja failed or is missing; the message names the generated
     file and the first compiler error line."""

@@ -24,6 +24,7 @@ COUNTERS = {
     "predicated": r"^\s*/\*[0-9a-f]+\*/\s+@!?U?P",
     "LDL/STL": r"\b(LDL|STL)\b",
     "UTC*MMA": r"\bUTC\w*MMA\w*\b",
+    "HGMMA": r"\bHGMMA\b",
 }
 
 

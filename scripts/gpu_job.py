@@ -8,6 +8,8 @@ named instead of hanging, and prints one table. Results go to ``--out``
 (JSON + text). Wall times are EMULATED: correctness only, never speed.
 
     python scripts/gpu_job.py --out $OUT [--shapes small,4k] [--stages 1-18] [--budget-s 420]
+    python scripts/gpu_job.py --target sm90a --files examples/hopper/*.py --out $OUT   # native Hopper:
+        build (release + bounded-wait debug), numerics, b200c bench, profile (scripts/hopper_job.py)
 
 Accept rule (FlashAttention tests): max|out - ref| <= 2 * max|out_torch_bf16 - ref| + 1e-3,
 ref = attention in FP32 from the same BF16 inputs.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 SHAPES = {
     # name: (B, H, S, note)
@@ -161,7 +164,19 @@ def main():
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--skip", default="", help="comma list: build,proof,numerics,broken")
     ap.add_argument("--files", nargs="*", help="schedule files to run instead of examples/NN_*.py")
-    args = ap.parse_args()
+    ap.add_argument("--target", default="emulate", help="emulate (default: the sm100a kernels emulated on Hopper) "
+                                                        "or sm90a (native Hopper: scripts/hopper_job.py)")
+    args, rest = ap.parse_known_args()
+    if args.target in ("sm90a", "sm_90a"):
+        import hopper_job
+
+        fwd = ["--out", args.out] + (["--files", *args.files] if args.files else []) + rest
+        fwd += ["--skip", args.skip] if args.skip else []
+        if args.shapes != "small":
+            fwd += ["--shapes", ",".join(s for g in args.shapes.split(",") for s in GROUPS.get(g, [g]))]
+        sys.exit(hopper_job.main(fwd))
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))

@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py"))
 VARIANTS = sorted((ROOT / "examples" / "variants").glob("*.py"))
+HOPPER_EXAMPLES = sorted((ROOT / "examples/hopper").glob("h[0-9][0-9]_*.py"))
 
 
 def schedule_key(path: Path) -> str:
@@ -110,3 +111,9 @@ def sm100a_builds(tmp_path_factory):
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         results = dict(zip(jobs, ex.map(build, jobs)))
     return {k: Sm100aBuild(src, results[(k, ())], results[(k, LINEINFO)]) for k, src in sources.items()}
+@pytest.fixture(scope="session")
+def generated_sm90():
+    """{Hopper example stem: GeneratedKernel for target sm90a}, generated once."""
+    import b200c
+
+    return {p.stem: b200c.generate(b200c.load_schedule_file(p), "sm90a") for p in HOPPER_EXAMPLES}

@@ -235,18 +235,25 @@ def test_auto_target(caplog):
     driver._emulate_noted = False
     assert driver.resolve_target("auto", (10, 0)) == "sm100a"
     with caplog.at_level(logging.WARNING, logger="b200c.runtime"):
-        assert driver.resolve_target("auto", (9, 0)) == "emulate"
+        assert driver.resolve_target("auto", (9, 0)) == "emulate"  # a B200 schedule on Hopper
+        assert driver.resolve_target("auto", (9, 0), schedule_target="sm90a") == "sm90a"  # a Hopper schedule
+        assert driver.resolve_target("emulate", (9, 0)) == "emulate"
         assert driver.resolve_target("emulate", (9, 0)) == "emulate"
     notes = [r for r in caplog.records if "correctness only" in r.getMessage()]
     assert len(notes) == 1  # said once
+    with pytest.raises(UnsupportedDeviceError, match=r"'sm90a' needs compute capability 9\.0 .*has 10\.0"):
+        driver.resolve_target("sm90a", (10, 0))
+    with pytest.raises(UnsupportedDeviceError, match=r"'sm90a' needs compute capability 9\.0 .*has 10\.0"):
+        driver.resolve_target("auto", (10, 0), schedule_target="sm90a")  # a Hopper schedule on a B200
     with pytest.raises(UnsupportedDeviceError, match=r"compute capability 8\.9"):
         driver.resolve_target("auto", (8, 9), "L4")
 
 
 def test_target_aliases_and_unknown():
     assert driver.resolve_target("sm_100", (10, 0)) == "sm100a"
-    with pytest.raises(BuildError, match="allowed: 'sm_100a' .*'emulate'"):
-        driver.resolve_target("sm_90", (9, 0))
+    assert driver.resolve_target("sm_90", (9, 0)) == "sm90a"
+    with pytest.raises(BuildError, match="allowed: 'sm_100a' .*'emulate', 'sm_90a'"):
+        driver.resolve_target("sm_80", (8, 0))
     with pytest.raises(BuildError, match="unknown target 'cpu'"):
         b200c.attention(t(), t(), t(), schedule=b200c.Schedule(), target="cpu")
 

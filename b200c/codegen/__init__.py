@@ -1,10 +1,13 @@
 """Code generation: Schedule -> Plan -> KernelIR -> (verified) -> CUDA source.
 
-``generate(schedule)`` is the one entry point the CLI and the runtime use;
-``make_plan(schedule)`` stops after the layout (and its budget checks).
+``generate(schedule, target)`` is the one entry point the CLI and the runtime
+use; ``make_plan(schedule, target)`` stops after the layout (and its budget
+checks). ``target`` (:mod:`b200c.codegen.targets`) picks the backend:
+``"sm100a"`` (default) and ``"emulate"`` the tcgen05 backend, ``"sm90a"`` the
+Hopper wgmma backend.
 
 Passes, in order (each printable: ``b200c compile --emit plan|ir|cu``):
-    1. validate the knobs           b200c/dsl/validate.py
+    1. validate the knobs           b200c/dsl/validate.py + b200c/codegen/<backend>/knobs.py
     2. plan the layout, budgets     b200c/codegen/<backend>/plan.py
     3. lower to the kernel IR       b200c/codegen/<backend>/lower.py (+ roles/)
     4. verify the barrier protocol  b200c/codegen/verify.py
@@ -23,12 +26,15 @@ class GeneratedKernel:
 
     Attributes:
         source: the self-contained .cu text (sm_100a; ``-DB200C_EMULATE`` with
-            ``-I`` :func:`cuda_include_dir` builds the emulated sm_90a target).
+            ``-I`` :func:`cuda_include_dir` builds the emulated sm_90a target;
+            target sm90a: the native Hopper kernel).
         launch: how to launch it (threads, SMEM, TMA maps, grid rule).
+        target: the canonical target it was generated for.
     """
 
     source: str
     launch: LaunchInfo
+    target: str = "sm100a"
 
 
 def cuda_include_dir() -> str:
@@ -38,52 +44,78 @@ def cuda_include_dir() -> str:
     return str(Path(__file__).with_name("cuda"))
 
 
-def _backend(schedule):
+def backend(target: str = "sm100a"):
+    """The backend module serving ``target`` (``tcgen05`` or ``sm90``).
+
+    Raises:
+        TargetError: unknown target.
+    """
+    from .targets import backend_name
+
+    if backend_name(target) == "sm90":
+        from . import sm90
+
+        return sm90
     from . import tcgen05
 
     return tcgen05
 
 
-def make_plan(schedule):
-    """Validate ``schedule`` and plan its layout.
+def make_plan(schedule, target: str = "sm100a"):
+    """Validate ``schedule`` for ``target`` and plan its layout.
 
     Returns:
         The :class:`~b200c.codegen.plan.Plan` (``print`` it to see the layout).
 
     Raises:
-        ScheduleError, IssueOrderError: invalid knobs.
+        TargetError: unknown target.
+        ScheduleError, IssueOrderError: invalid knobs, or knobs the target
+            cannot honour (the message names the target and what to change).
         ResourceError: TMEM, SMEM, threads or registers exceeded.
     """
     from ..dsl.validate import validate_schedule
 
-    issue = validate_schedule(schedule)
-    return _backend(schedule).make_plan(schedule, issue)
+    be = backend(target)
+    issue = validate_schedule(schedule, be.RULES, p_aliases_s=be.P_ALIASES_S)
+    return be.make_plan(schedule, issue)
 
 
-def lower(schedule, plan=None):
-    """Kernel IR of ``schedule`` (its plan computed unless given); verified.
+def lower(schedule, plan=None, target: str = "sm100a", profile: bool = False):
+    """Kernel IR of ``schedule`` for ``target`` (its plan computed unless
+    given); verified. ``profile``: insert the trace stamps of a profiling build.
 
     Raises:
+        TargetError: unknown target, or profiling asked of a backend without stamps.
         ScheduleError, IssueOrderError, ResourceError: see :func:`make_plan`.
         ProtocolError: the barrier protocol verifier rejected the IR (a bug).
     """
     from .verify import verify
 
-    p = plan if plan is not None else make_plan(schedule)
-    ir = _backend(schedule).lower(schedule, p)
+    p = plan if plan is not None else make_plan(schedule, target)
+    ir = backend(target).lower(schedule, p, profile=profile)
     verify(ir)
     return ir
 
 
-def generate(schedule) -> GeneratedKernel:
-    """Validate, plan, lower, verify and emit one schedule.
+def generate(schedule, target: str = "sm100a", profile: bool = False) -> GeneratedKernel:
+    """Validate, plan, lower, verify and emit one schedule for ``target``.
+
+    Args:
+        schedule: a :class:`b200c.Schedule`.
+        target: ``"sm100a"`` (default), ``"emulate"`` (same source) or ``"sm90a"``.
+        profile: a profiling build (sm90a): every role stamps its steps with
+            ``%globaltimer`` into a trace buffer (``b200c bench --profile``).
 
     Raises:
-        ScheduleError, ResourceError, IssueOrderError, ProtocolError.
+        TargetError, ScheduleError, ResourceError, IssueOrderError, ProtocolError.
     """
-    ir = lower(schedule)
+    from .targets import canonical_target
+
+    t = canonical_target(target)
+    ir = lower(schedule, target=t, profile=profile)
     li = launch_info(ir.plan, ir)
-    return GeneratedKernel(source=_backend(schedule).emit(ir, li), launch=li)
+    return GeneratedKernel(source=backend(t).emit(ir, li), launch=li, target=t)
 
 
-__all__ = ["GeneratedKernel", "LaunchInfo", "KERNEL_NAME", "generate", "make_plan", "lower", "cuda_include_dir"]
+__all__ = ["GeneratedKernel", "LaunchInfo", "KERNEL_NAME", "generate", "make_plan", "lower", "cuda_include_dir",
+           "backend"]

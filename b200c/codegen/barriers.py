@@ -25,12 +25,17 @@ class Party:
         arrivals: arrivals this party contributes to every phase.
         same_q_stage: the role has one instance per Q stage and instance q
             arrives on barrier instance q only.
+        per_instance: the role has several instances (one per Q stage) and
+            every one of them arrives on every barrier instance; ``arrivals``
+            is the sum over the role's instances (sm_90a: each consumer
+            warpgroup releases a shared K/V ring slot).
     """
 
     role: str
     how: str
     arrivals: int
     same_q_stage: bool = False
+    per_instance: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class Barrier:
             at once (the resource starts free; their phase bit starts at 1).
         arrive_by, wait_by: one-line descriptions for the generated file.
         note: blog chapter or remark.
+        ring: the instances are ring slots that every instance of a waiting
+            role waits on (sm_90a consumers share the K/V ring); otherwise a
+            role with one instance per Q stage waits on its own instance.
     """
 
     name: str
@@ -58,6 +66,7 @@ class Barrier:
     arrive_by: str = ""
     wait_by: str = ""
     note: str = ""
+    ring: bool = False
 
     @property
     def arrivals(self) -> int:
@@ -82,9 +91,10 @@ class BarrierTable:
         self._next = 0
 
     def add(self, name: str, count: int, producers, consumers, *, starts_free: bool = False,
-            arrive_by: str = "", wait_by: str = "", note: str = "") -> Barrier:
+            arrive_by: str = "", wait_by: str = "", note: str = "", ring: bool = False) -> Barrier:
         """Append a family of ``count`` barriers; returns it."""
-        b = Barrier(name, self._next, count, tuple(producers), tuple(consumers), starts_free, arrive_by, wait_by, note)
+        b = Barrier(name, self._next, count, tuple(producers), tuple(consumers), starts_free, arrive_by, wait_by, note,
+                    ring)
         self._items.append(b)
         self._next += count
         return b
@@ -92,3 +102,37 @@ class BarrierTable:
     def freeze(self) -> tuple:
         """The families as a tuple (index order)."""
         return tuple(self._items)
+
+
+@dataclass(frozen=True)
+class NamedBarrier:
+    """A family of ``count`` hardware named barriers (``bar.sync`` /
+    ``bar.arrive``, PTX ISA 9.7.13.1), ids ``first_id`` .. ``first_id + count - 1``
+    (id 0 is ``__syncthreads``).
+
+    Unlike an mbarrier it has no phase bit: a generation completes when
+    ``threads`` threads arrived (``bar.arrive`` adds its warps' threads and
+    goes on; ``bar.sync`` adds them and blocks until the generation completes).
+
+    Attributes:
+        name: e.g. ``turn`` (the generated constant is ``NBAR_TURN``).
+        first_id: hardware id of instance 0.
+        count: instances.
+        threads: threads per generation (the instruction's thread count).
+        syncers: roles that ``bar.sync`` on it.
+        arrivers: roles that only ``bar.arrive`` on it.
+        note: what it orders (FA3 section, ...).
+    """
+
+    name: str
+    first_id: int
+    count: int
+    threads: int
+    syncers: tuple
+    arrivers: tuple = ()
+    note: str = ""
+
+    @property
+    def const(self) -> str:
+        """Name of the generated id constant, e.g. ``NBAR_TURN``."""
+        return f"NBAR_{self.name.upper()}"

@@ -40,7 +40,9 @@ class PhaseRef:
     """Phase-parity state of a barrier as seen by one role: variable ``var``,
     one bit per barrier instance (``index`` expression selects it), flipped
     after each completed wait. ``storage``: ``scalar``, ``array`` or
-    ``bitmask`` (minor optimization 17)."""
+    ``bitmask`` (minor optimization 17), or ``value``: ``var`` holds the
+    parity to wait for and the wait does not flip it (a ring position that
+    :class:`RingAdvance` moves, sm_90a consumers)."""
 
     var: str
     index: Optional[str] = None
@@ -230,6 +232,65 @@ class Scope(Node):
 
 
 @dataclass(frozen=True)
+class RingAdvance(Node):
+    """Move a ring position to the next slot: ``slot`` += 1, wrapping to 0
+    after ``stages`` slots, where ``phase`` (the parity to wait for) flips."""
+
+    slot: str
+    phase: str
+    stages: str
+
+    def describe(self) -> str:
+        return f"ring advance {self.slot} (mod {self.stages}, flip {self.phase} on wrap)"
+
+
+@dataclass(frozen=True)
+class NamedBarSync(Node):
+    """``bar.sync`` on named barrier ``barrier[index]`` (PTX ISA 9.7.13.1):
+    add this role instance's threads to the current generation and block until
+    it completes."""
+
+    barrier: str
+    index: Optional[str] = None
+    note: str = ""
+
+    def describe(self) -> str:
+        idx = f"[{self.index}]" if self.index is not None else ""
+        return f"bar.sync {self.barrier}{idx}" + (f"   // {self.note}" if self.note else "")
+
+
+@dataclass(frozen=True)
+class NamedBarArrive(Node):
+    """``bar.arrive`` on named barrier ``barrier[index]``: add this role
+    instance's threads to the current generation without waiting."""
+
+    barrier: str
+    index: Optional[str] = None
+    note: str = ""
+
+    def describe(self) -> str:
+        idx = f"[{self.index}]" if self.index is not None else ""
+        return f"bar.arrive {self.barrier}{idx}" + (f"   // {self.note}" if self.note else "")
+
+
+@dataclass(frozen=True)
+class Stamp(Node):
+    """Profiling builds: record ``%globaltimer`` (PTX ISA 10.x special register,
+    ns) with event ``event`` into this role instance's trace track; ``edge``
+    ``B``/``E`` opens/closes the span ``name``. Any backend can emit it: the
+    header helper ``trace_stamp`` writes one 8-byte record (timer << 8 | event)
+    from one thread of the role instance; the host turns the buffer into a
+    Chrome/Perfetto trace (``b200c.bench.trace``). Protocol-neutral."""
+
+    event: int
+    name: str
+    edge: str
+
+    def describe(self) -> str:
+        return f"stamp {self.edge} {self.name!r} (event {self.event})"
+
+
+@dataclass(frozen=True)
 class SetMaxNReg(Node):
     """``setmaxnreg.inc/dec`` for this warpgroup (PTX 9.7.19.5)."""
 
@@ -264,11 +325,15 @@ class RoleIR:
 
 @dataclass(frozen=True)
 class KernelIR:
-    """The whole kernel: plan + role programs + wait-site table."""
+    """The whole kernel: plan + role programs + wait-site table (+ the trace
+    tracks and events of a profiling build)."""
 
     plan: object
     roles: tuple
     wait_sites: tuple = field(default=())
+    trace_tracks: tuple = field(default=())
+    trace_events: tuple = field(default=())
+    functions: tuple = field(default=())  # backend nodes that define device functions the roles call
 
     def text(self) -> str:
         """Printable IR (``b200c compile --emit ir``)."""
@@ -283,6 +348,9 @@ class KernelIR:
             regs = f", setmaxnreg {r.regs}" if r.regs else ""
             out.append(f"\nrole {r.name} ({inst}{regs})" + (f"   // {r.blog}" if r.blog else ""))
             _print(r.body, 1, out)
+        if self.functions:
+            out.append("\nfunctions:")
+            _print(self.functions, 1, out)
         out.append("\nwait sites:")
         for w in self.wait_sites:
             out.append(f"  {w.id:3d}  {w.role:<12s} {w.barrier}")

@@ -15,7 +15,8 @@ each generated file)::
 Tensor maps (cuTensorMapEncodeTiled, docs/sm100-facts.md §6): rank 4, BF16,
 ``globalDim = {D, S, H, B}``, ``globalStrides`` = the tensor's S, H, B strides
 in bytes (so (B,H,S,D) and (B,S,H,D) layouts both work without copies),
-``boxDim = {tma_box_inner, tma_box_rows, 1, 1}``, element strides 1, no
+``boxDim = {tma_box_inner, tma_box_rows, 1, 1}`` (K and V:
+``tma_kv_box_rows`` when it is set, sm_90a), element strides 1, no
 interleave, ``tma_swizzle``, ``tma_l2_promotion``, out-of-bounds fill zero
 (rows of a Q tile past ``seq_q`` load as zeros and are not stored).
 
@@ -62,6 +63,13 @@ class LaunchInfo:
         wait_sites: the bounded-wait sites, for naming a hang.
         params: ``(name, kind)`` of every entry parameter in order
             (:mod:`b200c.codegen.signature`), for the launcher.
+        tma_kv_box_rows: rows per TMA box of K and V when they differ from
+            ``tma_box_rows`` (sm_90a: Q boxes of 64 rows, K/V boxes of
+            block_n rows); 0: the same as Q.
+        trace_tracks: profiling builds: the name of each track (warp-role
+            instance) of a CTA, in track order; () when not profiled.
+        trace_events: profiling builds: ``(name, edge)`` of each event id
+            (edge ``"B"`` begin or ``"E"`` end of a span).
     """
 
     name: str
@@ -79,6 +87,14 @@ class LaunchInfo:
     tma_l2_promotion: str
     wait_sites: tuple = ()
     params: tuple = tuple((p.name, p.kind) for p in ATTENTION_PARAMS)
+    tma_kv_box_rows: int = 0
+    trace_tracks: tuple = ()
+    trace_events: tuple = ()
+
+    @property
+    def kv_box_rows(self) -> int:
+        """Rows per TMA box of K and V."""
+        return self.tma_kv_box_rows or self.tma_box_rows
 
     def num_work_items(self, batch: int, heads: int, seq_q: int) -> int:
         """Work items for a problem: B * H * ceil(ceil(S_q / block_m) / q_stages)."""
@@ -108,6 +124,8 @@ class LaunchInfo:
         d["wait_sites"] = tuple(WaitSite(**w) for w in d.get("wait_sites", ()))
         if "params" in d:
             d["params"] = tuple(tuple(p) for p in d["params"])
+        d["trace_tracks"] = tuple(d.get("trace_tracks", ()))
+        d["trace_events"] = tuple(tuple(e) for e in d.get("trace_events", ()))
         return cls(**d)
 
 
@@ -128,4 +146,7 @@ def launch_info(plan, ir=None) -> LaunchInfo:
         tma_swizzle=plan.tma.swizzle,
         tma_l2_promotion=plan.tma.l2_promotion,
         wait_sites=tuple(ir.wait_sites) if ir is not None else (),
+        tma_kv_box_rows=plan.tma_kv.rows if plan.tma_kv is not None and plan.tma_kv.rows != plan.tma.rows else 0,
+        trace_tracks=tuple(ir.trace_tracks) if ir is not None else (),
+        trace_events=tuple(ir.trace_events) if ir is not None else (),
     )

@@ -4,13 +4,13 @@ role's program in ``b200c/codegen/<backend>/roles/<role>.py`` (the load role is
 shared: ``b200c/codegen/roles/load.py``)."""
 from __future__ import annotations
 
-from .ir import PhaseRef
+from .ir import PhaseRef, Stamp
 from .launch import WaitSite
 from .plan import Plan
 
 # wait-site ids start at a fixed base per role, so a change in one role does
 # not renumber the waits of the others in neighbouring generated kernels
-SITE_BASE = {"cta": 0, "softmax": 100, "correction": 200, "load": 300, "mma": 400}
+SITE_BASE = {"cta": 0, "softmax": 100, "correction": 200, "load": 300, "mma": 400, "consumer": 500}
 
 
 class Lowering:
@@ -20,12 +20,31 @@ class Lowering:
         plan: the layout (every offset, column, barrier and warp comes from it).
         s: the schedule, for behaviour knobs only (issue order, exp2 mode, ...).
         sites: the bounded-wait sites created so far.
+        profile: a profiling build: roles stamp their steps (:meth:`span`).
+        events: profiling: ``(name, edge)`` per event id, in id order.
     """
 
-    def __init__(self, plan: Plan, schedule):
+    def __init__(self, plan: Plan, schedule, profile: bool = False):
         self.plan = plan
         self.s = schedule
         self.sites: list = []
+        self.profile = profile
+        self.events: list = []
+
+    def stamp(self, name: str, edge: str) -> Stamp:
+        """A :class:`Stamp` of span ``name`` (``edge`` ``B`` or ``E``), with an event id."""
+        key = (name, edge)
+        if key not in self.events:
+            self.events.append(key)
+        return Stamp(self.events.index(key), name, edge)
+
+    def span(self, name: str, nodes) -> tuple:
+        """``nodes`` between a begin and an end stamp of ``name`` in a
+        profiling build, else ``nodes`` unchanged (a tuple)."""
+        nodes = tuple(nodes)
+        if not self.profile:
+            return nodes
+        return (self.stamp(name, "B"), *nodes, self.stamp(name, "E"))
 
     def site(self, role: str, barrier: str) -> int:
         """A new wait-site id for ``role`` waiting on ``barrier``."""

@@ -126,6 +126,15 @@ class Plan:
     descriptors: object
     issue: object = None
     flags: frozenset = field(default_factory=frozenset)
+    named_barriers: tuple = ()
+    tma_kv: Optional[TmaBoxes] = None
+
+    @property
+    def kv_tma(self) -> TmaBoxes:
+        """TMA boxes of the K and V tiles (``tma`` unless the backend loads
+        them with other boxes than Q: sm_90a's Q boxes have 64 rows, K/V boxes
+        block_n rows)."""
+        return self.tma_kv if self.tma_kv is not None else self.tma
 
     # ---- lookups -----------------------------------------------------------------
     def barrier(self, name: str):
@@ -138,6 +147,17 @@ class Plan:
             if b.name == name:
                 return b
         raise KeyError(f"plan {self.name!r} has no barrier {name!r}")
+
+    def named_barrier(self, name: str):
+        """The named-barrier family ``name``.
+
+        Raises:
+            KeyError: the plan has no such named barrier.
+        """
+        for b in self.named_barriers:
+            if b.name == name:
+                return b
+        raise KeyError(f"plan {self.name!r} has no named barrier {name!r}")
 
     def region(self, name: str):
         """The SMEM region ``name``, or None."""
@@ -186,10 +206,18 @@ class Plan:
         out += ["", "barriers (arrivals per phase = sum over producers):"]
         for b in self.barriers:
             rng = f"[{b.count}]" if b.count > 1 else ""
-            prod = " + ".join(f"{p.role}{'[q]' if p.same_q_stage else ''} {p.arrivals} ({p.how})" for p in b.producers)
+            prod = " + ".join(f"{p.role}{'[q]' if p.same_q_stage else ''}{'[all q]' if p.per_instance else ''} "
+                              f"{p.arrivals} ({p.how})" for p in b.producers)
             free = "; starts free" if b.starts_free else ""
             out.append(f"  {b.name + rng:<14s} #{b.first:<2d} arrivals {b.arrivals} = {prod}; "
                        f"waited by {', '.join(b.consumers)}{free}")
+        if self.named_barriers:
+            out += ["", "named barriers (bar.sync / bar.arrive, threads per generation):"]
+            for b in self.named_barriers:
+                rng = f"[{b.count}]" if b.count > 1 else ""
+                arr = f"; bar.arrive by {', '.join(b.arrivers)}" if b.arrivers else ""
+                out.append(f"  {b.name + rng:<14s} id {b.first_id:<2d} threads {b.threads}: bar.sync by "
+                           f"{', '.join(b.syncers)}{arr}" + (f"  ({b.note})" if b.note else ""))
         if self.issue is not None:
             out += ["", f"MMA issue order: {' '.join(st.symbolic for st in self.issue.steps)}"]
             if self.issue.lead:

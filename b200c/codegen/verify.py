@@ -22,6 +22,14 @@ the plan's typed protocol (:mod:`b200c.codegen.barriers`):
 * no phase completes before every waiter saw the previous one (back-pressure);
 * no run deadlocks, and at the end every completed phase was waited for.
 
+Named barriers (``bar.sync``/``bar.arrive``, sm_90a's ping-pong turns) are
+modelled too: a generation completes when the plan's thread count arrived;
+``bar.sync`` blocks until then; only the plan's roles may use each one, and a
+generation may not receive more threads than its count. A role that takes one
+turn too many or too few deadlocks the model. (The wgmma async groups of
+sm_90a, ``wgmma.wait_group``, order registers inside one warpgroup and are not
+a barrier protocol; they are not modelled here.)
+
 A violation raises :class:`b200c.ProtocolError` naming the barrier, the role
 and the step (the IR path to the node, with loop indices).
 """
@@ -33,8 +41,8 @@ from dataclasses import dataclass, field
 
 from ..errors import ProtocolError
 from .cexpr import evaluate
-from .ir import (Arrive, AsyncArrive, Assign, Decl, If, KernelIR, Loop, PhaseDecl, Scope, Single,
-                 TmaLoadTile, Wait, WorkLoop)
+from .ir import (Arrive, AsyncArrive, Assign, Decl, If, KernelIR, Loop, NamedBarArrive, NamedBarSync, PhaseDecl,
+                 RingAdvance, Scope, Single, TmaLoadTile, Wait, WorkLoop)
 
 # (K/V tiles per work item) x (work items per CTA) problem sizes, and interleavings
 TILE_COUNTS = (1, 2, 3, 5)
@@ -52,6 +60,7 @@ class _Proc:
     warps: int
     gen: object = None
     waiting: tuple | None = None  # (barrier index, parity, Wait node, path)
+    nwaiting: tuple | None = None  # (named barrier id, generation, path): blocked in bar.sync
     done: bool = False
     waits: Counter = field(default_factory=Counter)  # barrier index -> completed waits
     last_wait: dict = field(default_factory=dict)  # barrier index -> IR path of the last completed wait
@@ -70,6 +79,17 @@ class _Bar:
     last_step: str = ""
 
 
+@dataclass
+class _NamedBar:
+    """State of one hardware named barrier."""
+
+    spec: object
+    instance: int
+    count: int = 0  # threads arrived in the current generation
+    generation: int = 0  # completed generations
+    last_step: str = ""
+
+
 class _Model:
     def __init__(self, ir: KernelIR, n_kv: int, num_work: int):
         self.ir = ir
@@ -81,11 +101,21 @@ class _Model:
         for b in self.plan.barriers:
             for i in range(b.count):
                 self.bars[b.first + i] = _Bar(b, i, b.arrivals)
+        self.nbars = {}  # hardware id -> _NamedBar
+        self.nby_name = {b.name: b for b in self.plan.named_barriers}
+        for b in self.plan.named_barriers:
+            for i in range(b.count):
+                self.nbars[b.first_id + i] = _NamedBar(b, i)
         t = self.plan.tile
         self.consts = dict(KV_STAGES=self.plan.kv_stages, Q_STAGES=self.plan.q_stages, BLOCK_M=t.block_m,
                            BLOCK_N=t.block_n, HEAD_DIM=t.head_dim, TILE_BYTES=t.q_tile_bytes,
-                           KV_SLOT_BYTES=self.plan.kv_slot_bytes, w_n_kv=n_kv, c_num_work=num_work,
+                           KV_TILE_BYTES=t.k_tile_bytes, KV_SLOT_BYTES=self.plan.kv_slot_bytes, w_n_kv=n_kv,
+                           c_n_kv=n_kv, c_num_work=num_work, c_smem=0,
                            w_n_full=n_kv // 2)  # the masked-tile loop runs the tail: both loops are modelled
+        # SMEM offsets, for address declarations the roles make (their values do not matter here)
+        self.consts.update({f"SMEM_{r.name.upper()}": r.offset for r in self.plan.smem})
+        self.consts.setdefault("SMEM_Q", self.consts.get("SMEM_Q0", 0))
+        self.consts.setdefault("SMEM_KV", self.consts.get("SMEM_KV0", 0))
         self.procs = []
         for r in ir.roles:
             insts = r.instances or ((None, r.warps),)
@@ -120,19 +150,42 @@ class _Model:
             self.fail(f"role {proc.name} indexes barrier {name}[{i}] of {spec.count} at {' > '.join(path)}")
         return spec.first + i
 
+    def _nbar_id(self, name, index, env, path, proc):
+        spec = self.nby_name.get(name)
+        if spec is None:
+            self.fail(f"role {proc.name} uses named barrier {name!r}, which the plan does not have at "
+                      f"{' > '.join(path)}")
+        i = 0 if index is None else self._eval(index, env, path, f"index of named barrier {name}")
+        if not 0 <= i < spec.count:
+            self.fail(f"role {proc.name} indexes named barrier {name}[{i}] of {spec.count} at {' > '.join(path)}")
+        return spec.first_id + i
+
     def _run(self, nodes, env, proc, path, single):
         for n in nodes:
             t = type(n)
-            if t is Wait:
+            if t is NamedBarSync or t is NamedBarArrive:
+                nid = self._nbar_id(n.barrier, n.index, env, path, proc)
+                yield ("nsync" if t is NamedBarSync else "narrive", nid, tuple(path) + (n.describe(),))
+            elif t is RingAdvance:
+                stages = self._eval(n.stages, env, path, "ring size")
+                env[n.slot] += 1
+                if env[n.slot] == stages:
+                    env[n.slot] = 0
+                    env[n.phase] ^= 1
+            elif t is Wait:
                 idx = self._bar_index(n.barrier, n.index, env, path, proc)
                 ph = n.phase
-                if ph.storage == "scalar":
+                if ph.storage == "value":
+                    parity = self._eval(ph.var, env, path, "phase parity") & 1
+                elif ph.storage == "scalar":
                     parity = env[ph.var] & 1
                 else:
                     bit = self._eval(ph.index, env, path, f"phase index of {ph.var}")
                     parity = env[ph.var][bit] & 1 if ph.storage == "array" else (env[ph.var] >> bit) & 1
                 yield ("wait", idx, parity, n, tuple(path))
-                if ph.storage == "scalar":
+                if ph.storage == "value":
+                    pass  # a ring position: RingAdvance moves it
+                elif ph.storage == "scalar":
                     env[ph.var] ^= 1
                 elif ph.storage == "array":
                     env[ph.var][bit] ^= 1
@@ -193,7 +246,8 @@ class _Model:
     # ---- barrier semantics ----------------------------------------------------
     def _waiters(self, bar: _Bar):
         spec = bar.spec
-        return [p for p in self.procs if p.role in spec.consumers and (p.q is None or p.q == bar.instance)]
+        return [p for p in self.procs
+                if p.role in spec.consumers and (p.q is None or spec.ring or p.q == bar.instance)]
 
     def _expected_at_return(self, bar: _Bar, k: int) -> int:
         return k if bar.spec.starts_free else k + 1
@@ -255,6 +309,10 @@ class _Model:
         want = Counter()
         for p in spec.producers:
             procs = [x for x in self.procs if x.role == p.role and (not p.same_q_stage or x.q == bar.instance)]
+            if p.per_instance and procs and p.arrivals % len(procs) == 0:
+                for x in procs:
+                    want[x.name] += p.arrivals // len(procs)
+                continue
             if len(procs) != 1:
                 self.fail(f"barrier {name}: the plan names producer role {p.role}, which has {len(procs)} matching "
                           f"instances in the kernel")
@@ -275,6 +333,39 @@ class _Model:
         bar.pending = spec.arrivals
         bar.contrib = Counter()
 
+    def _named(self, proc, kind, nid, step):
+        nb = self.nbars[nid]
+        spec = nb.spec
+        name = f"{spec.name}[{nb.instance}]" if spec.count > 1 else spec.name
+        where = " > ".join(step)
+        allowed = spec.syncers if kind == "nsync" else tuple(spec.syncers) + tuple(spec.arrivers)
+        if proc.role not in allowed:
+            what = "bar.sync" if kind == "nsync" else "bar.arrive"
+            self.fail(f"role {proc.name} executes {what} on named barrier {name}, which the plan gives to "
+                      f"{', '.join(allowed)}, at {where}")
+        threads = 32 * proc.warps
+        if nb.count + threads > spec.threads:
+            self.fail(f"role {proc.name} adds {threads} threads to named barrier {name}, whose generation "
+                      f"{nb.generation} already has {nb.count} of {spec.threads}: too many threads (a turn taken "
+                      f"twice?), at {where}; previous: {nb.last_step}")
+        nb.count += threads
+        nb.last_step = f"role {proc.name} at {where}"
+        gen = nb.generation
+        if nb.count == spec.threads:
+            nb.count = 0
+            nb.generation += 1
+        if kind == "nsync" and nb.generation == gen:
+            proc.nwaiting = (nid, gen, step)
+
+    def _blocked(self, proc) -> bool:
+        if proc.nwaiting is not None:
+            nid, gen, _ = proc.nwaiting
+            if self.nbars[nid].generation > gen:
+                proc.nwaiting = None
+                return False
+            return True
+        return proc.waiting is not None and not self._satisfied(proc)
+
     # ---- scheduling -----------------------------------------------------------
     def _step(self, proc, rng):
         """Run ``proc`` until it blocks or ends (random policy: maybe stop after an arrive)."""
@@ -285,6 +376,13 @@ class _Model:
                 proc.done = True
                 return
             kind = ev[0]
+            if kind in ("nsync", "narrive"):
+                self._named(proc, kind, ev[1], ev[2])
+                if proc.nwaiting is not None:
+                    return
+                if rng is not None and rng.random() < 0.3:
+                    return
+                continue
             if kind == "wait":
                 proc.waiting = ev[1:]
                 if self._satisfied(proc):
@@ -307,10 +405,17 @@ class _Model:
             live = [p for p in order if not p.done]
             if not live:
                 break
-            ready = [p for p in live if p.waiting is None or self._satisfied(p)]
+            ready = [p for p in live if not self._blocked(p)]
             if not ready:
                 stuck = []
                 for p in live:
+                    if p.nwaiting is not None:
+                        nid, gen, path = p.nwaiting
+                        nb = self.nbars[nid]
+                        name = f"{nb.spec.name}[{nb.instance}]" if nb.spec.count > 1 else nb.spec.name
+                        stuck.append(f"role {p.name} in bar.sync on named barrier {name} (generation {gen}, "
+                                     f"{nb.count} of {nb.spec.threads} threads arrived) at {' > '.join(path)}")
+                        continue
                     idx, parity, node, path = p.waiting
                     bar = self.bars[idx]
                     name = f"{bar.spec.name}[{bar.instance}]" if bar.spec.count > 1 else bar.spec.name
@@ -352,8 +457,26 @@ def _static_checks(ir: KernelIR):
                 used_arrive.setdefault(n.barrier, set()).add(role)
             walk(n.children(), role)
 
+    used_named = {}
+
+    def walk_named(nodes, role):
+        for n in nodes:
+            if isinstance(n, (NamedBarSync, NamedBarArrive)):
+                used_named.setdefault(n.barrier, set()).add(role)
+            walk_named(n.children(), role)
+
     for r in ir.roles:
         walk(r.body, r.name)
+        walk_named(r.body, r.name)
+    named = {b.name for b in plan.named_barriers}
+    for name in sorted(used_named):
+        if name not in named:
+            raise ProtocolError(f"kernel {plan.name!r}: the IR uses named barrier {name!r}, which the plan does not "
+                                f"have")
+    for b in plan.named_barriers:
+        if b.name not in used_named:
+            raise ProtocolError(f"kernel {plan.name!r}: nobody uses named barrier {b.name} (plan: bar.sync by "
+                                f"{', '.join(b.syncers)})")
     for name in sorted(set(used_wait) | set(used_arrive)):
         if name not in names:
             raise ProtocolError(f"kernel {plan.name!r}: the IR uses barrier {name!r}, which the plan does not have")

@@ -6,9 +6,12 @@ compiler peels the first QKs into a prologue and drains the last PVs in an
 epilogue, and rejects any order that breaks a dependency:
 
 * PV(j) before softmax can have produced P(j) (its QK(j) comes later);
-* QK(j) overwriting S/P of its Q stage while PV(j-1) is still pending;
+* QK(j) overwriting S/P of its Q stage while PV(j-1) is still pending (only
+  where P lives in the storage of S: tcgen05's TMEM columns; on sm_90a S and P
+  are separate registers and ``p_aliases_s=False`` drops this rule);
 * a step needing a K/V token that cannot be loaded because its ring slot is
   refilled only after the last consumer of the previous token, issued later.
+  Tokens are loaded in the order of their first use.
 
 The grammar is ``issue_order.lark`` (parsed with lark).
 """
@@ -77,6 +80,7 @@ class IssueOrder:
         lead: largest offset (0: no prologue/epilogue; 1: QK one iteration
             ahead of PV, blog ch.7).
         kv_tokens / kv_stages: the K/V ring the order was checked against.
+        p_aliases_s: whether the order was checked with P sharing S's storage.
     """
 
     text: str
@@ -84,6 +88,7 @@ class IssueOrder:
     lead: int
     kv_tokens: str
     kv_stages: int
+    p_aliases_s: bool = True
 
     def prologue(self) -> tuple:
         """Steps issued before the loop, all on K/V tile 0 (``lead`` == 1)."""
@@ -121,6 +126,26 @@ class IssueOrder:
         """Whether ``s`` is the last QK of a K/V tile (releases Q on the last tile)."""
         return s.kind == "QK" and max(self.consumers("K"), key=self._rank) == s
 
+    def stage_steps(self, q: int) -> tuple:
+        """The steps of Q stage ``q`` in issue order (what one sm_90a consumer
+        warpgroup issues per iteration)."""
+        return tuple(s for s in self.steps if s.q == q)
+
+    def load_sequence(self) -> tuple:
+        """K/V tokens in the order of their first use, as (prologue, steady,
+        epilogue) tuples of ``(token, offset)``; token is ``"K"``, ``"V"`` or
+        ``"KV"`` (paired). Steady entries are on K/V tile ``i + offset`` of
+        iteration ``i``; prologue entries on tile 0 and epilogue entries on
+        the last tile (their offset is 0). The load warp issues its TMA loads
+        in this order, so ring slots are taken in the order consumers use them."""
+        firsts = [s for s in self.steps if self.is_first_consumer(s)]
+        steady = tuple((self.token_of(s), s.offset) for s in firsts)
+        if not self.lead:
+            return (), steady, ()
+        pro = tuple((self.token_of(s), 0) for s in firsts if s.offset == 1)
+        epi = tuple((self.token_of(s), 0) for s in firsts if s.offset == 0)
+        return pro, steady, epi
+
     def unrolled(self, n: int) -> list:
         """The full MMA sequence for ``n`` K/V tiles: list of (step, j)."""
         seq = []
@@ -137,7 +162,8 @@ def default_order(q_stages: int) -> str:
     return " ".join([f"Q{q}K(i)" for q in range(q_stages)] + [f"P{q}V(i)" for q in range(q_stages)])
 
 
-def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int) -> IssueOrder:
+def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int,
+                      p_aliases_s: bool = True) -> IssueOrder:
     """Parse and check an issue order against the schedule's stages and ring.
 
     Args:
@@ -145,6 +171,8 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int) 
         q_stages: Q stages of the schedule.
         kv_tokens: ``"paired"`` or ``"separate"``.
         kv_stages: ring slots.
+        p_aliases_s: P is stored over S (tcgen05): a QK of tile j needs the
+            PV of tile j-1 issued before it. False for sm_90a.
 
     Raises:
         IssueOrderError: syntax error, unknown or missing stage, duplicate
@@ -203,30 +231,32 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int) 
             f"issue order step {far.source} runs {lead} K/V iterations ahead of the earliest step; "
             f"each Q stage has one S/P buffer in TMEM, so a QK may lead its PV by at most one iteration"
         )
-    order = IssueOrder(text, steps, lead, kv_tokens, kv_stages)
+    order = IssueOrder(text, steps, lead, kv_tokens, kv_stages, p_aliases_s)
     for n in CHECKED_TILE_COUNTS:
         _check_dependencies(order, n)
     return order
 
 
-def _token_id(order: IssueOrder, s: Step, j: int) -> int:
-    if order.kv_tokens == "paired":
-        return j
-    return 2 * j + (0 if s.kind == "QK" else 1)
+def _token_key(order: IssueOrder, s: Step, j: int) -> tuple:
+    return (order.token_of(s), j)
 
 
-def _token_name(order: IssueOrder, t: int) -> str:
-    if order.kv_tokens == "paired":
-        return f"K/V({t})"
-    return f"K({t // 2})" if t % 2 == 0 else f"V({t // 2})"
+def _token_label(key: tuple) -> str:
+    kind, j = key
+    return f"{'K/V' if kind == 'KV' else kind}({j})"
 
 
 def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
     seq = order.unrolled(n)
     slots = order.kv_stages
+    # tokens are loaded (and take ring slots) in the order of their first use
+    ids: dict = {}
+    for s, j in seq:
+        ids.setdefault(_token_key(order, s, j), len(ids))
+    names = {v: _token_label(k) for k, v in ids.items()}
     last_use = {}
     for pos, (s, j) in enumerate(seq):
-        last_use[_token_id(order, s, j)] = pos
+        last_use[ids[_token_key(order, s, j)]] = pos
     qk_done, pv_done = set(), set()
     released = set()
     loaded = -1
@@ -239,7 +269,7 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
                 f"issue order step {here}: PV before softmax can have produced P{s.q}({j}) — "
                 f"softmax turns S{s.q}({j}) into P only after Q{s.q}K({j}), which this order issues later"
             )
-        if s.kind == "QK" and j >= 1 and (s.q, j - 1) not in pv_done:
+        if order.p_aliases_s and s.kind == "QK" and j >= 1 and (s.q, j - 1) not in pv_done:
             if not report:
                 return False
             raise IssueOrderError(
@@ -247,7 +277,7 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
                 f"which reads P{s.q}({j - 1}) from those columns, is still pending: S/P of a Q stage is "
                 f"reused only after its PV is issued"
             )
-        t = _token_id(order, s, j)
+        t = ids[_token_key(order, s, j)]
         while loaded < t:
             u = loaded + 1
             if u >= slots and (u - slots) not in released:
@@ -259,9 +289,9 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
                 need = next((k for k in range(slots + 1, MAX_KV_STAGES + 1) if _ring_ok(order, k)), None)
                 hint = f"use kv_stages >= {need}" if need else "reorder the steps"
                 raise IssueOrderError(
-                    f"issue order step {here} needs {_token_name(order, u)} in K/V slot {u % slots}, "
+                    f"issue order step {here} needs {names[u]} in K/V slot {u % slots}, "
                     f"but that slot would be refilled before its last consumer: it still holds "
-                    f"{_token_name(order, prev)} until {hs.at(hj)}, which the order issues later, so the "
+                    f"{names[prev]} until {hs.at(hj)}, which the order issues later, so the "
                     f"K/V token can never be loaded (deadlock with kv_stages={slots}); {hint}"
                 )
             loaded = u
@@ -272,7 +302,7 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
 
 
 def _ring_ok(order: IssueOrder, slots: int) -> bool:
-    trial = IssueOrder(order.text, order.steps, order.lead, order.kv_tokens, slots)
+    trial = IssueOrder(order.text, order.steps, order.lead, order.kv_tokens, slots, order.p_aliases_s)
     try:
         return all(_check_dependencies(trial, n, report=False) for n in CHECKED_TILE_COUNTS)
     except IssueOrderError:

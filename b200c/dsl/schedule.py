@@ -18,13 +18,23 @@ class Schedule:
     """One attention-kernel schedule (all fields immutable).
 
     Tile shape: ``block_m`` x ``block_n`` Q/K tiles of BF16, head dim
-    ``head_dim`` (only 128/128/128 is generated for now; the blog's scope).
+    ``head_dim`` (128). ``block_m`` is the Q rows of one Q stage: 128 on
+    sm_100a (one tcgen05.mma M, the blog's 128x128 tiles), 64 on sm_90a (one
+    wgmma M: a consumer warpgroup's rows, FlashAttention-3 §3). ``block_n``
+    is the K/V rows per tile: 128 on sm_100a; a multiple of 16 up to 192 on
+    sm_90a (FA3 uses 176 at head dim 128; a partial last K/V tile is masked).
+
+    Targets (``b200c.generate(schedule, target=...)``): ``"sm100a"`` (and its
+    emulation ``"emulate"``) runs the tcgen05 backend, ``"sm90a"`` the Hopper
+    wgmma backend (docs/hopper-progression.md). Knobs a target cannot honour
+    are refused with a ScheduleError naming the target.
 
     Knobs, by blog chapter:
 
     * ``p_storage`` (ch.1/2): ``"smem"`` writes P (BF16, K-major) into the dead
       K buffer; ``"tmem"`` packs two BF16 P values per 32-bit TMEM column over
-      consumed S columns and feeds PV's A operand from TMEM.
+      consumed S columns and feeds PV's A operand from TMEM; ``"registers"``
+      (sm_90a only) keeps P in registers as the A operand of an RS wgmma.
     * ``swizzle`` (ch.3): ``"none"`` or ``"128B"`` for Q/K (K-major) and V
       (MN-major) tiles; TMA maps and MMA descriptors always agree.
     * ``warp_specialized`` (ch.4): separate load, MMA and softmax ("row") warps
@@ -38,6 +48,13 @@ class Schedule:
     * ``issue_order`` (ch.7): the MMA warp's steady-state order, e.g.
       ``"P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)"``; ``None`` is the non-pipelined
       ``"Q0K(i) Q1K(i) P0V(i) P1V(i)"``. Prologue/epilogue are derived.
+      On sm_90a each consumer warpgroup issues its own Q stage's wgmmas: only
+      the order of each stage's two steps matters (the same for every stage),
+      and ``"Q0K(i+1) P0V(i)"`` is FlashAttention-3's intra-warpgroup overlap
+      (softmax of tile i+1 runs while PV(i) is in flight, FA3 §3.2).
+    * ``pingpong`` (sm_90a, FA3 §3.1): two consumer warpgroups take turns
+      issuing their GEMMs (named barriers), so one's softmax overlaps the
+      other's GEMMs. Needs ``q_stages=2``.
     * ``rowsum`` (ch.1): ``"fp32"`` (default; the rowsum adds P in FP32 before
       the BF16 pack, as FlashAttention-4) or ``"bf16"`` (adds the BF16-rounded P
       that PV consumes; costs an unpack per value).
@@ -72,7 +89,8 @@ class Schedule:
       ``"256B"`` L2 promotion of the TMA tensor maps (host side only).
     * ``softmax_regs``/``correction_regs``/``other_regs``: ``setmaxnreg``
       register budget per warpgroup (24..256, multiple of 8); ``None`` leaves
-      the compiler's launch-bounds allocation.
+      the compiler's launch-bounds allocation. On sm_90a ``softmax_regs`` is
+      the consumer warpgroups' budget and ``other_regs`` the producer's.
 
     Construction checks nothing; :meth:`validate` (run by every compile) checks
     types, ranges and contradictions (``b200c/dsl/validate.py``, one function
@@ -94,6 +112,7 @@ class Schedule:
     kv_tokens: str = "paired"
     kv_stages: int = 1
     issue_order: Optional[str] = None
+    pingpong: bool = False
     rowsum: str = "fp32"
     # Part III
     exp2: str = "expf"
@@ -130,8 +149,9 @@ class Schedule:
 
     def validate(self) -> "Schedule":
         """Check every knob (types, ranges, contradictions, the issue order);
-        return ``self``. Hardware budgets depend on the layout and are checked
-        by ``b200c.plan(schedule)`` / ``b200c.generate(schedule)``.
+        return ``self``. Hardware budgets and the knobs a target cannot
+        honour depend on the target and are checked by
+        ``b200c.plan(schedule, target)`` / ``b200c.generate(schedule, target)``.
 
         Raises:
             ScheduleError: invalid or contradictory knobs.

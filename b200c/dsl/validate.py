@@ -3,7 +3,10 @@ whose message names the knob, the limit and the value (Halide-style).
 
 Hardware budgets (TMEM columns, SMEM bytes, threads, the register pool) depend
 on the layout, which the code generator's plan owns: ``b200c.plan(schedule)``
-and ``b200c.generate(schedule)`` check them after these rules.
+and ``b200c.generate(schedule)`` check them after these rules. Knobs a target
+cannot honour are refused by that target's rules
+(``b200c/codegen/<backend>/knobs.py``), which ``validate_schedule`` runs after
+these and before the issue order is parsed with the target's semantics.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from .issue_order import MAX_KV_STAGES, default_order, parse_issue_order
 from .schedule import Schedule
 
 _ENUMS = {
-    "p_storage": ("smem", "tmem"),
+    "p_storage": ("smem", "tmem", "registers"),
     "swizzle": ("none", "128B"),
     "kv_tokens": ("paired", "separate"),
     "exp2": ("expf", "ex2.approx.ftz"),
@@ -28,7 +31,8 @@ _ENUMS = {
 _INT_FIELDS = ("blog_stage", "block_m", "block_n", "head_dim", "q_stages", "kv_stages", "sw_exp2_per16",
                "s_cache_cols", "correction_warps", "early_pv_cols", "s_load_cols", "rowmax_chains", "o_load_cols")
 _OPT_INT_FIELDS = ("softmax_regs", "correction_regs", "other_regs")
-_BOOL_FIELDS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rowsum", "f32x2", "rowmax_max3")
+_BOOL_FIELDS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rowsum", "f32x2", "rowmax_max3",
+                "pingpong")
 _STR_FIELDS = ("name", "p_storage", "swizzle", "kv_tokens", "exp2", "phase_tracking", "tma_l2_promotion", "rowsum")
 
 
@@ -73,17 +77,19 @@ HEAD_DIMS = (64, 128, 256)
 
 
 def _tile_shape(s: Schedule) -> None:
-    for field in ("block_m", "block_n"):
-        v = getattr(s, field)
-        if v != 128:
-            raise ScheduleError(
-                f"{field}={v}: only 128 is generated (128 x 128 tiles: one TMEM lane per row, M=128 MMAs); "
-                f"set {field}=128"
-            )
     if s.head_dim not in HEAD_DIMS:
         raise ScheduleError(
             f"head_dim={s.head_dim} is not one of {', '.join(map(str, HEAD_DIMS))} (multiples of the 64-column "
             f"TMA box, N <= 256 for the PV MMA)"
+        )
+    if s.block_m not in (64, 128):
+        raise ScheduleError(
+            f"block_m={s.block_m} must be 128 (sm_100a: one tcgen05.mma M) or 64 (sm_90a: one wgmma M, the rows "
+            f"of one consumer warpgroup)"
+        )
+    if s.block_n % 16 or not (16 <= s.block_n <= 256):
+        raise ScheduleError(
+            f"block_n={s.block_n} must be a multiple of 16 (one MMA K step of PV) in 16..256 (the largest MMA N)"
         )
 
 
@@ -95,6 +101,7 @@ def _needs_specialization(s: Schedule) -> None:
         ("kv_tokens", s.kv_tokens != "paired", "separate K/V tokens need a load warp running ahead (ch.6)"),
         ("kv_stages", s.kv_stages != 1, "a K/V ring needs a load warp running ahead (ch.6)"),
         ("issue_order", s.issue_order is not None, "an MMA issue order needs an MMA warp (ch.7)"),
+        ("pingpong", s.pingpong, "ping-pong alternates two consumer warpgroups (FA3 §3.1)"),
         ("correction_warps", s.correction_warps != 0, "correction warps are a warp role (ch.12)"),
         ("early_pv_cols", s.early_pv_cols != 0, "early PV is an MMA-warp schedule (ch.13)"),
         ("persistent", s.persistent, "the persistent loop pipelines warp roles across work items (ch.14)"),
@@ -193,6 +200,14 @@ def _p_and_cache(s: Schedule) -> None:
         raise ScheduleError("deferred_s_wait=True needs p_storage='tmem': the wait moves before the first P store")
 
 
+def _pingpong(s: Schedule) -> None:
+    if s.pingpong and s.q_stages != 2:
+        raise ScheduleError(
+            f"pingpong=True needs q_stages=2 (got {s.q_stages}): two consumer warpgroups take turns issuing their "
+            f"GEMMs (FA3 §3.1)"
+        )
+
+
 def _uses_setmaxnreg(s: Schedule) -> bool:
     return any(r is not None for r in (s.softmax_regs, s.correction_regs, s.other_regs))
 
@@ -219,11 +234,11 @@ def _registers(s: Schedule) -> None:
         raise ScheduleError("correction_regs is set but correction_warps=0: set correction_regs=None or correction_warps=4")
 
 
-def _issue_order(s: Schedule):
+def _issue_order(s: Schedule, p_aliases_s: bool = True):
     if not s.warp_specialized:
         return None
     text = s.issue_order if s.issue_order is not None else default_order(s.q_stages)
-    return parse_issue_order(text, s.q_stages, s.kv_tokens, s.kv_stages)
+    return parse_issue_order(text, s.q_stages, s.kv_tokens, s.kv_stages, p_aliases_s=p_aliases_s)
 
 
 RULES = (
@@ -234,12 +249,22 @@ RULES = (
     _needs_specialization,
     _exp2,
     _p_and_cache,
+    _pingpong,
     _registers,
-)  # then _issue_order, whose parsed order validate_schedule returns
+)  # the target's rules run after _types and _enums; then _issue_order, whose parse is returned
 
 
-def validate_schedule(s: Schedule):
-    """Run every knob rule in order; the first violation raises.
+def validate_schedule(s: Schedule, target_rules: tuple = (), p_aliases_s: bool = True):
+    """Run the knob rules (types, enums, then ``target_rules``, then the rest); the first violation raises.
+
+    Args:
+        s: the schedule.
+        target_rules: a target's own rules (functions of the schedule raising
+            ScheduleError), e.g. ``b200c.codegen.sm90.knobs.RULES``.
+        p_aliases_s: the target keeps P in the storage of S (tcgen05: P over
+            the S columns in TMEM), so a QK may not overwrite S before the
+            previous PV was issued; False on sm_90a (S and P in separate
+            registers). Passed to :func:`parse_issue_order`.
 
     Returns:
         The checked :class:`IssueOrder` of a warp-specialized schedule, else None.
@@ -249,6 +274,8 @@ def validate_schedule(s: Schedule):
     """
     if not isinstance(s, Schedule):
         raise ScheduleError(f"expected a b200c.Schedule, got {type(s).__name__}")
-    for rule in RULES:
+    # the target's refusals right after the type and enum checks: a knob that means nothing on the
+    # target is reported as such, before rules that relate it to other knobs
+    for rule in RULES[:2] + tuple(target_rules) + RULES[2:]:
         rule(s)
-    return _issue_order(s)
+    return _issue_order(s, p_aliases_s)

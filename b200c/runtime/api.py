@@ -25,7 +25,7 @@ from ..errors import BuildError, LaunchError, ScheduleError
 from . import launcher, op  # op: registers torch.ops.b200c.attention
 from .inputs import check_tensor_types
 
-_TARGETS = frozenset(("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate"))
+_TARGETS = frozenset(("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate", "sm90a", "sm_90a", "sm_90", "sm90"))
 _LAYOUTS = frozenset(("bhsd", "bshd"))
 _Tensor = torch.Tensor
 
@@ -211,7 +211,8 @@ def _traced_schedule_json(schedule) -> str:
 
 def _check_options(target, layout) -> None:
     if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), 'emulate'")
+        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), "
+                         f"'sm_90a' (also 'sm90a', 'sm_90'), 'emulate'")
     if layout not in _LAYOUTS:
         raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
 

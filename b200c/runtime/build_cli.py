@@ -10,7 +10,7 @@ def run_build(paths: list[str], target: str, jobs: int | None) -> int:
 
     Args:
         paths: schedule files (Python defining ``schedule``).
-        target: ``"sm100a"`` or ``"emulate"``.
+        target: ``"sm100a"``, ``"emulate"`` or ``"sm90a"`` (native Hopper).
         jobs: parallel nvcc processes (None: CPU count).
 
     Returns:
@@ -24,6 +24,7 @@ def run_build(paths: list[str], target: str, jobs: int | None) -> int:
             to compile (the others are still cached).
     """
     import b200c
+    from b200c.codegen import generate
 
     from ..errors import B200cError
     from .build import build_many
@@ -32,7 +33,7 @@ def run_build(paths: list[str], target: str, jobs: int | None) -> int:
     failures = []
     for p in paths:
         try:
-            items.append((p, b200c.generate(b200c.load_schedule_file(p))))
+            items.append((p, generate(b200c.load_schedule_file(p), codegen_target(target))))
         except B200cError as e:
             failures.append((p, e))
     if failures:
@@ -45,3 +46,11 @@ def run_build(paths: list[str], target: str, jobs: int | None) -> int:
     for (p, _), r in zip(items, results):
         print(f"{'built ' if r.built else 'cached'} {p}")
     return 0
+
+
+def codegen_target(build_target: str) -> str:
+    """The code-generation target of a build target: ``sm90a`` for the Hopper
+    spellings, else ``sm100a`` (the emulation target builds the sm100a source).
+    Unknown names pass through and are reported by the build."""
+    t = str(build_target).strip().lower()
+    return "sm90a" if t in ("sm90a", "sm_90a", "sm_90", "sm90") else "sm100a"

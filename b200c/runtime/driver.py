@@ -30,7 +30,7 @@ from .inputs import tma_strides
 
 log = logging.getLogger("b200c.runtime")
 
-_REQUIRED_CC = {"sm100a": (10, 0), "emulate": (9, 0)}
+_REQUIRED_CC = {"sm100a": (10, 0), "emulate": (9, 0), "sm90a": (9, 0)}
 _TMEM_SLOT_BYTES = 128 * 512 * 4
 _lock = threading.Lock()
 _loaded: dict[tuple[str, int], "LoadedKernel"] = {}
@@ -70,7 +70,7 @@ def check_arch(target: str, capability: tuple[int, int], device_name: str = "") 
     """Check that a device of compute ``capability`` (major, minor) runs ``target``.
 
     ``"sm100a"`` needs 10.0 (B200); ``"emulate"`` needs 9.0 (H100/H200) and
-    logs once that it is for correctness only.
+    logs once that it is for correctness only; ``"sm90a"`` (native Hopper) needs 9.0.
 
     Raises:
         UnsupportedDeviceError: naming both capabilities; for a 9.x device and
@@ -82,7 +82,9 @@ def check_arch(target: str, capability: tuple[int, int], device_name: str = "") 
     if have != need:
         hint = ""
         if target == "sm100a" and have[0] == 9:
-            hint = '; on Hopper use target="emulate" (correctness only)'
+            hint = '; on Hopper use target="sm90a" (the native Hopper kernel) or target="emulate" (this sm100a kernel, correctness only)'
+        elif target == "sm90a":
+            hint = "; target sm90a runs on compute capability 9.0 (H100/H200) only"
         elif target == "emulate":
             hint = "; the emulation target runs on compute capability 9.0 (H100/H200) only"
         raise UnsupportedDeviceError(
@@ -93,8 +95,15 @@ def check_arch(target: str, capability: tuple[int, int], device_name: str = "") 
         _note_emulation()
 
 
-def resolve_target(target: str, capability: tuple[int, int], device_name: str = "") -> str:
-    """Canonical target for a device: ``"auto"`` picks sm100a on CC 10.0, emulate on 9.0.
+def resolve_target(target: str, capability: tuple[int, int], device_name: str = "",
+                   schedule_target: str = "sm100a") -> str:
+    """Canonical target for a device.
+
+    ``"auto"`` picks the schedule's own kernel where the device runs it:
+    ``schedule_target`` (see :func:`b200c.codegen.targets.schedule_target`)
+    ``"sm100a"`` gives sm100a on compute capability 10.0 and the emulated
+    sm100a kernel on 9.0 (correctness only, logged once); ``"sm90a"`` (a
+    Hopper schedule, examples/hopper) gives the native Hopper kernel on 9.0.
 
     Raises:
         BuildError: unknown target name.
@@ -104,7 +113,9 @@ def resolve_target(target: str, capability: tuple[int, int], device_name: str = 
 
     if target == "auto":
         have = tuple(capability)
-        if have == (10, 0):
+        if schedule_target == "sm90a":
+            target = "sm90a"  # check_arch names the capability it needs
+        elif have == (10, 0):
             target = "sm100a"
         elif have == (9, 0):
             target = "emulate"
@@ -112,7 +123,7 @@ def resolve_target(target: str, capability: tuple[int, int], device_name: str = 
             dev = f" ({device_name})" if device_name else ""
             raise UnsupportedDeviceError(
                 f"no b200c target for the device{dev} of compute capability {have[0]}.{have[1]}: "
-                "target 'sm100a' needs 10.0 (B200), 'emulate' needs 9.0 (H100/H200)"
+                "target 'sm100a' needs 10.0 (B200), 'sm90a' and 'emulate' need 9.0 (H100/H200)"
             )
     target = normalize_target(target)
     check_arch(target, capability, device_name)
@@ -265,7 +276,24 @@ def _load(built: BuiltKernel, device: int) -> LoadedKernel:
     lk = LoadedKernel(built, device, ctx, module, func, num_sms, block)
     if built.target == "emulate":
         _wire_emulator(lk)
+    elif built.target == "sm90a":
+        _wire_hang_report(lk)
     return lk
+
+
+def _wire_hang_report(lk: LoadedKernel) -> None:
+    """Native sm90a debug builds (``B200C_BOUNDED_WAIT=1``) have the hang report
+    global; release builds do not, and nothing is allocated for them."""
+    cu = _cu()
+    err, _, _ = cu.cuModuleGetGlobal(lk.module, b"b200c_hang_report")
+    if err != cu.CUresult.CUDA_SUCCESS:
+        return
+    host = _check(cu.cuMemHostAlloc(ctypes.sizeof(HangReport), cu.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc")
+    ctypes.memset(int(host), 0, ctypes.sizeof(HangReport))
+    dptr = _check(cu.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
+    if _set_global(lk.module, "b200c_hang_report", struct.pack("<Q", int(dptr))):
+        lk.hang_report = HangReport.from_address(int(host))
+    lk._keep.append(host)
 
 
 def _wire_emulator(lk: LoadedKernel) -> None:
@@ -358,8 +386,8 @@ def encode_tensor_map(name: str, t, launch) -> bytes:
     """The 128-byte CUtensorMap of a logical (B, H, S, D) bf16 tensor (launch.py contract).
 
     dims {D, S, H, B}; strides of S, H, B in bytes; box {tma_box_inner,
-    tma_box_rows, 1, 1}; swizzle and L2 promotion from ``launch``; OOB zero
-    fill; then CUTLASS's driver workaround (:func:`apply_tma_driver_workaround`).
+    tma_box_rows (Q) or kv_box_rows (K, V), 1, 1}; swizzle and L2 promotion
+    from ``launch``; OOB zero fill; then CUTLASS's driver workaround (:func:`apply_tma_driver_workaround`).
 
     Raises:
         LaunchError: the driver rejects the map (names tensor, shape, strides).
@@ -367,6 +395,7 @@ def encode_tensor_map(name: str, t, launch) -> bytes:
     cu = _cu()
     b, h, s, d = (int(x) for x in t.shape)
     strides = tma_strides(t)
+    rows = launch.tma_box_rows if name == "q" else launch.kv_box_rows
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t
     err, tmap = cu.cuTensorMapEncodeTiled(
         cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -374,7 +403,7 @@ def encode_tensor_map(name: str, t, launch) -> bytes:
         t.data_ptr(),
         [u64(d), u64(s), u64(h), u64(b)],
         [u64(x) for x in strides],
-        [u32(launch.tma_box_inner), u32(launch.tma_box_rows), u32(1), u32(1)],
+        [u32(launch.tma_box_inner), u32(rows), u32(1), u32(1)],
         [u32(1)] * 4,
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(cu.CUtensorMapSwizzle, _SWIZZLE[launch.tma_swizzle]),
@@ -384,7 +413,7 @@ def encode_tensor_map(name: str, t, launch) -> bytes:
     if err != cu.CUresult.CUDA_SUCCESS:
         raise LaunchError(
             f"cuTensorMapEncodeTiled rejected tensor {name} (shape {tuple(t.shape)}, strides {tuple(t.stride())} "
-            f"elements, box {launch.tma_box_inner}x{launch.tma_box_rows}, swizzle {launch.tma_swizzle}): {_err_name(err)}"
+            f"elements, box {launch.tma_box_inner}x{rows}, swizzle {launch.tma_swizzle}): {_err_name(err)}"
         )
     desc = bytearray(ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES))
     apply_tma_driver_workaround(desc, tensor_span_bytes(t.shape, t.stride()), driver_version())

@@ -29,15 +29,25 @@ _capability: dict[int, tuple[tuple[int, int], str]] = {}
 
 
 @functools.lru_cache(maxsize=256)
-def generated_kernel(schedule_json: str):
-    """``b200c.generate(Schedule.from_json(schedule_json))``, cached per JSON string.
+def generated_kernel(schedule_json: str, target: str = "sm100a"):
+    """``b200c.codegen.generate(Schedule.from_json(schedule_json), target)``,
+    cached per (JSON string, target); the emulation target uses the sm100a source.
 
     Raises:
         ScheduleError, ResourceError, IssueOrderError.
     """
     import b200c
 
-    return b200c.generate(b200c.Schedule.from_json(schedule_json))
+    schedule = b200c.Schedule.from_json(schedule_json)
+    return b200c.generate(schedule, "sm90a") if target == "sm90a" else b200c.generate(schedule)
+
+
+@functools.lru_cache(maxsize=256)
+def _schedule_target(schedule_json: str) -> str:
+    import b200c
+    from ..codegen.targets import schedule_target
+
+    return schedule_target(b200c.Schedule.from_json(schedule_json))
 
 
 def device_capability(device: int) -> tuple[tuple[int, int], str]:
@@ -56,8 +66,17 @@ def kernel_for_generated(generated, target: str, device: int):
     from . import driver
     from .build import build
 
+    from ..errors import UnsupportedDeviceError
+
     cap, name = device_capability(device)
-    return driver.load(build(generated, driver.resolve_target(target, cap, name)), device)
+    made_for = getattr(generated, "target", "sm100a")
+    resolved = driver.resolve_target(target, cap, name, "sm90a" if made_for == "sm90a" else "sm100a")
+    if (made_for == "sm90a") != (resolved == "sm90a"):
+        raise UnsupportedDeviceError(
+            f"kernel {generated.launch.name!r} was generated for target {made_for!r} but the build target is "
+            f"{resolved!r}; generate it with b200c.codegen.generate(schedule, target={resolved!r})"
+        )
+    return driver.load(build(generated, resolved), device)
 
 
 def loaded_kernel(schedule_json: str, target: str, device: int):
@@ -72,11 +91,11 @@ def loaded_kernel(schedule_json: str, target: str, device: int):
         from . import driver
 
         cap, name = device_capability(device)
-        driver.resolve_target(target, cap, name)  # device check before generating anything
+        resolved = driver.resolve_target(target, cap, name, _schedule_target(schedule_json))  # before generating
         with _lock:
             lk = _kernels.get(key)
             if lk is None:
-                lk = kernel_for_generated(generated_kernel(schedule_json), target, device)
+                lk = kernel_for_generated(generated_kernel(schedule_json, resolved), target, device)
                 _kernels[key] = lk
     return lk
 

@@ -1,0 +1,112 @@
+"""The ``b200c bench`` subcommand: argument handling and outputs; the GPU work
+is in :mod:`b200c.bench.run` and :mod:`b200c.bench.trace`.
+
+    b200c bench examples/hopper/*.py                      # the blog's shapes, table on stdout
+    b200c bench examples/hopper/*.py --md docs/hopper-progression.md --png bench.png --csv b.csv --json b.json
+    b200c bench my.py --shapes 1x16x32768,blog --iters 50
+    b200c bench examples/hopper/h11_persistent.py --profile out/   # + Chrome/Perfetto trace per schedule
+
+Without a GPU it refuses with one line (``b200c: error: b200c bench needs a CUDA GPU ...``).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def add_parser(sub, func) -> None:
+    """Register ``bench`` on the CLI's subparsers."""
+    b = sub.add_parser("bench", help="TFLOPS of schedules on this GPU next to torch SDPA (cuDNN, FA2, efficient)")
+    b.add_argument("files", nargs="+", help="schedule files")
+    b.add_argument("--shapes", default="blog", help="comma list of BxHxS[xD] or 'blog' (8x16x4096, 4x16x8192, "
+                                                    "2x16x16384; default)")
+    b.add_argument("--target", default="auto", help="auto (sm90a on Hopper, sm100a on a B200), sm90a, sm100a")
+    b.add_argument("--iters", type=int, default=30, help="timed runs per kernel and shape (median; default 30)")
+    b.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
+    b.add_argument("--no-baselines", action="store_true", help="time only the schedules")
+    b.add_argument("--no-check", action="store_true", help="skip the correctness check before timing")
+    b.add_argument("--csv", help="write one CSV line per kernel and shape")
+    b.add_argument("--json", help="write every row (with each run's milliseconds) as JSON")
+    b.add_argument("--md", help="write the Markdown table (between the '<!-- b200c bench -->' markers if the file "
+                                "has them)")
+    b.add_argument("--png", help="write a bar chart")
+    b.add_argument("--profile", metavar="DIR", help="also build each schedule with trace stamps, run it once on the "
+                                                    "first shape and write DIR/<name>.trace.json (+ .png)")
+    b.add_argument("--profile-ctas", type=int, default=2, help="CTAs recorded in a profile (default 2)")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(func=func)
+
+
+def validate_args(args) -> tuple:
+    """Schedules and shapes of the arguments (everything checkable without a GPU).
+
+    Raises:
+        ScheduleError: a bad shape or schedule file; the iteration counts out of range.
+    """
+    from ..dsl import load_schedule_file
+    from ..errors import ScheduleError
+    from .shapes import parse_shapes
+
+    if args.iters < 1 or args.warmup < 0:
+        raise ScheduleError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+    shapes = parse_shapes(args.shapes)
+    schedules = [(f, load_schedule_file(f)) for f in args.files]
+    for path in (args.csv, args.json, args.md, args.png):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ScheduleError(f"output {path!r}: folder {str(Path(path).resolve().parent)!r} does not exist")
+    return schedules, shapes
+
+
+def run_bench(args, *, timer=None, device=None) -> int:
+    """Run the benchmark for parsed ``args``; returns the exit status
+    (0, or 1 if a b200c kernel failed or gave a wrong result).
+
+    ``timer``/``device`` replace the CUDA timing and device probe (CPU tests).
+
+    Raises:
+        UnsupportedDeviceError: no CUDA GPU (the CLI prints it as one line).
+        ScheduleError, BuildError, ...: see :func:`validate_args` and b200c.attention.
+    """
+    import datetime
+
+    from ..errors import TargetError
+    from . import report
+    from .device import current_device
+    from .run import measure
+    from .timing import time_ms
+
+    schedules, shapes = validate_args(args)
+    dev = device if device is not None else current_device()
+    rows = measure(schedules, shapes, dev, target=args.target, timer=timer or time_ms, warmup=args.warmup,
+                   iters=args.iters, check=not args.no_check, progress=not args.quiet,
+                   with_baselines=not args.no_baselines)
+    meta = {"device": dev.name, "capability": f"{dev.capability[0]}.{dev.capability[1]}", "sms": dev.sms,
+            "target": args.target, "iters": args.iters, "warmup": args.warmup,
+            "date": datetime.date.today().isoformat(), "shapes": [s.label for s in shapes]}
+    table = report.markdown(rows, meta)
+    print(table)
+    if args.csv:
+        report.write_csv(rows, args.csv)
+    if args.json:
+        report.write_json(rows, meta, args.json)
+    if args.md:
+        report.write_md(rows, meta, args.md)
+    if args.png:
+        report.plot_png(rows, meta, args.png)
+    if args.profile:
+        from .trace import profile
+
+        outdir = Path(args.profile)
+        outdir.mkdir(parents=True, exist_ok=True)
+        for _, sched in schedules:
+            base = outdir / sched.name
+            try:
+                res = profile(sched, shapes[0], f"{base}.trace.json", ctas=args.profile_ctas, target=args.target,
+                              png=f"{base}.timeline.png")
+            except TargetError as e:  # sm100a: the tcgen05 templates have no stamps yet
+                print(f"profile {sched.name}: not available: {e}", file=sys.stderr)
+                continue
+            print(f"profile {sched.name}: {res['events']} stamps on tracks {', '.join(res['tracks'])} -> "
+                  f"{res['path']}", file=sys.stderr)
+    bad = [r for r in rows if r.kind == "b200c" and (r.error or r.correct is False)]
+    return 1 if bad else 0

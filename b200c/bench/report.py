@@ -1,0 +1,116 @@
+"""Outputs of ``b200c bench``: CSV, JSON, a Markdown table (the Hopper
+progression's per-stage table) and a bar chart (matplotlib, Agg backend)."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+CSV_FIELDS = ("kernel", "kind", "stage", "shape", "seq", "ms", "tflops", "pct", "correct", "max_err", "tol", "error",
+              "source")
+MD_BEGIN = "<!-- b200c bench: begin -->"
+MD_END = "<!-- b200c bench: end -->"
+
+
+def write_csv(rows: list, path) -> None:
+    """One line per (kernel, shape)."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r.as_dict())
+
+
+def write_json(rows: list, meta: dict, path) -> None:
+    """``{"meta": ..., "rows": [...]}`` (every timed run's milliseconds included)."""
+    Path(path).write_text(json.dumps({"meta": meta, "rows": [r.as_dict() for r in rows]}, indent=1))
+
+
+def _cell(r) -> str:
+    if r is None:
+        return "-"
+    if r.error:
+        return "failed"
+    t = f"{r.tflops:.0f}"
+    if r.pct is not None and r.kind == "b200c":
+        t += f" ({r.pct:.0f}%)"
+    if r.correct is False:
+        t += " WRONG"
+    return t
+
+
+def markdown(rows: list, meta: dict) -> str:
+    """The table: one line per kernel (baselines first, then schedules in
+    stage order), one column per shape: TFLOPS and (b200c) % of cuDNN."""
+    shapes = []
+    for r in rows:
+        if (r.shape, r.seq) not in shapes:
+            shapes.append((r.shape, r.seq))
+    kernels = []
+    for r in rows:
+        key = (r.kind != "baseline", r.stage if r.stage is not None else -1, r.kernel)
+        if key not in kernels:
+            kernels.append(key)
+    kernels.sort(key=lambda k: (k[0], k[1]))
+    by = {(r.kernel, r.shape): r for r in rows}
+    head = "| stage | kernel | " + " | ".join(f"{s} (S={n // 1024}K)" if n % 1024 == 0 else s for s, n in shapes) + " |"
+    out = [f"Measured by `b200c bench` on {meta.get('device', '?')} ({meta.get('date', '')}): TFLOPS = "
+           f"4·B·H·S²·D / median time over {meta.get('iters', '?')} runs, L2 flushed before each, BF16, "
+           f"non-causal; (x%) = of cuDNN in the same run.", "", head,
+           "|" + "---|" * (2 + len(shapes))]
+    for is_b, stage, name in kernels:
+        cells = [_cell(by.get((name, s))) for s, _ in shapes]
+        st = str(stage) if is_b and stage is not None and stage >= 0 else ""
+        out.append(f"| {st} | {name if is_b else 'torch SDPA ' + name} | " + " | ".join(cells) + " |")
+    errs = [r for r in rows if r.error]
+    if errs:
+        out += ["", "Failures:"] + [f"- {r.kernel} {r.shape}: {r.error}" for r in errs]
+    return "\n".join(out) + "\n"
+
+
+def write_md(rows: list, meta: dict, path) -> None:
+    """Write the table to ``path``; if the file exists and has the
+    ``<!-- b200c bench: begin/end -->`` markers, replace only what is between them."""
+    table = markdown(rows, meta)
+    p = Path(path)
+    if p.is_file():
+        text = p.read_text()
+        if MD_BEGIN in text and MD_END in text:
+            a, rest = text.split(MD_BEGIN, 1)
+            _, b = rest.split(MD_END, 1)
+            p.write_text(f"{a}{MD_BEGIN}\n{table}{MD_END}{b}")
+            return
+    p.write_text(f"{MD_BEGIN}\n{table}{MD_END}\n")
+
+
+def plot_png(rows: list, meta: dict, path) -> None:
+    """Grouped bar chart: TFLOPS per kernel, one group per shape (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = []
+    for r in rows:
+        if r.shape not in shapes:
+            shapes.append(r.shape)
+    kernels = []
+    for r in rows:
+        name = r.kernel if r.kind == "b200c" else f"SDPA {r.kernel}"
+        if name not in kernels:
+            kernels.append(name)
+    by = {((r.kernel if r.kind == "b200c" else f"SDPA {r.kernel}"), r.shape): r for r in rows}
+    width = 0.8 / max(1, len(kernels))
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(shapes) * len(kernels) * 0.35 + 4), 5))
+    for i, name in enumerate(kernels):
+        vals = [(by[(name, s)].tflops or 0.0) if (name, s) in by else 0.0 for s in shapes]
+        ax.bar([x + i * width for x in range(len(shapes))], vals, width, label=name)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(shapes))])
+    ax.set_xticklabels(shapes)
+    ax.set_xlabel("B x H x S (D = 128, BF16, non-causal)")
+    ax.set_ylabel("TFLOPS")
+    ax.set_title(f"b200c bench on {meta.get('device', '?')}")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

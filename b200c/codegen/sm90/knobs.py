@@ -1,0 +1,131 @@
+"""Knob rules of the Hopper backend (sm_90a): knobs that mean nothing on
+Hopper or that this backend does not generate, refused before planning. One
+function per rule; each raises a ScheduleError naming the knob, why it does
+not apply to sm_90a, and what to set instead.
+
+What carries over with the same meaning: ``q_stages`` (consumer warpgroups of
+64 rows each), ``kv_tokens``/``kv_stages`` (the K/V ring), ``issue_order``
+(per consumer warpgroup, see :func:`issue_order_per_stage`), ``exp2``,
+``sw_exp2_per16``, ``rescale_threshold``, ``persistent``, ``softmax_regs``
+(consumers) / ``other_regs`` (producer), ``phase_tracking`` (producer),
+``tma_l2_promotion``; ``pingpong`` and ``block_n`` are Hopper knobs.
+"""
+from __future__ import annotations
+
+from ...dsl.issue_order import parse_issue_order
+from ...errors import ScheduleError
+
+_WHERE = "on target sm90a (Hopper wgmma)"
+MAX_BLOCK_N = 192  # S (block_n/2) + P (block_n/4) + O (64) FP32/BF16x2 registers stay under the consumers' 240
+
+
+def tile_shape(s) -> None:
+    """Head dim 128, 64-row Q stages (one wgmma M per consumer warpgroup) and block_n <= 192."""
+    if s.head_dim != 128:
+        raise ScheduleError(
+            f"head_dim={s.head_dim}: {_WHERE} only head_dim=128 is generated so far (the consumers' O fragment "
+            f"and the wgmma N of PV are sized for it); set head_dim=128, or target='sm100a' for 64 and 256"
+        )
+    if s.block_m != 64:
+        raise ScheduleError(
+            f"block_m={s.block_m}: {_WHERE} a Q stage is one consumer warpgroup of 64 rows (wgmma M = 64; 128 rows "
+            f"would need 128 S + 128 O accumulator registers per thread, FA3 §3); set block_m=64 "
+            f"(q_stages=2 gives a 128-row CTA tile)"
+        )
+    if s.block_n > MAX_BLOCK_N:
+        raise ScheduleError(
+            f"block_n={s.block_n}: {_WHERE} block_n <= {MAX_BLOCK_N}: a consumer thread holds block_n/2 S, "
+            f"block_n/4 P and 64 O registers within its 240-register budget; FA3 uses 176 at head dim 128"
+        )
+
+
+def consumers(s) -> None:
+    """At most two consumer warpgroups, and register budgets when there are two."""
+    if s.q_stages > 2:
+        raise ScheduleError(
+            f"q_stages={s.q_stages}: {_WHERE} each Q stage is a consumer warpgroup holding S, P and O in registers "
+            f"(about 190-230 per thread); {s.q_stages} of them and the producer exceed the 65536-register file; "
+            f"use q_stages <= 2"
+        )
+    if s.q_stages == 2 and s.warp_specialized and (s.softmax_regs is None or s.other_regs is None):
+        raise ScheduleError(
+            f"q_stages=2 {_WHERE} needs softmax_regs (consumer warpgroups) and other_regs (producer warpgroup): at "
+            f"384 threads ptxas allots 168 registers per thread and the consumers would spill; FA3 uses "
+            f"softmax_regs=240, other_regs=24"
+        )
+
+
+def kv_tokens(s) -> None:
+    """Warp-specialized kernels use separate K and V tokens (each released after its own wgmma)."""
+    if s.warp_specialized and s.kv_tokens != "separate":
+        raise ScheduleError(
+            f"kv_tokens={s.kv_tokens!r} {_WHERE} with warp_specialized=True is not generated: the consumers take K "
+            f"and V as separate ring tokens, each released once the wgmma that reads it completed; set "
+            f"kv_tokens='separate' (kv_stages=1 still loads one tile at a time)"
+        )
+
+
+def swizzle(s) -> None:
+    """The wgmma descriptors are built for 128B-swizzled tiles."""
+    if s.swizzle != "128B":
+        raise ScheduleError(
+            f"swizzle={s.swizzle!r}: {_WHERE} the Q/K/V tiles are loaded 128B-swizzled for the wgmma descriptors "
+            f"(PTX ISA 9.7.15.5.1.2); set swizzle='128B'"
+        )
+
+
+def p_storage(s) -> None:
+    """P stays in registers: the A operand of an RS wgmma."""
+    if s.p_storage != "registers":
+        why = ("Hopper has no Tensor Memory" if s.p_storage == "tmem" else
+               "P never leaves the registers: PV is an RS wgmma whose A operand is the packed S accumulator "
+               "fragment (PTX ISA 9.7.15.5.1.1)")
+        raise ScheduleError(f"p_storage={s.p_storage!r} means nothing {_WHERE}: {why}; set p_storage='registers'")
+
+
+def tcgen05_only(s) -> None:
+    """Knobs of TMEM loads, correction warps and sm_100 instructions."""
+    for field, bad, why, fix in (
+        ("correction_warps", s.correction_warps != 0,
+         "O lives in the consumer warpgroup's registers; no other warps can rescale it (blog ch.12 needs TMEM)",
+         "correction_warps=0 (rescale_threshold skips most rescales instead)"),
+        ("early_pv_cols", s.early_pv_cols != 0, "P is produced in registers by the warpgroup that issues PV",
+         "early_pv_cols=0"),
+        ("s_cache_cols", s.s_cache_cols != 0, "S is already in registers (the wgmma accumulator)", "s_cache_cols=0"),
+        ("split_rowsum", s.split_rowsum, "it splits cached and TMEM-re-read sums (minor 16)", "split_rowsum=False"),
+        ("deferred_s_wait", s.deferred_s_wait, "there are no tcgen05.ld waits", "deferred_s_wait=False"),
+        ("s_load_cols", s.s_load_cols != 8, "it sets the width of tcgen05.ld of S", "s_load_cols=8 (the default)"),
+        ("o_load_cols", s.o_load_cols != 8, "it sets the width of the TMEM loads of O", "o_load_cols=8"),
+        ("rowmax_chains", s.rowmax_chains != 1,
+         "the row max always runs 4 independent chains over the thread's columns", "rowmax_chains=1"),
+        ("rowmax_max3", s.rowmax_max3, "3-input max.f32 (FMNMX3) is sm_100+", "rowmax_max3=False"),
+        ("f32x2", s.f32x2, "packed fma/add/mul.f32x2 are sm_100+ instructions", "f32x2=False"),
+        ("rowsum", s.rowsum != "fp32", "the BF16-rounded rowsum is generated for tcgen05 only", "rowsum='fp32'"),
+        ("correction_regs", s.correction_regs is not None, "there are no correction warps", "correction_regs=None"),
+    ):
+        if bad:
+            raise ScheduleError(f"{field}={getattr(s, field)!r} means nothing {_WHERE}: {why}; set {fix}")
+
+
+def issue_order_per_stage(s) -> None:
+    """Every consumer warpgroup runs the same code, so every Q stage's two
+    steps must come in the same order (e.g. ``Q0K(i+1) P0V(i) Q1K(i+1) P1V(i)``);
+    the order of steps of different Q stages does not matter on sm_90a (each
+    warpgroup issues its own wgmmas; ``pingpong`` decides their turns)."""
+    if not s.warp_specialized or s.issue_order is None:
+        return
+    text = s.issue_order
+    try:
+        order = parse_issue_order(text, s.q_stages, s.kv_tokens, 8, p_aliases_s=False)
+    except Exception:  # noqa: BLE001 - the real parse (with the ring size) reports it
+        return
+    shapes = {q: tuple((st.kind, st.offset) for st in order.stage_steps(q)) for q in range(s.q_stages)}
+    if len(set(shapes.values())) > 1:
+        a, b = (" ".join(st.symbolic for st in order.stage_steps(q)) for q in (0, 1))
+        raise ScheduleError(
+            f"issue_order={text!r}: {_WHERE} every consumer warpgroup runs one copy of the code, so each Q stage "
+            f"must order its two steps alike; stage 0 issues {a!r} but stage 1 {b!r}"
+        )
+
+
+RULES = (tile_shape, consumers, kv_tokens, swizzle, p_storage, tcgen05_only, issue_order_per_stage)

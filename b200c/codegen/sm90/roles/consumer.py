@@ -1,0 +1,202 @@
+"""Role ``consumer`` (FlashAttention-3 §3): one warpgroup per Q stage, 64 Q
+rows; it issues its own wgmmas and runs the online softmax in registers.
+
+Per work item: wait for its Q rows, then the K/V tiles in the issue order's
+shape, then the epilogue. On sm_90a only the order of one Q stage's two
+steps matters (each warpgroup issues its own wgmmas); three orders are legal:
+
+* ``Q0K(i) P0V(i)`` (no lead; the default): QK(j), wait, softmax(j), PV(j), wait.
+* ``Q0K(i+1) P0V(i)`` (FA3 §3.2 intra-warpgroup overlap): iteration i issues
+  QK(i+1), rescales O while it runs, issues PV(i), waits for QK(i+1) only
+  (``wgmma.wait_group 1``) and runs softmax(i+1) while PV(i) is in flight.
+* ``P0V(i) Q0K(i+1)``: PV(i) then QK(i+1) back to back on the tensor core,
+  one wait for both, then softmax(i+1) (no softmax/GEMM overlap in the warpgroup).
+
+With ``pingpong`` (FA3 §3.1) each batch of GEMM issues between two waits is a
+turn: consumer q waits on named barrier turn[q] before it and arrives on
+turn[1-q] after it; consumer 1 gives consumer 0 the first turn. Every
+consumer takes the same number of turns per work item (2n without a lead,
+n+1 with one), so the alternation carries across persistent work items.
+
+K/V tokens are taken from the ring (slot, parity) in their order of first
+use, which is the load warp's order; each consumer warp releases a token
+(``kv_empty``) once the wait that proves its wgmma completed returned. With
+``persistent`` the last QK of a work item releases the Q rows (``q_free``).
+"""
+from __future__ import annotations
+
+from ...ir import (Arrive, Comment, Decl, If, Loop, NamedBarArrive, NamedBarSync, PhaseDecl, PhaseRef, RingAdvance,
+                   RoleIR, Scope, Wait, WorkLoop)
+from ..ir import ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+
+KV_BUF = "SMEM_KV + {slot} * KV_SLOT_BYTES"  # SMEM offset of a ring slot
+Q_BUF = "SMEM_Q + q * TILE_BYTES"  # this consumer's Q rows (``q``: the role's Q stage)
+
+
+class _Builder:
+    """Node helpers of one consumer lowering (``lw``: the Lowering)."""
+
+    def __init__(self, lw):
+        self.lw = lw
+        self.pingpong = bool(lw.plan.named_barriers) and lw.s.pingpong
+        self.persistent = lw.plan.persistent
+
+    def take(self, kind: str) -> tuple:
+        """Take the next ring token (a ``K`` or ``V`` tile): its slot and parity."""
+        v = kind.lower()
+        return (Decl("const uint32_t", f"{v}_slot", "kv_slot"), Decl("const uint32_t", f"{v}_ph", "kv_phase"),
+                RingAdvance("kv_slot", "kv_phase", "KV_STAGES"))
+
+    def wait_full(self, kind: str, tile: str) -> tuple:
+        """Wait until the taken token (``K`` or ``V`` of tile ``tile``) landed in its slot."""
+        v = kind.lower()
+        w = Wait("kv_full", f"{v}_slot", PhaseRef(f"{v}_ph", None, "value"),
+                 self.lw.site("consumer", f"kv_full ({kind})"), tile)
+        return self.lw.span(f"wait {kind}", (w,))
+
+    def release(self, kind: str) -> tuple:
+        """Each warp of the consumer releases the token's slot (after the wait that proved its wgmma done)."""
+        return (Arrive("kv_empty", f"{kind.lower()}_slot", by="warp"),)
+
+    def turn(self, nodes) -> tuple:
+        """A batch of GEMM issues; with ping-pong, the warpgroup's turn."""
+        nodes = tuple(nodes)
+        if not self.pingpong:
+            return self.lw.span("issue", nodes)
+        return (*self.lw.span("wait turn", (NamedBarSync("turn", "q", "FA3 §3.1: my turn to issue GEMMs"),)),
+                *self.lw.span("issue", nodes),
+                NamedBarArrive("turn", "1 - q", "pass the turn to the other consumer"))
+
+    def qk(self) -> WgmmaQK:
+        """S = Q K^T on the taken K slot."""
+        return WgmmaQK("q_smem", "c.smem + " + KV_BUF.format(slot="k_slot"))
+
+    def pv(self) -> WgmmaPV:
+        """O += P V on the taken V slot."""
+        return WgmmaPV(KV_BUF.format(slot="v_slot"))
+
+    def wait(self, pending: int, regs: str, note: str) -> tuple:
+        """``wgmma.wait_group pending`` and the fence of the registers it completes."""
+        return self.lw.span(f"wait {'QK' if regs == 's' else 'PV' if regs == 'o' else 'QK+PV'}",
+                            (WgmmaWait(pending, regs, note),))
+
+    def release_q(self, cond: str) -> tuple:
+        """Persistent: the last QK of the work item completed; the Q rows are free."""
+        if not self.persistent:
+            return ()
+        return (If(cond, (Arrive("q_free", "q", by="warp"),)),)
+
+    def softmax(self, tile: str) -> tuple:
+        """Softmax of S(tile), masking the columns past seq_kv when it is the last tile."""
+        last = f"{tile} == c.n_kv - 1" if tile != "0" else "c.n_kv == 1"
+        return self.lw.span("softmax", (Softmax(last),))
+
+
+def _qk_first_tile(b: _Builder) -> tuple:
+    """Prologue of the leading orders: QK(0) alone, softmax(0), P(0)."""
+    return (Scope("prologue: QK(0), softmax(0)", (
+        *b.take("K"), *b.wait_full("K", "0"),
+        *b.turn((b.qk(),)),
+        *b.wait(0, "s", "S(0) ready"),
+        *b.release("K"), *b.release_q("c.n_kv == 1"),
+        *b.softmax("0"), PackP(),
+    )),)
+
+
+def _pv_last_tile(b: _Builder) -> tuple:
+    """Epilogue of the leading orders: PV(n-1)."""
+    return (Scope("epilogue: PV(n-1)", (
+        *b.take("V"), *b.wait_full("V", "c.n_kv - 1"),
+        RescaleO(),
+        *b.turn((b.pv(),)),
+        *b.wait(0, "o", "O final"),
+        *b.release("V"),
+    )),)
+
+
+def _no_lead(b: _Builder) -> tuple:
+    """``Q0K(i) P0V(i)``: QK(j), wait, softmax(j), PV(j), wait."""
+    body = (
+        *b.take("K"), *b.take("V"), *b.wait_full("K", "j"),
+        *b.turn((b.qk(),)),
+        *b.wait(0, "s", "S(j) ready"),
+        *b.release("K"), *b.release_q("j == c.n_kv - 1"),
+        *b.softmax("j"), PackP(),
+        RescaleO(),
+        *b.wait_full("V", "j"),
+        *b.turn((b.pv(),)),
+        *b.wait(0, "o", "PV(j) done: P and V(j) free"),
+        *b.release("V"),
+    )
+    return (Loop("j", "0", "c.n_kv", body, "Q0K(i) P0V(i): QK, softmax, PV of each K/V tile in turn"),)
+
+
+def _qk_ahead(b: _Builder) -> tuple:
+    """``Q0K(i+1) P0V(i)``: FA3's intra-warpgroup overlap (module docstring)."""
+    body = (
+        *b.take("K"), *b.take("V"), *b.wait_full("K", "i + 1"),
+        *b.turn((b.qk(), Comment("O *= factor of softmax(i) while QK(i+1) runs"), RescaleO(),
+                 *b.wait_full("V", "i"), b.pv())),
+        *b.wait(1, "s", "QK(i+1) done; PV(i) may still run"),
+        *b.release("K"), *b.release_q("i + 1 == c.n_kv - 1"),
+        Comment("FA3 §3.2: softmax(i+1) overlaps PV(i) on the tensor core"),
+        *b.softmax("i + 1"),
+        *b.wait(0, "o", "PV(i) done: P and V(i) free"),
+        *b.release("V"),
+        PackP(),
+    )
+    return (*_qk_first_tile(b),
+            Loop("i", "0", "c.n_kv - 1", body, "Q0K(i+1) P0V(i): QK of the next tile before PV of this one"),
+            *_pv_last_tile(b))
+
+
+def _pv_first(b: _Builder) -> tuple:
+    """``P0V(i) Q0K(i+1)``: PV(i) and QK(i+1) back to back, one wait."""
+    body = (
+        *b.take("V"), *b.take("K"),
+        RescaleO(),
+        *b.wait_full("V", "i"), *b.wait_full("K", "i + 1"),
+        *b.turn((b.pv(), b.qk())),
+        *b.wait(0, "so", "PV(i) and QK(i+1) done"),
+        *b.release("V"), *b.release("K"), *b.release_q("i + 1 == c.n_kv - 1"),
+        *b.softmax("i + 1"), PackP(),
+    )
+    return (*_qk_first_tile(b),
+            Loop("i", "0", "c.n_kv - 1", body, "P0V(i) Q0K(i+1): PV and the next QK back to back"),
+            *_pv_last_tile(b))
+
+
+def shape_of(order) -> str:
+    """``"none"``, ``"qk_first"`` or ``"pv_first"``: the per-stage order's shape."""
+    steps = order.stage_steps(0)
+    if not order.lead:
+        return "none"
+    return "qk_first" if steps[0].kind == "QK" else "pv_first"
+
+
+def build(lw) -> RoleIR:
+    """The ``consumer`` role's program: one copy for every Q stage (``q`` is a
+    run-time argument, warp-uniform)."""
+    b = _Builder(lw)
+    roles = lw.plan.role_specs("consumer")
+    shape = shape_of(lw.plan.issue)
+    tiles = {"none": _no_lead, "qk_first": _qk_ahead, "pv_first": _pv_first}[shape](b)
+    item = (
+        ConsumerInit(),
+        *lw.span("wait Q", (Wait("q_full", "q", lw.phase("q_full_ph"), lw.site("consumer", "q_full"), "-1"),)),
+        *tiles,
+        *lw.span("epilogue", (StoreO("q"),)),
+    )
+    body = [
+        Comment(f"FA3 §3: consumer warpgroup q owns Q rows [64 q, 64 q + 64) of the work item; issue order "
+                f"{' '.join(st.symbolic for st in lw.plan.issue.stage_steps(0))}"),
+        PhaseDecl("q_full_ph", 1, 0, "scalar"),
+        Decl("const uint32_t", "q_smem", f"c.smem + {Q_BUF}"),  # this consumer's Q rows, loop-invariant
+        Decl("uint32_t", "kv_slot", "0"),
+        Decl("uint32_t", "kv_phase", "0"),
+    ]
+    if b.pingpong:
+        body.append(If("q == 1", (NamedBarArrive("turn", "0", "consumer 0 takes the first turn"),)))
+    body.append(WorkLoop(lw.plan.persistent, item))
+    return RoleIR("consumer", roles[0].warps, tuple(body), instances=tuple((r.q_stage, r.warps) for r in roles),
+                  regs=roles[0].regs, blog="FA3 §3.1 (ping-pong), §3.2 (overlap); blog ch.8, 9, 11")

@@ -1,0 +1,143 @@
+"""``b200c bench`` on a CPU machine: argument handling, the refusal without a
+GPU, and every output format, with the device, the timing function and the
+kernels replaced by stand-ins (the real timing runs on the GPU machine)."""
+import csv
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from b200c.bench import report, run, trace
+from b200c.bench.cli import run_bench, validate_args
+from b200c.bench.device import Device
+from b200c.bench.shapes import BLOG_SHAPES, Shape, parse_shapes
+from b200c.bench.timing import Timing
+from b200c.errors import ScheduleError
+from conftest import HOPPER_EXAMPLES, ROOT
+
+
+def _args(**kw):
+    base = dict(files=[str(p) for p in HOPPER_EXAMPLES[-2:]], shapes="blog", target="auto", iters=3, warmup=1,
+                no_baselines=False, no_check=False, csv=None, json=None, md=None, png=None, profile=None,
+                profile_ctas=2, quiet=True)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_shapes():
+    assert parse_shapes("blog") == BLOG_SHAPES
+    assert [s.label for s in parse_shapes("1x16x32768, 2x8x1024x128")] == ["1x16x32768", "2x8x1024"]
+    assert all(s.batch * s.seq == 32768 and s.heads == 16 and s.head_dim == 128 for s in BLOG_SHAPES)
+    assert Shape(8, 16, 4096).tflops(1.0) == pytest.approx(4 * 8 * 16 * 4096 ** 2 * 128 / 1e-3 / 1e12)
+    with pytest.raises(ScheduleError, match="BxHxS"):
+        parse_shapes("8x16")
+
+
+def test_validate_args(tmp_path):
+    schedules, shapes = validate_args(_args())
+    assert [s.name for _, s in schedules] == ["hopper_block_n_176", "hopper_persistent"] and len(shapes) == 3
+    with pytest.raises(ScheduleError, match="--iters"):
+        validate_args(_args(iters=0))
+    with pytest.raises(ScheduleError, match="does not exist"):
+        validate_args(_args(csv=str(tmp_path / "nope" / "x.csv")))
+
+
+def test_refuses_without_gpu_in_one_line():
+    r = subprocess.run([sys.executable, "-m", "b200c.cli", "bench", str(HOPPER_EXAMPLES[0])], capture_output=True,
+                       text=True, cwd=ROOT)
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("b200c: error: b200c bench needs a CUDA GPU"), r.stderr
+
+
+class _FakeTorchRun:
+    """Stand-ins for the GPU parts of run.measure: inputs, kernels, check."""
+
+    def __init__(self, monkeypatch, fail=None):
+        import b200c
+
+        self.calls = []
+        monkeypatch.setattr(run, "make_inputs", lambda shape, dev, seed=0: (shape, shape, shape))
+        monkeypatch.setattr(run, "baselines", lambda q, k, v, cap: [("cuDNN", lambda: None),
+                                                                    ("FlashAttention-2", lambda: None),
+                                                                    ("efficient", lambda: None)])
+        monkeypatch.setattr(run, "check_head", lambda out, q, k, v: (0.002, 0.004))
+
+        def attention(q, k, v, *, schedule, target):
+            self.calls.append((schedule.name, target))
+            if fail and schedule.name == fail:
+                raise b200c.BuildError("nvcc failed (stand-in)")
+            return None
+
+        monkeypatch.setattr(b200c, "attention", attention)
+
+
+def _timer(fn, *, warmup, iters):
+    return Timing(2.0, 1.9, tuple([2.0] * iters))
+
+
+def test_outputs(monkeypatch, tmp_path):
+    _FakeTorchRun(monkeypatch)
+    md = tmp_path / "progression.md"
+    md.write_text("# title\n\nintro\n\n<!-- b200c bench: begin -->\nold\n<!-- b200c bench: end -->\n\ntail\n")
+    args = _args(csv=str(tmp_path / "b.csv"), json=str(tmp_path / "b.json"), md=str(md), png=str(tmp_path / "b.png"))
+    dev = Device(0, "NVIDIA H200 (stand-in)", (9, 0), 132)
+    assert run_bench(args, timer=_timer, device=dev) == 0
+    rows = list(csv.DictReader(open(tmp_path / "b.csv")))
+    assert len(rows) == 3 * (3 + 2)
+    r = next(x for x in rows if x["kernel"] == "hopper_persistent" and x["seq"] == "4096")
+    assert float(r["tflops"]) == pytest.approx(Shape(8, 16, 4096).tflops(2.0)) and float(r["pct"]) == 100.0
+    data = json.loads((tmp_path / "b.json").read_text())
+    assert data["meta"]["device"].startswith("NVIDIA H200") and len(data["rows"][0]["runs_ms"]) == 3
+    text = md.read_text()
+    assert text.startswith("# title") and text.rstrip().endswith("tail") and "old" not in text
+    assert "| 11 | hopper_persistent |" in text and "(100%)" in text and "torch SDPA cuDNN" in text
+    assert (tmp_path / "b.png").stat().st_size > 1000
+
+
+def test_failed_kernel_is_reported_and_sets_the_status(monkeypatch, capsys):
+    _FakeTorchRun(monkeypatch, fail="hopper_persistent")
+    dev = Device(0, "stand-in", (9, 0), 132)
+    assert run_bench(_args(shapes="8x16x4096"), timer=_timer, device=dev) == 1
+    out = capsys.readouterr().out
+    assert "| 11 | hopper_persistent | failed |" in out and "nvcc failed (stand-in)" in out
+
+
+def test_trace_decode_and_outputs(tmp_path):
+    events = (("wait K", "B"), ("wait K", "E"), ("softmax", "B"), ("softmax", "E"))
+    tracks = ("producer (load warp)", "consumer 0")
+    cap, ctas = 4, 1
+    t0 = 1_700_000_000_000_000_000
+    rec = [0] * (ctas * len(tracks) * cap)
+
+    def put(track, n, ns, ev):
+        rec[track * cap + n] = (((t0 + ns) << 8) | ev) & 0xFFFFFFFFFFFFFFFF
+
+    put(1, 0, 0, 0)
+    put(1, 1, 500, 1)
+    put(1, 2, 600, 2)
+    put(1, 3, 2600, 3)
+    evs = trace.decode(rec, tracks, events, ctas, cap)
+    sp = trace.spans(evs)
+    assert [(s[2], s[3], s[4]) for s in sp] == [("wait K", 0.0, 0.5), ("softmax", 0.6, 2.6)]
+    names = [e["args"]["name"] for e in evs if e["ph"] == "M"]
+    assert names == ["CTA 0", "producer (load warp)", "consumer 0"]
+    trace.write_trace(evs, tmp_path / "t.json", {"schedule": "x"})
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"][3]["ph"] == "B"
+    trace.plot_timeline(evs, tmp_path / "t.png", "x")
+    assert (tmp_path / "t.png").stat().st_size > 1000
+
+
+def test_markdown_orders_stages():
+    rows = [run.Row("cuDNN", "baseline", "", None, "8x16x4096", 4096, 1.0, 600.0, 100.0),
+            run.Row("b", "b200c", "b.py", 2, "8x16x4096", 4096, 1.0, 300.0, 50.0, True),
+            run.Row("a", "b200c", "a.py", 1, "8x16x4096", 4096, 1.0, 200.0, 33.3, False)]
+    text = report.markdown(rows, {"device": "d", "iters": 3})
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert lines[1].startswith("|  | torch SDPA cuDNN | 600") and "| 1 | a | 200 (33%) WRONG |" in lines[2]
