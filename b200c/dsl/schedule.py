@@ -17,8 +17,9 @@ from typing import Optional
 class Schedule:
     """One attention-kernel schedule (all fields immutable).
 
-    Tile shape: ``block_m`` x ``block_n`` Q/K tiles of BF16, head dim
-    ``head_dim`` (only 128/128/128 is generated for now; the blog's scope).
+    Tile shape: ``block_m`` x ``block_n`` Q/K tiles of BF16 (128 x 128), head
+    dim ``head_dim`` (64, 128 or 256; ``b200c.attention`` sets it to the
+    inputs' D with ``replace(head_dim=D)`` before generating).
 
     Knobs, by blog chapter:
 
