@@ -2,7 +2,8 @@
 
 Every error message says what was wrong, the limit or rule, and what to change.
 The CLI prints ``str(err)`` on one line and exits non-zero; it never shows a
-Python traceback for these.
+Python traceback for these. :class:`FallbackWarning` is the one warning
+category: the SDPA drop-in says with it why it ran torch's SDPA instead.
 """
 
 
@@ -83,3 +84,8 @@ class BarrierTimeoutError(LaunchError):
     The message names the warp role, barrier, phase parity, CTA and K/V
     iteration recorded by the device before it trapped.
     """
+
+
+class FallbackWarning(UserWarning):
+    """``b200c.scaled_dot_product_attention`` ran ``torch.nn.functional.scaled_dot_product_attention``
+    instead of a b200c kernel; the message says why. Issued once per reason per process."""

@@ -10,6 +10,7 @@ named instead of hanging, and prints one table. Results go to ``--out``
     python scripts/gpu_job.py --out $OUT [--shapes small,4k] [--stages 1-18] [--budget-s 420]
     python scripts/gpu_job.py --target sm90a --files examples/hopper/*.py --out $OUT   # native Hopper:
         build (release + bounded-wait debug), numerics, b200c bench, profile (scripts/hopper_job.py)
+    python scripts/gpu_job.py --out $OUT --sweep real-inputs      # issue 10: scripts/real_inputs_sweep.py
 
 Accept rule (FlashAttention tests): max|out - ref| <= 2 * max|out_torch_bf16 - ref| + 1e-3,
 ref = attention in FP32 from the same BF16 inputs.
@@ -164,10 +165,15 @@ def main():
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--skip", default="", help="comma list: build,proof,numerics,broken")
     ap.add_argument("--files", nargs="*", help="schedule files to run instead of examples/NN_*.py")
-    ap.add_argument("--target", default="emulate", help="emulate (default: the sm100a kernels emulated on Hopper) "
-                                                        "or sm90a (native Hopper: scripts/hopper_job.py)")
+    ap.add_argument("--sweep", choices=["real-inputs"],
+                    help="run a sweep instead of the default job: real-inputs = scripts/real_inputs_sweep.py "
+                         "(any lengths, causal, GQA, head dims, varlen, LSE, special values, the SDPA drop-in); "
+                         "--budget-s then bounds its cases (default 330 s)")
+    ap.add_argument("--target", default="emulate", help="emulate (default: the sm100a kernels emulated on Hopper; "
+                                                        "also the target of --sweep) or sm90a (native Hopper: "
+                                                        "scripts/hopper_job.py)")
     args, rest = ap.parse_known_args()
-    if args.target in ("sm90a", "sm_90a"):
+    if args.target in ("sm90a", "sm_90a") and not args.sweep:
         import hopper_job
 
         fwd = ["--out", args.out] + (["--files", *args.files] if args.files else []) + rest
@@ -179,6 +185,13 @@ def main():
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.sweep == "real-inputs":
+        from real_inputs_sweep import run_sweep
+
+        budget = args.budget_s if "--budget-s" in sys.argv else 330.0
+        report = run_sweep(out, args.target, budget)
+        c = report["counts"]
+        return 0 if c["FAIL"] == c["ERROR"] == 0 else 1
     skip = set(filter(None, args.skip.split(",")))
     lo, hi = (int(x) for x in args.stages.split("-")) if "-" in args.stages else (int(args.stages),) * 2
     examples = [p for p in sorted((ROOT / "examples").glob("[0-9][0-9]_*.py")) if lo <= int(p.stem[:2]) <= hi]
@@ -222,7 +235,8 @@ def main():
     print(table)
     n_pass = sum(r["status"] == "PASS" for r in results)
     print(f"{n_pass} of {len(results)} emulated runs passed")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

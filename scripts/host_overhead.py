@@ -9,9 +9,11 @@ next to the host work; each row issues ``--calls`` (200) asynchronous calls
 and divides the host time by the count; the median of ``--reps`` (5) such
 runs is reported. The device is synchronised between runs, never inside.
 Rows: torch SDPA; ``b200c.attention`` with a Schedule object, with the
-schedule file's path and with ``layout="bshd"``; ``torch.ops.b200c.attention``
-called directly; a ``torch.compile(fullgraph=True)`` function; one call
-captured in a CUDA graph and replayed (SDPA the same way). Each b200c row is
+schedule file's path, with ``layout="bshd"`` and with causal + LSE + GQA
+(two query heads on one K/V head); ``torch.ops.b200c.attention`` called
+directly; ``b200c.scaled_dot_product_attention`` (the drop-in, its built-in
+schedule); a ``torch.compile(fullgraph=True)`` function; one call captured in
+a CUDA graph and replayed (SDPA the same way). Each b200c row is
 checked against SDPA's output once before it is timed.
 
 Without a CUDA GPU it prints that it skipped and exits 0; ``--stub-driver``
@@ -73,7 +75,7 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
     ref = F.scaled_dot_product_attention(q, k, v)
     rows = []
 
-    def check(name, out):
+    def check(name, out, ref=ref):
         sync()
         err = (out.float() - ref.float()).abs().max().item()
         if not err <= 2e-2:
@@ -98,11 +100,20 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
     note = check("b200c bshd", b200c.attention(qs, ks, vs, schedule=sched, target=tgt, layout="bshd").transpose(1, 2))
     row("b200c.attention(layout='bshd')",
         lambda: b200c.attention(qs, ks, vs, schedule=sched, target=tgt, layout="bshd"), note)
+    q2 = torch.cat([q, q], dim=1)  # two query heads on k, v's one head
+    ref_gqa = F.scaled_dot_product_attention(q2, k.expand(1, 2, 128, 128), v.expand(1, 2, 128, 128), is_causal=True)
+    note = check("b200c causal", b200c.attention(q2, k, v, schedule=sched, target=tgt, causal=True, return_lse=True)[0],
+                 ref_gqa)
+    row("b200c.attention(causal, return_lse, GQA)",
+        lambda: b200c.attention(q2, k, v, schedule=sched, target=tgt, causal=True, return_lse=True), note)
     js = sched.to_json()
     scale = 128 ** -0.5
     op = torch.ops.b200c.attention
     note = check("torch.ops", op(q, k, v, js, scale, tgt))
     row("torch.ops.b200c.attention", lambda: op(q, k, v, js, scale, tgt), note + "; through the dispatcher")
+    note = check("b200c sdpa", b200c.scaled_dot_product_attention(q, k, v, target=tgt))
+    row("b200c.scaled_dot_product_attention", lambda: b200c.scaled_dot_product_attention(q, k, v, target=tgt),
+        note + "; the drop-in, built-in schedule")
 
     def fn(q, k, v):
         return b200c.attention(q, k, v, schedule=sched, target=tgt)
@@ -155,6 +166,9 @@ def stub_rows(args) -> list[tuple[str, float | None, str]]:
     nop = lambda: None  # noqa: E731
     with fake_driver.install(target=args.target) as fd:
         b200c.attention(q, k, v, schedule=sched, target=args.target)
+        q2 = torch.cat([q, q], dim=1)
+        b200c.attention(q2, k, v, schedule=sched, target=args.target, causal=True, return_lse=True)
+        b200c.scaled_dot_product_attention(q, k, v, target=args.target)
         fd.record = False
         js = sched.to_json()
         qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
@@ -165,8 +179,12 @@ def stub_rows(args) -> list[tuple[str, float | None, str]]:
              f"{n_files} files checked per call ({Path(path).name})"),
             ("b200c.attention(layout='bshd')",
              lambda: b200c.attention(qs, ks, vs, schedule=sched, target=args.target, layout="bshd"), ""),
+            ("b200c.attention(causal, return_lse, GQA)",
+             lambda: b200c.attention(q2, k, v, schedule=sched, target=args.target, causal=True, return_lse=True), ""),
             ("torch.ops.b200c.attention", lambda: torch.ops.b200c.attention(q, k, v, js, 0.1, args.target),
              "through the dispatcher"),
+            ("b200c.scaled_dot_product_attention", lambda: b200c.scaled_dot_product_attention(q, k, v, target=args.target),
+             "the drop-in, built-in schedule"),
         ]
         def fn(q, k, v):
             return b200c.attention(q, k, v, schedule=sched, target=args.target)
@@ -176,7 +194,7 @@ def stub_rows(args) -> list[tuple[str, float | None, str]]:
         cases.append(("torch.compile(fullgraph=True)", lambda: compiled(q, k, v), "backend aot_eager"))
         for name, fn, note in cases:
             rows.append((name, per_call_us(fn, args.calls, args.reps, nop), note))
-        assert fd.loads == 1, fd.loads  # one kernel for every row: the cache hit each time
+        assert fd.loads == 2, fd.loads  # the schedule's kernel and the drop-in's: the cache hit each time
     return rows
 
 

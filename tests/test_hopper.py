@@ -378,3 +378,19 @@ def test_tensor_map_rows_per_tensor(monkeypatch):
     for name in ("q", "k", "v"):
         driver.encode_tensor_map(name, t, li)
     assert [c[1] for c in calls] == [64, 176, 176] and all(c[0] == 64 for c in calls)
+
+
+def test_sm90a_refuses_what_its_kernel_does_not_compute():
+    """causal, LSE, GQA and varlen calls on the native Hopper kernel are refused, naming each."""
+    from types import SimpleNamespace
+
+    from b200c.errors import LaunchError
+    from b200c.runtime.launcher import check_sm90a_call
+
+    hopper = SimpleNamespace(built=SimpleNamespace(target="sm90a"))
+    check_sm90a_call(hopper, False, False, False, False)  # dense, non-causal: fine
+    for args, word in (((True, False, False, False), "causal=True"), ((False, True, False, False), "return_lse"),
+                       ((False, False, True, False), "GQA"), ((False, False, False, True), "varlen")):
+        with pytest.raises(LaunchError, match=word):
+            check_sm90a_call(hopper, *args)
+    check_sm90a_call(SimpleNamespace(built=SimpleNamespace(target="emulate")), True, True, True, True)

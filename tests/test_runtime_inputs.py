@@ -27,7 +27,7 @@ def valid(q, k, v):
 
 def test_bhsd_layout_ok():
     p = valid(t(), t(s=384), t(s=384))
-    assert p == Problem(2, 4, 256, 384, 128)
+    assert p == Problem(2, 4, 4, 256, 384, 128)
     assert p.needs_launch and not p.empty
 
 
@@ -83,11 +83,10 @@ def test_not_4d():
     "kwargs,msg",
     [
         (dict(b=3), "batch B = 3 but q has 2"),
-        (dict(h=8), "heads H = 8 but q has 4"),
         (dict(d=64), "head dim D = 64 but q has 128"),
     ],
 )
-def test_mismatched_bhd(kwargs, msg):
+def test_mismatched_bd(kwargs, msg):
     with pytest.raises(LaunchError, match=f"tensor k has {msg}"):
         valid(t(), t(**kwargs), t())
 
@@ -97,16 +96,35 @@ def test_mismatched_kv_length():
         valid(t(), t(), t(s=128))
 
 
-def test_head_dim_128_only():
-    with pytest.raises(LaunchError, match="head dim D = 64.*D = 128 only.*generalisation is not there yet"):
-        valid(t(d=64), t(d=64), t(d=64))
+def test_gqa_heads():
+    assert valid(t(h=8), t(h=2), t(h=2)).heads_kv == 2  # GQA
+    assert valid(t(h=8), t(h=1), t(h=1)).heads_kv == 1  # MQA
+    with pytest.raises(LaunchError, match="tensor v has H_kv = 4 heads but k has 2"):
+        valid(t(h=8), t(h=2), t(h=4))
+    with pytest.raises(LaunchError, match="q has H = 6 heads but k and v have H_kv = 4; H must be a multiple of H_kv"):
+        valid(t(h=6), t(h=4), t(h=4))
+    with pytest.raises(LaunchError, match="q has H = 4 heads but k and v have H_kv = 8"):
+        valid(t(h=4), t(h=8), t(h=8))
+    with pytest.raises(LaunchError, match="H_kv = 0"):
+        valid(t(h=4), t(h=0), t(h=0))
+    assert valid(t(h=0), t(h=0), t(h=0)).empty
 
 
-def test_seq_multiple_of_128():
-    with pytest.raises(LaunchError, match="tensor q has sequence length S = 200, not a multiple of 128"):
-        valid(t(s=200), t(), t())
-    with pytest.raises(LaunchError, match="tensor k has sequence length S = 130"):
-        valid(t(), t(s=130), t(s=130))
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_head_dims(d):
+    assert valid(t(d=d), t(d=d), t(d=d)).head_dim == d
+
+
+@pytest.mark.parametrize("d", [32, 96, 192, 512])
+def test_other_head_dims_refused(d):
+    with pytest.raises(LaunchError, match=f"head dim D = {d}; b200c kernels support D = 64, 128 or 256"):
+        valid(t(d=d), t(d=d), t(d=d))
+
+
+@pytest.mark.parametrize("s_q,s_kv", [(1, 1), (63, 200), (129, 1), (1000, 4095)])
+def test_any_sequence_length(s_q, s_kv):
+    p = valid(t(s=s_q), t(s=s_kv), t(s=s_kv))
+    assert (p.seq_q, p.seq_kv) == (s_q, s_kv) and p.needs_launch
 
 
 def test_sliced_head_dim_view_rejected():

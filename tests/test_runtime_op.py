@@ -35,7 +35,15 @@ def op_nodes(gm):
 
 def test_op_registered_with_schema():
     schema = str(torch.ops.b200c.attention.default._schema)
-    assert schema.startswith("b200c::attention(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, str target)")
+    assert schema == ("b200c::attention(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, str target, "
+                      "bool causal=False) -> Tensor")
+    schema = str(torch.ops.b200c.attention_lse.default._schema)
+    assert schema == ("b200c::attention_lse(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, "
+                      "str target, bool causal=False) -> (Tensor, Tensor)")
+    schema = str(torch.ops.b200c.attention_varlen.default._schema)
+    assert schema == ("b200c::attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+                      "SymInt max_seqlen_q, SymInt max_seqlen_k, str schedule_json, float softmax_scale, str target, "
+                      "bool causal=False, bool return_lse=False, bool check_seqlens=True) -> (Tensor, Tensor)")
     assert b200c.runtime.attention is api.attention
 
 
@@ -51,14 +59,15 @@ def test_fake_impl_shapes_and_layout():
 
 def test_fake_impl_on_meta_tensors():
     q = torch.empty(1, 2, 128, 128, dtype=BF16, device="meta")
-    out = torch.ops.b200c.attention(q, q, q, SCHED.to_json(), 0.1, "auto")
+    out, lse = torch.ops.b200c.attention_lse(q, q, q, SCHED.to_json(), 0.1, "auto", True)
     assert out.device.type == "meta" and out.shape == q.shape
+    assert lse.device.type == "meta" and lse.shape == (1, 2, 128) and lse.dtype == torch.float32
 
 
 def test_fake_impl_validates_shapes():
     with FakeTensorMode():
-        q = torch.empty(1, 2, 128, 64, dtype=BF16, device="cuda")
-        with pytest.raises(LaunchError, match="head dim D = 64"):
+        q = torch.empty(1, 2, 128, 96, dtype=BF16, device="cuda")
+        with pytest.raises(LaunchError, match="head dim D = 96"):
             torch.ops.b200c.attention(q, q, q, SCHED.to_json(), 0.1, "auto")
 
 
@@ -76,7 +85,8 @@ def test_compile_fullgraph_traces_without_graph_break():
         assert isinstance(out, FakeTensor) and out.shape == (2, 4, 256, 128)
     assert len(graphs) == 1
     (node,) = op_nodes(graphs[0])
-    _, _, _, sched_json, scale, target = node.args
+    _, _, _, sched_json, scale, target, causal = node.args
+    assert causal is False
     assert b200c.Schedule.from_json(sched_json) == SCHED
     assert scale == pytest.approx(128 ** -0.5)
     assert target == "auto"
@@ -203,7 +213,7 @@ def test_attention_generated_validates_first():
 
     q = torch.zeros(1, 2, 128, 128, dtype=BF16)
     with pytest.raises(LaunchError, match="tensor q is on cpu"):
-        attention_generated(q, q, q, generated=None)
+        attention_generated(q, q, q, generated=op.generated_kernel(SCHED.to_json()))
     with pytest.raises(LaunchError, match="dtype torch.float32"):
         attention_generated(q.float(), q, q, generated=None)
 

@@ -1,29 +1,28 @@
 """What the host needs to launch a generated kernel (plain data, JSON-able).
 
-Every generated kernel has the same entry point (also documented at the top of
-each generated file)::
-
-    extern "C" __global__ void b200c_attention(
-        const __grid_constant__ CUtensorMap tmap_q,  // Q, BF16, dims {D, S_q, H, B}
-        const __grid_constant__ CUtensorMap tmap_k,  // K, BF16, dims {D, S_kv, H, B}
-        const __grid_constant__ CUtensorMap tmap_v,  // V, BF16, dims {D, S_kv, H, B}
-        __nv_bfloat16* out,                          // O, BF16, same logical shape as Q
-        int64_t out_stride_b, int64_t out_stride_h, int64_t out_stride_s,  // elements
-        int batch, int heads, int seq_q, int seq_kv,
-        float softmax_scale);                        // natural-log units (1/sqrt(D) by default)
+Every generated kernel has the same entry point, whose parameters are
+written once in :mod:`b200c.codegen.signature` (``ATTENTION_PARAMS``) and
+listed, in order, in :attr:`LaunchInfo.params` for the launcher (and at the
+top of each generated file): three tensor maps (Q, K, V), the output pointer
+and strides, the LSE pointer and strides, the varlen prefix sums, the sizes
+(batch, heads, heads_kv, seq_q, seq_kv), ``causal``, ``pack_heads`` and the
+softmax scale.
 
 Tensor maps (cuTensorMapEncodeTiled, docs/sm100-facts.md §6): rank 4, BF16,
-``globalDim = {D, S, H, B}``, ``globalStrides`` = the tensor's S, H, B strides
+``globalDim = {D, S, H, B}`` (K, V: H_kv heads; varlen: ``{D, total, H, 1}``),
+``globalStrides`` = the tensor's S, H, B strides
 in bytes (so (B,H,S,D) and (B,S,H,D) layouts both work without copies),
 ``boxDim = {tma_box_inner, tma_box_rows, 1, 1}`` (K and V:
 ``tma_kv_box_rows`` when it is set, sm_90a), element strides 1, no
 interleave, ``tma_swizzle``, ``tma_l2_promotion``, out-of-bounds fill zero
 (rows of a Q tile past ``seq_q`` load as zeros and are not stored).
 
-Grid: one CTA per work item (``q_stages`` consecutive Q tiles of one batch and
-head) or, when ``persistent``, min(work items, SM count) CTAs striding over
-work items. Block: ``threads`` (+32 for the emulator warp of the emulation
-target). Dynamic SMEM: ``dynamic_smem_bytes``.
+Grid: one CTA per work item or, when ``persistent``, min(work items, SM count)
+CTAs striding over work items (:meth:`LaunchInfo.num_work_items`). A work
+item is ``q_stages`` consecutive Q tiles of one (sequence, head) or, with
+``pack_heads``, the same Q tile of ``q_stages`` heads of one K/V group.
+Block: ``threads`` (+32 for the emulator warp of the emulation target).
+Dynamic SMEM: ``dynamic_smem_bytes``.
 """
 from __future__ import annotations
 
@@ -96,14 +95,22 @@ class LaunchInfo:
         """Rows per TMA box of K and V."""
         return self.tma_kv_box_rows or self.tma_box_rows
 
-    def num_work_items(self, batch: int, heads: int, seq_q: int) -> int:
-        """Work items for a problem: B * H * ceil(ceil(S_q / block_m) / q_stages)."""
+    def num_work_items(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False) -> int:
+        """Work items of a problem (the kernel's ``num_work``).
+
+        ``B * (H / q_stages if pack_heads else H) * q_groups`` with
+        ``q_groups = ceil(S_q / block_m)`` when ``pack_heads``, else
+        ``ceil(ceil(S_q / block_m) / q_stages)``; ``seq_q`` is the longest
+        query sequence for varlen calls.
+        """
         q_tiles = -(-seq_q // self.block_m)
+        if pack_heads:
+            return batch * (heads // self.q_stages) * q_tiles
         return batch * heads * (-(-q_tiles // self.q_stages))
 
-    def grid(self, batch: int, heads: int, seq_q: int, num_sms: int) -> int:
+    def grid(self, batch: int, heads: int, seq_q: int, num_sms: int, pack_heads: bool = False) -> int:
         """CTAs to launch: one per work item, or min(work items, SMs) if persistent."""
-        n = self.num_work_items(batch, heads, seq_q)
+        n = self.num_work_items(batch, heads, seq_q, pack_heads)
         return min(n, num_sms) if self.persistent else n
 
     def site(self, site_id: int) -> WaitSite | None:

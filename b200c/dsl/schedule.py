@@ -18,7 +18,9 @@ class Schedule:
     """One attention-kernel schedule (all fields immutable).
 
     Tile shape: ``block_m`` x ``block_n`` Q/K tiles of BF16, head dim
-    ``head_dim`` (128). ``block_m`` is the Q rows of one Q stage: 128 on
+    ``head_dim`` (64, 128 or 256 on sm_100a, 128 on sm_90a;
+    ``b200c.attention`` sets it to the inputs' D with ``replace(head_dim=D)``
+    before generating). ``block_m`` is the Q rows of one Q stage: 128 on
     sm_100a (one tcgen05.mma M, the blog's 128x128 tiles), 64 on sm_90a (one
     wgmma M: a consumer warpgroup's rows, FlashAttention-3 §3). ``block_n``
     is the K/V rows per tile: 128 on sm_100a; a multiple of 16 up to 192 on

@@ -4,11 +4,18 @@ generated kernels on PyTorch tensors, as the ``b200c::attention`` custom op.
 Modules: ``build``/``cache`` (kernels on disk), ``driver`` (cuda-bindings:
 load, tensor maps), ``launcher`` (the cached per-call path), ``op`` (the
 custom op, fake and autograd impls), ``api`` (``b200c.attention``),
+``varlen`` (packed variable-length calls), ``sdpa`` (the SDPA drop-in),
+``params`` (the parameter block, packed from the kernel's signature),
 ``fake_driver`` (a driver stand-in for CPU-only tests and measurements).
 
 Public API:
-    attention(q, k, v, *, schedule, softmax_scale=None, layout="bhsd", target="auto") -> Tensor
-    attention_generated(q, k, v, generated_kernel, *, softmax_scale=None, target="auto") -> Tensor
+    attention(q, k, v, *, schedule, causal=False, softmax_scale=None, return_lse=False, layout="bhsd",
+              target="auto") -> Tensor | (Tensor, Tensor)
+    attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule, ...)
+    scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                                 scale=None, enable_gqa=False, *, schedule=None, target="auto") -> Tensor
+    attention_generated(q, k, v, generated_kernel, *, causal=False, softmax_scale=None, return_lse=False,
+                        target="auto")
     build(generated_kernel, target) -> BuiltKernel
     build_many([(name, generated_kernel), ...], target, jobs=None, progress=True) -> [BuiltKernel]
     check_hang(kernel=None), synchronize(device=None)   bounded-wait reports (emulation)
@@ -22,6 +29,8 @@ from .build import BuiltKernel, build, build_many
 _LAZY = {
     "attention": ".api",
     "attention_generated": ".api",
+    "attention_varlen": ".api",
+    "scaled_dot_product_attention": ".sdpa",
     "check_hang": ".driver",
     "synchronize": ".driver",
     "validate_inputs": ".inputs",
@@ -39,5 +48,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'b200c.runtime' has no attribute {name!r}")
 
 
-__all__ = ["attention", "attention_generated", "build", "build_many", "BuiltKernel", "check_hang",
-           "synchronize", "validate_inputs", "Problem"]
+__all__ = ["attention", "attention_generated", "attention_varlen", "scaled_dot_product_attention", "build",
+           "build_many", "BuiltKernel", "check_hang", "synchronize", "validate_inputs", "Problem"]

@@ -1,4 +1,4 @@
-"""``b200c.attention``: the user-facing PyTorch entry point.
+"""``b200c.attention`` and ``b200c.attention_varlen``: the user-facing PyTorch entry points.
 
 Eager calls on plain CUDA tensors that need no autograd take a direct path:
 the schedule's validated JSON comes from a cache (per Schedule object, or per
@@ -6,14 +6,13 @@ schedule file as long as none of the files it was built from changed on disk)
 and the launch from :mod:`b200c.runtime.launcher` (per tensor pointers,
 shapes, strides). Everything else (torch.compile tracing, fake/meta tensors,
 tensor subclasses, dispatch or function modes, functorch transforms, JIT
-tracing, inputs that require grad) goes through the registered custom op
-``torch.ops.b200c.attention``, which reaches the same launcher.
+tracing, inputs that require grad) goes through the registered custom ops
+``torch.ops.b200c.attention`` (``attention_lse`` with ``return_lse``) and
+``torch.ops.b200c.attention_varlen``, which reach the same launcher.
 """
 from __future__ import annotations
 
 import functools
-import math
-import numbers
 import os
 import time
 import weakref
@@ -23,7 +22,8 @@ import torch
 from ..dsl import Schedule
 from ..errors import BuildError, LaunchError, ScheduleError
 from . import launcher, op  # op: registers torch.ops.b200c.attention
-from .inputs import check_tensor_types
+from .inputs import check_tensor_types, flag_value, softmax_scale_value
+from .varlen import seqlen_value
 
 _TARGETS = frozenset(("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate", "sm90a", "sm_90a", "sm_90", "sm90"))
 _LAYOUTS = frozenset(("bhsd", "bshd"))
@@ -217,26 +217,7 @@ def _check_options(target, layout) -> None:
         raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
 
 
-def _check_scale(softmax_scale) -> float | None:
-    """None, or the scale as a finite float.
-
-    Raises:
-        LaunchError: not a real number (e.g. a string), or NaN/infinite.
-    """
-    if softmax_scale is None:
-        return None
-    if type(softmax_scale) is float:
-        value = softmax_scale
-    elif isinstance(softmax_scale, numbers.Real) and not isinstance(softmax_scale, bool):
-        value = float(softmax_scale)
-    else:
-        raise LaunchError(
-            f"softmax_scale={softmax_scale!r} ({type(softmax_scale).__name__}) must be a real number in "
-            "natural-log units, e.g. 0.0884 (= 1/sqrt(128)), or None for 1/sqrt(D)"
-        )
-    if not math.isfinite(value):
-        raise LaunchError(f"softmax_scale={value} must be finite; use e.g. 0.0884 (= 1/sqrt(128)) or None for 1/sqrt(D)")
-    return value
+_check_scale = softmax_scale_value  # None, or a float the kernel computes right (raises LaunchError)
 
 
 def _direct_path_ok(q, k, v) -> bool:
@@ -271,59 +252,106 @@ except AttributeError:  # a torch without these internals: always use the dispat
     DIRECT_PATH = False  # reported by scripts/host_overhead.py
 
 
-# ---- the entry point ----------------------------------------------------------------
+# ---- the entry points ---------------------------------------------------------------
 
 
-def attention(q, k, v, *, schedule, softmax_scale: float | None = None, layout: str = "bhsd",
-              target: str = "auto") -> torch.Tensor:
+def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, return_lse: bool = False,
+              layout: str = "bhsd", target: str = "auto"):
     if torch.compiler.is_compiling():
-        return _attention_traced(q, k, v, schedule, softmax_scale, layout, target)
+        return _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target)
     if not (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor):
         check_tensor_types(q, k, v)  # subclasses (fake tensors, Parameters) pass; anything else raises
     if target not in _TARGETS or layout not in _LAYOUTS:
         _check_options(target, layout)
+    if causal is not False and causal is not True:
+        causal = flag_value("causal", causal)
+    if return_lse is not False and return_lse is not True:
+        return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
     schedule_json = _schedule_json(schedule)  # the schedule first: its errors come before tensor/device ones
     if _direct_path_ok(q, k, v):
-        return op.run_schedule(q, k, v, schedule_json, scale, target, layout)
-    return _call_op(q, k, v, schedule_json, scale, layout, target)
+        out, lse = op.run_schedule(q, k, v, schedule_json, scale, target, layout, causal, return_lse)
+        return (out, lse) if return_lse else out
+    return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse)
 
 
-def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str) -> torch.Tensor:
+def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str, causal: bool,
+             return_lse: bool):
     if layout == "bshd":  # views only: the kernel reads any strides
         q, k, v = (t.transpose(1, 2) if t.dim() == 4 else t for t in (q, k, v))
     if scale is None:
         scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 and q.shape[-1] > 0 else 1.0
-    out = torch.ops.b200c.attention(q, k, v, schedule_json, scale, target)
+    if return_lse:
+        out, lse = torch.ops.b200c.attention_lse(q, k, v, schedule_json, scale, target, causal)
+        return (out.transpose(1, 2) if layout == "bshd" else out), lse
+    out = torch.ops.b200c.attention(q, k, v, schedule_json, scale, target, causal)
     return out.transpose(1, 2) if layout == "bshd" else out
 
 
-def _attention_traced(q, k, v, schedule, softmax_scale, layout, target) -> torch.Tensor:
+def _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target):
     check_tensor_types(q, k, v)
     _check_options(target, layout)
+    causal = flag_value("causal", causal)
+    return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
-    return _call_op(q, k, v, _traced_schedule_json(schedule), scale, layout, target)
+    return _call_op(q, k, v, _traced_schedule_json(schedule), scale, layout, target, causal, return_lse)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule,
+                     causal: bool = False, softmax_scale=None, return_lse: bool = False, target: str = "auto",
+                     check_seqlens: bool = True):
+    if not torch.compiler.is_compiling():
+        check_tensor_types(q, k, v)
+    if target not in _TARGETS:
+        _check_options(target, "bhsd")
+    max_seqlen_q = seqlen_value("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = seqlen_value("max_seqlen_k", max_seqlen_k)
+    causal = flag_value("causal", causal)
+    return_lse = flag_value("return_lse", return_lse)
+    check_seqlens = flag_value("check_seqlens", check_seqlens)
+    scale = _check_scale(softmax_scale)
+    if torch.compiler.is_compiling():
+        schedule_json = _traced_schedule_json(schedule)
+    else:
+        schedule_json = _schedule_json(schedule)
+        if (_direct_path_ok(q, k, v) and type(cu_seqlens_q) is _Tensor and type(cu_seqlens_k) is _Tensor):
+            out, lse = op.run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                              schedule_json, scale, target, causal, return_lse, check_seqlens)
+            return (out, lse) if return_lse else out
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
+    if scale is None:
+        scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 and q.shape[-1] > 0 else 1.0
+    out, lse = torch.ops.b200c.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                schedule_json, scale, target, causal, return_lse, check_seqlens)
+    return (out, lse) if return_lse else out
 
 
 def _set_doc() -> None:
     import b200c
 
     attention.__doc__ = b200c.attention.__doc__
+    attention_varlen.__doc__ = b200c.attention_varlen.__doc__
 
 
 _set_doc()
 
 
-def attention_generated(q, k, v, generated, *, softmax_scale: float | None = None, target: str = "auto") -> torch.Tensor:
+def attention_generated(q, k, v, generated, *, causal: bool = False, softmax_scale=None,
+                        return_lse: bool = False, target: str = "auto"):
     """Run a :class:`b200c.codegen.GeneratedKernel` directly (eager only, no custom op, no autograd).
 
     For kernels that are not a Schedule (e.g. hand-edited or deliberately
-    broken variants in tests). q, k, v are logical (B, H, S, D); same rules,
-    result and errors as :func:`b200c.attention`. The build is cached on
-    disk by source text and the launch per tensor pointers/shapes/strides.
+    broken variants in tests). q is logical (B, H, S_q, D), k and v
+    (B, H_kv, S_kv, D) with D the kernel's head dim; same rules, result and
+    errors as :func:`b200c.attention`. The build is cached on disk by source
+    text and the launch per tensor pointers/shapes/strides.
     """
     check_tensor_types(q, k, v)
     _check_options(target, "bhsd")
+    causal = flag_value("causal", causal)
+    return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         from ..errors import BackwardNotSupportedError
@@ -332,4 +360,5 @@ def attention_generated(q, k, v, generated, *, softmax_scale: float | None = Non
             "attention_generated has no autograd formula; pass detached q, k, v or call it under torch.no_grad() "
             "(b200c.attention supports inputs that require grad, forward only)"
         )
-    return launcher.run(generated, target, "bhsd", q, k, v, scale, op.kernel_for_generated)
+    out, lse = launcher.run(generated, target, "bhsd", q, k, v, scale, op.GENERATED, causal, return_lse)
+    return (out, lse) if return_lse else out

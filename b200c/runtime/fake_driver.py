@@ -6,8 +6,9 @@ per-call path of :func:`b200c.attention` touches on a GPU: the driver module
 ``cuTensorMapEncodeTiled``, ``cuDriverGetVersion``), kernel building/loading
 (a LoadedKernel with the schedule's real LaunchInfo, no cubin), the device
 queries and PyTorch's current stream, and lets CPU tensors pass the CUDA
-device rule. Launches are recorded with the parameter block decoded, so a
-test can check exactly what the kernel would receive.
+device rule (also in the SDPA drop-in). Launches are recorded with the
+parameter block decoded by the kernel's own signature (``LaunchInfo.params``),
+so a test can check exactly what the kernel would receive, by parameter name.
 
 Nothing here is used by the real runtime.
 """
@@ -22,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from . import api, driver, inputs, launcher, op
+from . import api, driver, inputs, launcher, op, sdpa
+from .params import decode
 from .api import _no_tracing
 from .build import BuiltKernel
 
@@ -32,17 +34,57 @@ _grad_enabled = torch.is_grad_enabled
 
 @dataclass
 class Launch:
-    """One recorded ``cuLaunchKernel``, with the parameter block decoded."""
+    """One recorded ``cuLaunchKernel``, with the parameter block decoded.
+
+    ``params`` maps each parameter name of the kernel's signature to its
+    value (bytes for tensor maps, ints for pointers and integers, a float for
+    the scale); the properties are shortcuts into it.
+    """
 
     grid: int
     block: int
     smem: int
     stream: int
-    maps: tuple  # three 128-byte tensor maps (bytes)
-    out_ptr: int
-    out_strides: tuple
-    sizes: tuple  # (B, H, S_q, S_kv)
-    scale: float
+    params: dict
+    kernel: object = None  # the kernel's LaunchInfo (its schedule name, q_stages, head_dim, ...)
+
+    @property
+    def maps(self) -> tuple:
+        """The three 128-byte tensor maps (q, k, v)."""
+        return self.params["tmap_q"], self.params["tmap_k"], self.params["tmap_v"]
+
+    @property
+    def out_ptr(self) -> int:
+        return self.params["out"]
+
+    @property
+    def out_strides(self) -> tuple:
+        return tuple(self.params[f"out_stride_{d}"] for d in "bhs")
+
+    @property
+    def lse_ptr(self) -> int:
+        return self.params["lse"]
+
+    @property
+    def lse_strides(self) -> tuple:
+        return tuple(self.params[f"lse_stride_{d}"] for d in "bhs")
+
+    @property
+    def sizes(self) -> tuple:
+        """(B, H, S_q, S_kv)."""
+        return tuple(self.params[n] for n in ("batch", "heads", "seq_q", "seq_kv"))
+
+    @property
+    def scale(self) -> float:
+        return self.params["softmax_scale"]
+
+
+class FakeFunction:
+    """The fake CUfunction: carries the kernel's LaunchInfo (its parameter spec decodes the launches)."""
+
+    def __init__(self, info):
+        self.info = info
+        self.spec = info.params
 
 
 @dataclass
@@ -67,14 +109,7 @@ class FakeDriver:
 
         def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
             if fd.record:
-                p = (ctypes.c_void_p * 12).from_address(params)
-                fd.launches.append(Launch(
-                    gx, bx, smem, int(stream), tuple(ctypes.string_at(p[i], 128) for i in range(3)),
-                    ctypes.c_uint64.from_address(p[3]).value,
-                    tuple(ctypes.c_int64.from_address(p[i]).value for i in range(4, 7)),
-                    tuple(ctypes.c_int32.from_address(p[i]).value for i in range(7, 11)),
-                    ctypes.c_float.from_address(p[11]).value,
-                ))
+                fd.launches.append(Launch(gx, bx, smem, int(stream), decode(f.spec, params), f.info))
             return (ok,)
 
         def memset(ptr, value, n, stream):
@@ -144,7 +179,8 @@ def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000
         block = generated.launch.threads + (32 if target == "emulate" else 0)
         masks = (0, 2 * num_sms) if target == "emulate" else None
         report = driver.HangReport() if target == "emulate" else None
-        return driver.LoadedKernel(built, device, object(), None, object(), num_sms, block, report, masks)
+        func = FakeFunction(generated.launch)
+        return driver.LoadedKernel(built, device, object(), None, func, num_sms, block, report, masks)
 
     mp.setattr(driver, "_cu", lambda: mod)
     mp.setattr(driver, "_driver_version", None)
@@ -155,6 +191,7 @@ def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000
     mp.setattr(launcher, "_get_raw_stream", lambda device: 7)
     mp.setattr(launcher, "_current_device", lambda: -1)  # CPU tensors report device -1
     mp.setattr(api, "_direct_path_ok", _direct_path_ok_on_cpu)
+    mp.setattr(sdpa, "_device_reason", lambda q, k, v: None)
     launcher.clear()
     try:
         yield fd

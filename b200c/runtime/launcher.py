@@ -1,30 +1,31 @@
 """The per-call host path: cached launches of loaded kernels.
 
 A launch *entry* is everything one call needs that depends only on the kernel
-and on q, k, v's data pointers, shapes, strides, dtypes and device: the
-validated problem, the grid, the three tensor maps and the kernel's parameter
-block (a ctypes buffer plus the ``void*[]`` array ``cuLaunchKernel`` takes).
-Entries are keyed by exactly those inputs, so a call whose tensors match an
-earlier one only allocates the output, writes its pointer (and the softmax
-scale) into the block and calls ``cuLaunchKernel``; anything else (another
-pointer, shape, stride, dtype, device, layout, schedule or target) misses,
-is validated in full and gets its own entry. Tensor maps are also cached on
+and on the call's tensors' data pointers, shapes, strides, dtypes and device
+and its options (causal, LSE requested): the validated problem, the grid, the
+three tensor maps and the kernel's parameter block. Entries are keyed by
+exactly those inputs, so a call whose tensors match an earlier one only
+allocates the output (and the LSE), writes their pointers (and the softmax
+scale) into the block and calls ``cuLaunchKernel``; anything else misses, is
+validated in full and gets its own entry. Tensor maps are also cached on
 their own by (pointer, shape, strides, box, swizzle, L2 promotion, device).
 
-Kernel parameters (codegen/launch.py contract, in order): three 128-byte
-CUtensorMaps (q, k, v; logical (B, H, S, D)), ``out`` pointer, three int64
-out strides (B, H, S; elements), four int32 (B, H, S_q, S_kv), float32
-softmax scale.
+Kernel parameters are packed by name from the kernel's entry signature
+(``LaunchInfo.params``, written once in :mod:`b200c.codegen.signature`;
+:mod:`b200c.runtime.params`): :func:`kernel_arguments` gives every value the
+runtime knows under its parameter name; ``out``, ``lse`` and
+``softmax_scale`` are rewritten per call.
+
+Dense calls: :func:`run`; varlen calls: :mod:`b200c.runtime.varlen`.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 
 import torch
 
 from . import driver
-from .inputs import check_grid, empty_result, validate_inputs
+from .inputs import check_grid, check_work_items, empty_result
 
 MAX_ENTRIES = 256
 MAX_MAPS = 1024
@@ -52,43 +53,84 @@ def clear() -> None:
     _maps.clear()
 
 
+def pack_heads(q_stages: int, heads: int, heads_kv: int, seq_q: int, causal: bool, varlen: bool) -> bool:
+    """Whether a launch packs heads: a work item's Q stages are ``q_stages`` consecutive query
+    heads (the same Q tile) of one K/V group, so each K/V tile is loaded once for all of them.
+
+    Valid only when ``(H / H_kv) % q_stages == 0`` (so also ``H % q_stages == 0``) and
+    ``q_stages > 1``. Chosen when it pays over the default (``q_stages`` consecutive Q tiles
+    of one head per work item):
+
+    * ``ceil(S_q / 128) % q_stages != 0``: the last work item of every head would leave
+      Q stages idle (e.g. ``S_q <= 128 * (q_stages - 1)``: decoding, short prompts);
+    * ``causal``: the Q tiles of one item would visit the K/V tiles of the last one's
+      diagonal, the packed heads share one diagonal;
+    * varlen: sequences of any length, so some items would be part-idle.
+
+    Otherwise (non-causal dense, whole items) both modes do the same work and the
+    default keeps neighbouring Q tiles of one head together.
+    """
+    if q_stages <= 1 or heads_kv <= 0 or (heads // heads_kv) % q_stages != 0:
+        return False
+    return causal or varlen or (-(-seq_q // 128)) % q_stages != 0
+
+
+def kernel_arguments(problem, maps, out_strides, lse_strides, causal: bool, pack: bool, default_scale: float,
+                     cu_seqlens=(0, 0)) -> dict:
+    """Every kernel parameter value the runtime knows, by its name in :mod:`b200c.codegen.signature`.
+
+    ``out`` and ``lse`` are 0 (null) here and written per call; a new kernel
+    parameter needs its value added here, not a new layout.
+    """
+    return {
+        "tmap_q": maps[0], "tmap_k": maps[1], "tmap_v": maps[2],
+        "out": 0, "out_stride_b": out_strides[0], "out_stride_h": out_strides[1], "out_stride_s": out_strides[2],
+        "lse": 0, "lse_stride_b": lse_strides[0], "lse_stride_h": lse_strides[1], "lse_stride_s": lse_strides[2],
+        "cu_seqlens_q": cu_seqlens[0], "cu_seqlens_k": cu_seqlens[1],
+        "batch": problem.batch, "heads": problem.heads, "heads_kv": problem.heads_kv,
+        "seq_q": problem.seq_q, "seq_kv": problem.seq_kv,
+        "causal": int(causal), "pack_heads": int(pack), "softmax_scale": default_scale,
+    }
+
+
 class Entry:
     """One cached launch configuration (see the module docstring).
 
     Attributes:
         lk: the LoadedKernel.
+        problem: the validated Problem.
         grid, block, smem: launch dimensions and dynamic SMEM bytes.
+        pack_heads: whether work items pack heads (:func:`pack_heads`).
         default_scale: 1 / sqrt(D), used when the call passes no scale.
-        params: the ``void*[12]`` array (its address is passed to cuLaunchKernel).
+        lse_shape: shape of the LSE to allocate per call, None when not requested.
+        device: CUDA device ordinal; torch_device: the same as a torch.device.
+        block_params: the :class:`~b200c.runtime.params.ParamBlock`.
     """
 
-    __slots__ = ("lk", "device", "grid", "block", "smem", "default_scale", "buf", "params", "params_addr",
-                 "out_ptr", "scale", "masks", "hang", "problem", "_cu", "_ok", "_ctx_errors", "_launch", "_memset")
+    __slots__ = ("lk", "device", "torch_device", "grid", "block", "smem", "default_scale", "block_params",
+                 "params_addr", "out_ptr", "lse_ptr", "scale", "masks", "hang", "problem", "pack_heads", "lse_shape",
+                 "_cu", "_ok", "_ctx_errors", "_launch", "_memset")
 
-    def __init__(self, lk, problem, grid: int, maps: list[bytes], out_strides: tuple[int, int, int]):
+    def __init__(self, lk, problem, grid: int, values: dict, pack: bool, lse_shape, torch_device):
+        from .params import ParamBlock
+
         info = lk.built.launch
         self.lk = lk
         self.device = lk.device
+        self.torch_device = torch_device
         self.problem = problem
         self.grid = grid
         self.block = lk.block
         self.smem = info.dynamic_smem_bytes
-        self.default_scale = problem.head_dim ** -0.5
-        # 3 x 128 B maps (64-byte aligned), then 8 B slots for the scalars
-        buf = (ctypes.c_uint8 * (64 + 3 * 128 + 9 * 8))()
-        base = (ctypes.addressof(buf) + 63) & ~63
-        addrs = [base + 128 * i for i in range(3)] + [base + 384 + 8 * i for i in range(9)]
-        for a, m in zip(addrs, maps):
-            ctypes.memmove(a, m, 128)
-        self.out_ptr = ctypes.c_uint64.from_address(addrs[3])
-        for a, st in zip(addrs[4:7], out_strides):
-            ctypes.c_int64.from_address(a).value = st
-        for a, n in zip(addrs[7:11], (problem.batch, problem.heads, problem.seq_q, problem.seq_kv)):
-            ctypes.c_int32.from_address(a).value = n
-        self.scale = ctypes.c_float.from_address(addrs[11])
-        self.buf = buf
-        self.params = (ctypes.c_void_p * 12)(*addrs)
-        self.params_addr = ctypes.addressof(self.params)
+        self.pack_heads = pack
+        self.lse_shape = lse_shape
+        self.default_scale = values["softmax_scale"]
+        block = ParamBlock(info.params, values)
+        self.block_params = block
+        self.params_addr = block.array_addr
+        self.out_ptr = block.slot("out")
+        self.lse_ptr = block.slot("lse")
+        self.scale = block.slot("softmax_scale")
         self.masks = lk.emu_masks  # emulator: TMEM alloc masks zeroed before each launch
         self.hang = lk.hang_report
         cu = driver._cu()
@@ -98,8 +140,8 @@ class Entry:
         self._launch = cu.cuLaunchKernel
         self._memset = cu.cuMemsetD32Async
 
-    def launch(self, out: torch.Tensor, scale: float | None) -> None:
-        """Write ``out``'s pointer and the scale into the block and enqueue the kernel (asynchronous).
+    def launch(self, out: torch.Tensor, lse: torch.Tensor | None, scale: float | None) -> None:
+        """Write ``out``'s and ``lse``'s pointers and the scale into the block and enqueue the kernel (asynchronous).
 
         Raises:
             BarrierTimeoutError: an earlier launch of this kernel timed out.
@@ -109,12 +151,12 @@ class Entry:
             driver.check_hang(self.lk)
         if _current_device() != self.device:
             with torch.cuda.device(self.device):
-                self._enqueue(out, scale, True)
+                self._enqueue(out, lse, scale, True)
             _bound.ctx = None  # leaving the device context made another context current
         else:
-            self._enqueue(out, scale, False)
+            self._enqueue(out, lse, scale, False)
 
-    def _enqueue(self, out, scale, force_ctx: bool) -> None:
+    def _enqueue(self, out, lse, scale, force_ctx: bool) -> None:
         ctx = self.lk.context
         if force_ctx or getattr(_bound, "ctx", None) is not ctx:
             driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
@@ -122,6 +164,7 @@ class Entry:
         stream = _get_raw_stream(self.device)
         with _launch_lock:
             self.out_ptr.value = out.data_ptr()
+            self.lse_ptr.value = 0 if lse is None else lse.data_ptr()
             self.scale.value = self.default_scale if scale is None else scale
             for retry in (False, True):
                 what, err = "cuLaunchKernel", self._ok
@@ -148,59 +191,118 @@ class Entry:
             )
 
 
-def run(token, target: str, layout: str, q, k, v, scale: float | None, kernel_for_device) -> torch.Tensor:
-    """Attention on CUDA tensors through the entry cache; returns the output (allocated here).
+_F32 = torch.float32
+
+
+def check_sm90a_call(lk, causal: bool, return_lse: bool, gqa: bool, varlen: bool) -> None:
+    """Refuse what the native Hopper kernel does not compute yet: the sm90a
+    backend generates dense, non-causal attention without the LSE, one K/V
+    head per query head (b200c/codegen/sm90: its work items are (b, h, Q tile)).
+
+    Raises:
+        LaunchError: naming the feature and what to use instead.
+    """
+    if lk.built.target != "sm90a":
+        return
+    asked = [name for name, on in (("causal=True", causal), ("return_lse=True", return_lse),
+                                   ("GQA/MQA (k, v with fewer heads than q)", gqa), ("varlen", varlen)) if on]
+    if asked:
+        from ..errors import LaunchError
+
+        raise LaunchError(
+            f"{', '.join(asked)}: the native Hopper kernel (target 'sm90a') computes dense non-causal attention "
+            f"without the LSE so far; use target='emulate' (the sm100a kernel, correctness only) or torch SDPA "
+            f"(b200c.scaled_dot_product_attention falls back by itself)"
+        )
+
+
+def run(token, target: str, layout: str, q, k, v, scale: float | None, source, causal: bool = False,
+        return_lse: bool = False):
+    """Attention on CUDA tensors through the entry cache; returns ``(out, lse)`` (allocated here).
 
     Args:
         token: identifies the kernel source (the schedule's JSON, or a GeneratedKernel).
-        target: the target as given (part of the key; resolved by ``kernel_for_device``).
+        target: the target as given (part of the key; resolved by ``source.load``).
         layout: ``"bhsd"`` or ``"bshd"``: q, k, v and the result are (B, H, S, D)
             or (B, S, H, D); no copies either way.
-        q, k, v: bfloat16 tensors (validated in full on a miss).
-        scale: softmax scale in natural-log units, None for 1 / sqrt(D).
-        kernel_for_device: ``f(token, target, device_ordinal) -> LoadedKernel``,
-            called on a miss (e.g. :func:`b200c.runtime.op.loaded_kernel`).
+        q, k, v: bfloat16 tensors (validated in full on a miss); k, v may have
+            fewer heads (GQA).
+        scale: softmax scale in natural-log units (checked), None for 1 / sqrt(D).
+        source: where kernels come from, used on a miss (:data:`b200c.runtime.op.SCHEDULES`
+            or :data:`~b200c.runtime.op.GENERATED`): ``source.specialize(token, head_dim)``
+            (the token of the kernel for the inputs' head dim; raises ResourceError /
+            LaunchError when there is none) and ``source.load(token, target, device) -> LoadedKernel``.
+        causal: bottom-right aligned causal mask.
+        return_lse: also return the log-sum-exp, FP32 (B, H, S_q); else ``lse`` is None.
 
     Raises:
-        LaunchError, UnsupportedDeviceError, BuildError, ScheduleError,
+        LaunchError, UnsupportedDeviceError, BuildError, ScheduleError, ResourceError,
         BarrierTimeoutError: as :func:`b200c.attention`.
     """
-    key = (token, target, layout, q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape, v.shape,
-           q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.get_device())
+    key = (token, target, layout, causal, return_lse, q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape,
+           v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.get_device())
     e = _entries.get(key)
     if e is None:
-        e = _new_entry(key, layout, q, k, v, kernel_for_device)
+        e = _new_entry(key, layout, q, k, v, source, causal, return_lse)
         if not isinstance(e, Entry):
             return e  # an empty problem's result (no launch)
     out = torch.empty_like(q)
-    e.launch(out, scale)
-    return out
+    if return_lse:
+        lse = torch.empty(e.lse_shape, dtype=_F32, device=e.torch_device)
+        e.launch(out, lse, scale)
+        return out, lse
+    e.launch(out, None, scale)
+    return out, None
 
 
-def _new_entry(key, layout: str, q, k, v, kernel_for_device):
+def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool):
+    from . import inputs
+
     views = (q, k, v) if layout == "bhsd" else tuple(t.transpose(1, 2) for t in (q, k, v))
-    problem = validate_inputs(*views)
+    problem = inputs.validate_inputs(*views, check_device=False)
     if not problem.needs_launch:
+        inputs._check_devices(dict(zip("qkv", views)))
         r = empty_result(views[0], problem)
-        return r if layout == "bhsd" else r.transpose(1, 2)
+        lse = None
+        if return_lse:
+            fill = float("-inf") if problem.seq_kv == 0 else 0.0
+            lse = torch.full((problem.batch, problem.heads, problem.seq_q), fill, dtype=_F32, device=q.device)
+        return (r if layout == "bhsd" else r.transpose(1, 2)), lse
+    token = source.specialize(key[0], problem.head_dim)  # a schedule that cannot hold D raises here
+    inputs._check_devices(dict(zip("qkv", views)))
     device = q.get_device()
-    lk = kernel_for_device(key[0], key[1], device)
+    lk = source.load(token, key[1], device)
+    check_sm90a_call(lk, causal, return_lse, problem.heads != problem.heads_kv, False)
     info = lk.built.launch
-    grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms)
+    pack = pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, causal, False)
+    n_work = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack)
+    check_work_items(n_work)
+    grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms, pack)
     check_grid(grid)
     maps = [tensor_map(n, t, info, device) for n, t in zip("qkv", views)]
     sample = torch.empty_like(q)  # empty_like's strides depend only on q's shape and strides
     out_view = sample if layout == "bhsd" else sample.transpose(1, 2)
-    e = Entry(lk, problem, grid, maps, tuple(out_view.stride()[:3]))
+    b, h, s = problem.batch, problem.heads, problem.seq_q
+    lse_shape = (b, h, s) if return_lse else None
+    lse_strides = (h * s, s, 1) if return_lse else (0, 0, 0)
+    values = kernel_arguments(problem, maps, tuple(out_view.stride()[:3]), lse_strides, causal, pack,
+                              problem.head_dim ** -0.5)
+    e = Entry(lk, problem, grid, values, pack, lse_shape, q.device)
+    remember(key, e)
+    return e
+
+
+def remember(key, e: Entry) -> None:
+    """Cache entry ``e`` under ``key`` (dropping the older half when full)."""
     if len(_entries) >= MAX_ENTRIES:
         for old in list(_entries)[: MAX_ENTRIES // 2]:
             _entries.pop(old, None)
     _entries[key] = e
-    return e
 
 
 def tensor_map(name: str, t, info, device: int) -> bytes:
-    """The (cached) 128-byte tensor map of logical (B, H, S, D) tensor ``t`` for a kernel's launch info."""
+    """The (cached) 128-byte tensor map of logical (B, H, S, D) tensor ``t`` for a kernel's launch info
+    (k and v: H_kv heads; varlen: the (1, H, total, D) view of a packed tensor)."""
     key = (t.data_ptr(), tuple(t.shape), t.stride(), info.tma_box_inner, info.tma_box_rows, info.tma_swizzle,
            info.tma_l2_promotion, device)
     m = _maps.get(key)

@@ -1,15 +1,20 @@
-"""The ``b200c::attention`` torch.library custom op (real, fake and autograd impls).
+"""The ``b200c::attention``, ``b200c::attention_lse`` and ``b200c::attention_varlen`` torch.library custom ops
+(real, fake and autograd impls).
 
-Schedules cross the op boundary as ``Schedule.to_json()`` text; the generated
-kernel is cached per JSON string, the built+loaded kernel per (JSON, target,
-device) and each launch configuration per tensor pointers/shapes/strides
-(:mod:`b200c.runtime.launcher`), so a repeated call only launches. The fake
-impl only propagates shapes, so ``torch.compile(fullgraph=True)`` traces
-calls without touching data.
+Schedules cross the op boundary as ``Schedule.to_json()`` text; the runtime
+specializes it to the inputs' head dim (:func:`specialized_json`), the
+generated kernel is cached per JSON string, the built+loaded kernel per
+(JSON, target, device) and each launch configuration per tensor
+pointers/shapes/strides and options (:mod:`b200c.runtime.launcher`), so a
+repeated call only launches. ``b200c::attention`` returns ``out``,
+``b200c::attention_lse`` ``(out, lse)``; ``b200c::attention_varlen`` returns
+``(out, lse)``, lse an empty FP32 tensor unless ``return_lse``. The fake impls only propagate shapes
+(and check the inputs and that the schedule holds their head dim), so
+``torch.compile(fullgraph=True)`` traces calls without touching data.
 
-The kernels are forward-only. The op's autograd formula makes that work with
+The kernels are forward-only. The ops' autograd formulas make that work with
 inputs that require grad, in eager mode and under ``torch.compile``: the
-forward runs, and only a backward pass through the op raises
+forward runs, and only a backward pass through an op raises
 :class:`b200c.BackwardNotSupportedError` (from ``b200c::attention_backward``,
 whose fake impl lets AOT autograd trace the backward graph).
 """
@@ -100,27 +105,175 @@ def loaded_kernel(schedule_json: str, target: str, device: int):
     return lk
 
 
-def run_schedule(q, k, v, schedule_json: str, softmax_scale: float | None, target: str, layout: str = "bhsd"):
+_specialized: dict[tuple[str, int], object] = {}
+
+
+def specialized_json(schedule_json: str, head_dim: int) -> str:
+    """The schedule JSON with ``head_dim`` set to the inputs' D (``schedule.replace(head_dim=D)``),
+    checked against the hardware budgets (``b200c.plan``); cached, failures too.
+
+    Raises:
+        ResourceError: the schedule cannot hold D (e.g. two Q stages at D = 256 need
+            768 of 512 TMEM columns); the message names the budget and what to change.
+        ScheduleError: another rule breaks at this head dim.
+    """
+    key = (schedule_json, head_dim)
+    hit = _specialized.get(key)
+    if hit is None:
+        hit = _specialize(schedule_json, head_dim)
+        if len(_specialized) >= 512:
+            _specialized.clear()
+        _specialized[key] = hit
+    if isinstance(hit, Exception):
+        raise hit
+    return hit
+
+
+def _specialize(schedule_json: str, head_dim: int):
+    import b200c
+    from ..errors import ScheduleError
+
+    s = b200c.Schedule.from_json(schedule_json)
+    if s.head_dim == head_dim:
+        return schedule_json
+    t = s.replace(head_dim=head_dim)
+    try:
+        b200c.plan(t)
+    except ScheduleError as e:
+        hint = (f"pass a schedule that holds D = {head_dim} (b200c.dsl.presets.default_schedule({head_dim}) does), "
+                "or use torch.nn.functional.scaled_dot_product_attention (b200c.scaled_dot_product_attention "
+                "falls back to it)")
+        return type(e)(f"schedule {s.name!r} at the inputs' head dim D = {head_dim}: {e}; {hint}")
+    return t.to_json()
+
+
+class _Schedules:
+    """Kernel source of schedule-JSON tokens (see :func:`b200c.runtime.launcher.run`)."""
+
+    @staticmethod
+    def specialize(token: str, head_dim: int) -> str:
+        return specialized_json(token, head_dim)
+
+    @staticmethod
+    def load(token: str, target: str, device: int):
+        return loaded_kernel(token, target, device)
+
+
+class _Generated:
+    """Kernel source of GeneratedKernel tokens: no specialization, the head dim must match."""
+
+    @staticmethod
+    def specialize(generated, head_dim: int):
+        if generated.launch.head_dim != head_dim:
+            from ..errors import LaunchError
+
+            raise LaunchError(
+                f"kernel {generated.launch.name!r} was generated for head dim {generated.launch.head_dim} but the "
+                f"inputs have D = {head_dim}; generate it from schedule.replace(head_dim={head_dim})"
+            )
+        return generated
+
+    @staticmethod
+    def load(generated, target: str, device: int):
+        return kernel_for_generated(generated, target, device)
+
+
+SCHEDULES = _Schedules()
+GENERATED = _Generated()
+
+
+def run_schedule(q, k, v, schedule_json: str, softmax_scale: float | None, target: str, layout: str = "bhsd",
+                 causal: bool = False, return_lse: bool = False):
     """Launch the kernel of a (validated) schedule JSON on CUDA tensors; the op's real impl.
 
     ``layout`` says whether q, k, v (and the result) are (B, H, S, D) or
-    (B, S, H, D); see :func:`b200c.runtime.launcher.run`.
+    (B, S, H, D); see :func:`b200c.runtime.launcher.run`. Returns ``(out, lse)``,
+    lse None unless ``return_lse``.
     """
-    return launcher.run(schedule_json, target, layout, q, k, v, softmax_scale, loaded_kernel)
+    return launcher.run(schedule_json, target, layout, q, k, v, softmax_scale, SCHEDULES, causal, return_lse)
+
+
+def run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                        schedule_json: str, softmax_scale: float | None, target: str, causal: bool = False,
+                        return_lse: bool = False, check_seqlens: bool = True):
+    """The varlen op's real impl (see :func:`b200c.runtime.varlen.run_varlen`); returns ``(out, lse)``."""
+    from .varlen import run_varlen
+
+    return run_varlen(schedule_json, target, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                      softmax_scale, SCHEDULES, causal, return_lse, check_seqlens)
+
+
+_F32 = torch.float32
+
+
+def _no_lse(q) -> torch.Tensor:
+    return q.new_empty((0,), dtype=_F32)
 
 
 @torch.library.custom_op("b200c::attention", mutates_args=())
 def attention_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, schedule_json: str, softmax_scale: float, target: str
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, schedule_json: str, softmax_scale: float, target: str,
+    causal: bool = False,
 ) -> torch.Tensor:
-    """Dense non-causal attention; see :func:`b200c.attention` (logical (B, H, S, D) bf16)."""
-    return run_schedule(q, k, v, schedule_json, softmax_scale, target)
+    """Attention on logical (B, H, S_q, D) q and (B, H_kv, S_kv, D) k, v (bf16); see :func:`b200c.attention`.
+
+    Returns out, like q. (``b200c::attention_lse`` also returns the LSE; two
+    ops because a second output costs every call about 8 us in the dispatcher.)
+    """
+    return run_schedule(q, k, v, schedule_json, softmax_scale, target, "bhsd", causal, False)[0]
 
 
 @attention_op.register_fake
-def _attention_fake(q, k, v, schedule_json, softmax_scale, target):
-    validate_inputs(q, k, v, check_device=False, check_pointers=False)
+def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):
+    p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
+    if p.needs_launch:
+        specialized_json(schedule_json, p.head_dim)
     return torch.empty_like(q)
+
+
+@torch.library.custom_op("b200c::attention_lse", mutates_args=())
+def attention_lse_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, schedule_json: str, softmax_scale: float, target: str,
+    causal: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As ``b200c::attention``, returning ``(out, lse)``: lse FP32 (B, H, S_q), natural-log units."""
+    return run_schedule(q, k, v, schedule_json, softmax_scale, target, "bhsd", causal, True)
+
+
+@attention_lse_op.register_fake
+def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):
+    p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
+    if p.needs_launch:
+        specialized_json(schedule_json, p.head_dim)
+    return torch.empty_like(q), q.new_empty((p.batch, p.heads, p.seq_q), dtype=_F32)
+
+
+@torch.library.custom_op("b200c::attention_varlen", mutates_args=())
+def attention_varlen_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int, max_seqlen_k: int, schedule_json: str, softmax_scale: float, target: str,
+    causal: bool = False, return_lse: bool = False, check_seqlens: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Varlen attention on packed (total, H, D) tensors; see :func:`b200c.attention_varlen`.
+
+    Returns ``(out, lse)``: out like q; lse FP32 (H, total_q), or empty unless ``return_lse``.
+    """
+    out, lse = run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
+                                   softmax_scale, target, causal, return_lse, check_seqlens)
+    return out, (lse if lse is not None else _no_lse(q))
+
+
+@attention_varlen_op.register_fake
+def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
+                           softmax_scale, target, causal=False, return_lse=False, check_seqlens=True):
+    from .varlen import validate_varlen
+
+    p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_device=False,
+                        check_pointers=False)
+    if p.needs_launch:
+        specialized_json(schedule_json, p.head_dim)
+    lse = q.new_empty((p.heads, p.total_q), dtype=_F32) if return_lse else _no_lse(q)
+    return torch.empty_like(q), lse
 
 
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
@@ -144,13 +297,15 @@ def _attention_backward_fake(grad_out, q, k, v):
 
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
+    ctx.n_inputs = len(inputs)
     ctx.save_for_backward(q, k, v)
 
 
-def _backward(ctx, grad_out):
+def _backward(ctx, grad_out, grad_lse=None):
     q, k, v = ctx.saved_tensors
     dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v)
-    return dq, dk, dv, None, None, None
+    return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
 
-attention_op.register_autograd(_backward, setup_context=_setup_context)
+for _op in (attention_op, attention_lse_op, attention_varlen_op):
+    _op.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,178 @@
+"""``b200c.scaled_dot_product_attention``: a drop-in for ``torch.nn.functional.scaled_dot_product_attention``.
+
+Same signature and semantics as torch's function (plus the keyword-only
+``schedule`` and ``target``). Calls b200c supports run a b200c kernel; every
+other call runs torch's own SDPA (the C++ function, so the swap
+``torch.nn.functional.scaled_dot_product_attention = b200c.scaled_dot_product_attention``
+does not recurse), and a :class:`b200c.FallbackWarning` says why, once per
+reason per process. The checks are plain Python on tensor metadata, so
+``torch.compile(fullgraph=True)`` traces them (the decision becomes part of
+the compiled graph, guarded like any shape or dtype test).
+"""
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+
+import torch
+
+from ..dsl.presets import PRESETS
+from ..errors import BarrierTimeoutError, BuildError, FallbackWarning, LaunchError, ScheduleError
+from . import api, inputs, op
+
+_torch_sdpa = torch._C._nn.scaled_dot_product_attention  # never the (possibly swapped) Python attribute
+_BF16 = torch.bfloat16
+_warned: set = set()
+_warn_lock = threading.Lock()
+_MAX_TMA_STRIDE_ELEMS = 1 << 39  # 2^40 bytes of bfloat16
+
+
+def _warn(key: str, message: str) -> bool:
+    with _warn_lock:
+        if key in _warned:
+            return False
+        _warned.add(key)
+    warnings.warn(
+        f"b200c.scaled_dot_product_attention fell back to torch's scaled_dot_product_attention: {message} "
+        "(said once per reason)", FallbackWarning, stacklevel=4)
+    return True
+
+
+_warn_traced = torch.compiler.assume_constant_result(_warn)  # runs when the graph is traced, not per call
+
+
+def _scale_reason(scale) -> str:
+    return inputs.scale_problem(scale)
+
+
+_scale_reason_traced = torch.compiler.assume_constant_result(_scale_reason)
+
+
+def _holds(schedule_json: str, head_dim: int) -> str:
+    """"" if the schedule holds ``head_dim`` (see :func:`b200c.runtime.op.specialized_json`), else why not."""
+    try:
+        op.specialized_json(schedule_json, head_dim)
+    except ScheduleError as e:
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+_holds_traced = torch.compiler.assume_constant_result(_holds)
+
+
+def _device_reason(q, k, v):
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if not t.is_cuda:
+            return f"device:{t.device.type}", f"{name} is on {t.device.type} (b200c kernels run on CUDA tensors)"
+    if k.device != q.device or v.device != q.device:
+        return "device:mixed", "query, key and value are on different devices"
+    return None
+
+
+def _layout_reason(name: str, t, compiling: bool):
+    """Why the kernel's TMA rules refuse ``t``'s strides (None if they do not), from metadata only.
+
+    While torch.compile traces, the storage offset is not readable: a view starting off a
+    16-byte boundary is then reported by the op's fake impl (a LaunchError) instead.
+    """
+    st, sh = t.stride(), t.shape
+    if st[3] != 1:
+        return "layout", f"{name} has last-dim stride {st[3]} (b200c needs a contiguous head dim)"
+    if not compiling and t.storage_offset() % 8 != 0:
+        return "layout", f"{name} starts {t.storage_offset()} elements into its storage (not 16-byte aligned)"
+    for i in range(3):
+        if sh[i] != 1 and (st[i] % 8 != 0 or st[i] >= _MAX_TMA_STRIDE_ELEMS):
+            return "layout", f"{name} has stride {st[i]} over dim {i} (TMA needs multiples of 8 elements, < 2^39)"
+    return None
+
+
+def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: bool):
+    """(key, message) of the first thing b200c does not support, or None."""
+    if attn_mask is not None:
+        return "attn_mask", "attn_mask is given (b200c has no explicit masks; is_causal=True with S_q == S_kv is supported)"
+    if not isinstance(dropout_p, (int, float)) or dropout_p != 0:
+        return "dropout", f"dropout_p={dropout_p} (b200c kernels have no dropout)"
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        return "types", "query, key and value are not all tensors"
+    if q.is_nested or k.is_nested or v.is_nested:
+        return "nested", "nested tensors"
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if t.dtype != _BF16:
+            return f"dtype:{t.dtype}", f"{name} has dtype {t.dtype} (b200c kernels take torch.bfloat16)"
+    r = _device_reason(q, k, v)
+    if r is not None:
+        return r
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return "grad", "inputs require grad (b200c kernels are forward-only; torch's SDPA computes the gradients)"
+    qs, ks, vs = q.shape, k.shape, v.shape
+    if len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
+        return "rank", f"{len(qs)}-D/{len(ks)}-D/{len(vs)}-D inputs (b200c takes 4-D (B, H, S, D))"
+    if not (qs[0] == ks[0] == vs[0] and ks[1] == vs[1] and ks[2] == vs[2] and qs[3] == ks[3] == vs[3]):
+        return "shapes", "batch sizes, key/value shapes or head dims differ (b200c needs one B, one D and k, v alike)"
+    hq, hkv = qs[1], ks[1]
+    if hq != hkv and not (enable_gqa and hkv > 0 and hq % hkv == 0):
+        return "heads", f"{hq} query heads and {hkv} key/value heads" + ("" if enable_gqa else " without enable_gqa")
+    if is_causal is not True and is_causal is not False:
+        return "is_causal", f"is_causal={is_causal!r} is not a bool"
+    if is_causal and qs[2] != ks[2]:
+        return "causal_top_left", (
+            "is_causal=True with S_q != S_kv: torch aligns that mask to the top-left corner, b200c's causal mask to "
+            "the bottom-right (FlashAttention >= 2.1); call b200c.attention(..., causal=True) for the latter")
+    d = qs[3]
+    if d not in inputs.HEAD_DIMS:
+        return f"head_dim:{d}", f"head dim {d} (b200c kernels support 64, 128 and 256)"
+    if compiling and qs[0] and qs[1] and qs[2] and ks[2]:  # eagerly, b200c's own validation says it (a miss only)
+        for name, t in (("query", q), ("key", k), ("value", v)):
+            r = _layout_reason(name, t, compiling)
+            if r is not None:
+                return r
+    return None
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False, *, schedule=None, target="auto"):
+    compiling = torch.compiler.is_compiling()
+    if target not in api._TARGETS:
+        api._check_options(target, "bhsd")
+    why = _reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, compiling)
+    if why is None and scale is not None:
+        text = _scale_reason_traced(scale) if compiling else _scale_reason(scale)
+        if text:
+            why = ("scale", text)
+    if why is None:
+        d = query.shape[3]
+        sched = schedule if schedule is not None else PRESETS[d]
+        schedule_json = api._traced_schedule_json(sched) if compiling else api._schedule_json(sched)
+        text = _holds_traced(schedule_json, d) if compiling else _holds(schedule_json, d)
+        if text:
+            why = (f"schedule:{d}", f"the schedule cannot run head dim {d}: {text}")
+        elif compiling:
+            s = float(scale) if scale is not None else float(d) ** -0.5
+            return api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
+        else:
+            s = None if scale is None else inputs.softmax_scale_value(scale)
+            try:
+                if api._direct_path_ok(query, key, value):
+                    return op.run_schedule(query, key, value, schedule_json, s, target, "bhsd", is_causal, False)[0]
+                return api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
+            except BarrierTimeoutError:
+                raise  # a hung kernel: the context is unusable, torch could not run either
+            except (LaunchError, BuildError) as e:  # input rules, the device (UnsupportedDeviceError), nvcc
+                text = f"{type(e).__name__}: {e}"
+                why = (re.sub(r"0x[0-9a-fA-F]+|\d+", "#", text), text)  # one warning per rule, not per value
+    if compiling:
+        _warn_traced(*why)
+    else:
+        _warn(*why)
+    return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                       enable_gqa=enable_gqa)
+
+
+def _set_doc() -> None:
+    import b200c
+
+    scaled_dot_product_attention.__doc__ = b200c.scaled_dot_product_attention.__doc__
+
+
+_set_doc()
