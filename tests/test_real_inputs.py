@@ -150,9 +150,12 @@ def f32(x):
     return ctypes.c_float(x).value
 
 
+FLT_MIN = 1.1754943508222875e-38  # 0 and scales below it are passed as FLT_MIN (see inputs.FLT_MIN)
+
+
 @pytest.mark.parametrize("scale,want", [
-    (0.125, 0.125), (1, 1.0), (3, 3.0), (0, 0.0), (0.0, 0.0), (-0.0, 0.0), (1e-30, 1e-30), (1e-45, f32(1e-45)),
-    (1e-300, 0.0), (1e38, 1e38), (2.35e38, 2.35e38), (fractions.Fraction(1, 8), 0.125), (True and 2, 2.0),
+    (0.125, 0.125), (1, 1.0), (3, 3.0), (0, FLT_MIN), (0.0, FLT_MIN), (-0.0, FLT_MIN), (1e-30, 1e-30),
+    (1e-45, FLT_MIN), (1e-300, FLT_MIN), (1e38, 1e38), (2.35e38, 2.35e38), (fractions.Fraction(1, 8), 0.125), (True and 2, 2.0),
 ])
 def test_scale_values_computed(fd, scale, want):
     q = t()
@@ -211,6 +214,19 @@ def test_scale_limit_is_exact():
     assert softmax_scale_value(limit * (1 - 1e-7)) == pytest.approx(limit * (1 - 1e-7))
     with pytest.raises(LaunchError, match="too large"):
         softmax_scale_value(limit * (1 + 1e-6))
+
+
+def test_zero_and_tiny_scales_are_passed_as_flt_min():
+    """-inf (masked scores) * 0 is NaN in the kernel: 0 and scales below the smallest normal FP32 go as FLT_MIN
+    (found by the emulated real-inputs sweep: scale=0 gave NaN rows)."""
+    import numpy
+
+    from b200c.runtime.inputs import FLT_MIN, softmax_scale_value
+
+    assert FLT_MIN == float(numpy.finfo(numpy.float32).tiny)
+    for tiny in (0.0, 0, 1e-45, 1e-39, numpy.float32(0)):
+        assert softmax_scale_value(tiny) == FLT_MIN
+    assert softmax_scale_value(2e-38) == 2e-38 and softmax_scale_value(0.5) == 0.5
 
 
 # ---- flags ------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 and that the message names the knob or budget and the numbers. Knob rules run
 in ``Schedule.validate()``; budgets in ``b200c.plan()`` (which runs both)."""
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,15 @@ def test_variant_schedules_validate():
     assert len(files) >= 6
     for p in files:
         b200c.plan(b200c.load_schedule_file(p).validate())
+
+
+def test_p_in_smem_needs_a_k_tile_that_holds_p():
+    """Stage 1 writes P over the K tile: at head_dim 64 it ran into V (emulated sweep); refused now."""
+    import b200c
+    from b200c.errors import ScheduleError
+
+    s = b200c.load_schedule_file(Path(__file__).parents[1] / "examples/01_baseline.py")
+    with pytest.raises(ScheduleError, match=r"p_storage='smem' with head_dim=64.*head_dim >= block_n \(128\)"):
+        b200c.generate(s.replace(head_dim=64))
+    b200c.generate(s.replace(head_dim=256))  # the K tile holds P
+    b200c.generate(s.replace(head_dim=64, p_storage="tmem"))

@@ -231,6 +231,10 @@ def empty_result(q: torch.Tensor, problem: Problem) -> torch.Tensor:
 
 LOG2E = 1.4426950408889634
 _FAST_MAX_SCALE = 2.0e38  # below the exact FP32 overflow bound of scale * log2(e) (~2.36e38)
+# The smallest normal FP32. A scale of 0 (or one that rounds below this) is passed as FLT_MIN: the kernel
+# masks scores with -inf before scaling, and -inf * 0 is NaN (measured: NaN rows on the emulated sweep),
+# while -inf * FLT_MIN stays -inf and every finite score times FLT_MIN is 0 after the exp2 (a uniform softmax).
+FLT_MIN = 1.1754943508222875e-38
 _SCALE_HINT = "e.g. 0.0884 (= 1/sqrt(128)), or None for 1/sqrt(D)"
 
 
@@ -246,7 +250,8 @@ def softmax_scale_value(scale) -> float | None:
     real torch tensors (``.item()``: a device sync for CUDA tensors), in
     natural-log units, with ``0 <= scale`` and ``scale * log2(e)`` finite in
     FP32 (the kernel works in log2 units). ``0`` gives a uniform softmax;
-    scales so small that they round to 0 in FP32 behave as 0.
+    scales below the smallest normal FP32 (0 included) are passed as that
+    value (:data:`FLT_MIN`), which gives the same result without NaNs.
 
     Raises:
         LaunchError: not a real number (str, bool, complex, a tensor with
@@ -255,7 +260,7 @@ def softmax_scale_value(scale) -> float | None:
             turns into a row minimum), or so large that ``scale * log2(e)``
             overflows FP32.
     """
-    if type(scale) is float and 0.0 <= scale < _FAST_MAX_SCALE:
+    if type(scale) is float and FLT_MIN <= scale < _FAST_MAX_SCALE:
         return scale
     if scale is None:
         return None
@@ -289,7 +294,7 @@ def _checked_scale(scale) -> tuple[float, str]:
             f"softmax_scale={value!r} is too large: softmax_scale * log2(e) overflows FP32 (the kernel works in "
             f"log2 units; the limit is about {3.4028234663852886e38 / LOG2E:.3e}); use {_SCALE_HINT}"
         )
-    return value, ""
+    return max(value, FLT_MIN), ""
 
 
 def _real(scale) -> float:

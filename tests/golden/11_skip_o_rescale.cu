@@ -669,6 +669,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
     const int work = blockIdx.x;
     float row_max = -INFINITY;
     float row_sum = 0.f;
+    float row_adj = 0.f;
     float s_cache[96] = {};
     #pragma unroll 1
     for (int j = 0; j < w.n_full; ++j) {  // K/V tiles every row sees whole (the steady state)
@@ -696,12 +697,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);
         row_sum *= rescale;
+        row_adj *= rescale;
         row_max = m_cand;
       }
       // the tile's largest P enters PV rounded to BF16: the FP32 rowsum takes that rounding too (rowsum='fp32'
       // with the ch.11 threshold, where P reaches 2^8; same fma + ex2 as the P pass, so the same value)
       const float p_top = ex2_approx_ftz(fmaf(tile_max, c.scale_log2(), -row_max));
-      row_sum += bf16_round(p_top) - p_top;
+      const float d_top = bf16_round(p_top) - p_top;
+      row_sum += d_top;
+      row_adj += d_top;  // the same correction alone: the LSE is computed from row_sum - row_adj
       const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
       const float2 neg_max2 = make_float2(-row_max, -row_max);
       if (j > 0) {
@@ -830,13 +834,16 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);
         row_sum *= rescale;
+        row_adj *= rescale;
         row_max = m_cand;
       }
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
       // the tile's largest P enters PV rounded to BF16: the FP32 rowsum takes that rounding too (rowsum='fp32'
       // with the ch.11 threshold, where P reaches 2^8; same fma + ex2 as the P pass, so the same value)
       const float p_top = ex2_approx_ftz(fmaf(tile_max, c.scale_log2(), -max_use));
-      row_sum += bf16_round(p_top) - p_top;
+      const float d_top = bf16_round(p_top) - p_top;
+      row_sum += d_top;
+      row_adj += d_top;  // the same correction alone: the LSE is computed from row_sum - row_adj
       const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
       const float2 neg_max2 = make_float2(-max_use, -max_use);
       if (j > 0) {
@@ -911,7 +918,8 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
     pv_done_ph ^= 1u;
     tcgen05_fence_after();
     {  // epilogue (blog ch.1): Oq / rowsum -> BF16 -> global memory, one row per thread
-      const float l = row_sum, m = row_max;
+      const float l = row_sum;  // m: the row max shifted so that m + lg2(l) uses the exact FP32 rowsum (LSE)
+      const float m = row_adj == 0.f ? row_max : row_max + lg2_approx_ftz((row_sum - row_adj) / row_sum);
       const float inv_sum = l == 0.f ? 0.f : 1.f / l;  // no visible key: the row stays 0 (a NaN rowsum stays NaN)
       const int r = q_tile_of(c, w, q) * BLOCK_M + (int)row;  // row in the sequence
       const int64_t head = q_head_of(c, w, q);

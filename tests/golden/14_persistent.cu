@@ -689,6 +689,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
     if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
     float row_max = -INFINITY;
     float row_sum = 0.f;
+    float row_adj = 0.f;
     float s_cache[96] = {};
     #pragma unroll 1
     for (int j = 0; j < w.n_full; ++j) {  // K/V tiles every row sees whole (the steady state)
@@ -716,12 +717,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);
         row_sum *= rescale;
+        row_adj *= rescale;
         row_max = m_cand;
       }
       // the tile's largest P enters PV rounded to BF16: the FP32 rowsum takes that rounding too (rowsum='fp32'
       // with the ch.11 threshold, where P reaches 2^8; same fma + ex2 as the P pass, so the same value)
       const float p_top = ex2_approx_ftz(fmaf(tile_max, c.scale_log2(), -row_max));
-      row_sum += bf16_round(p_top) - p_top;
+      const float d_top = bf16_round(p_top) - p_top;
+      row_sum += d_top;
+      row_adj += d_top;  // the same correction alone: the LSE is computed from row_sum - row_adj
       const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
       const float2 neg_max2 = make_float2(-row_max, -row_max);
       // blog ch.12: the correction warps rescale O with the published factor
@@ -835,13 +839,16 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);
         row_sum *= rescale;
+        row_adj *= rescale;
         row_max = m_cand;
       }
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
       // the tile's largest P enters PV rounded to BF16: the FP32 rowsum takes that rounding too (rowsum='fp32'
       // with the ch.11 threshold, where P reaches 2^8; same fma + ex2 as the P pass, so the same value)
       const float p_top = ex2_approx_ftz(fmaf(tile_max, c.scale_log2(), -max_use));
-      row_sum += bf16_round(p_top) - p_top;
+      const float d_top = bf16_round(p_top) - p_top;
+      row_sum += d_top;
+      row_adj += d_top;  // the same correction alone: the LSE is computed from row_sum - row_adj
       const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
       const float2 neg_max2 = make_float2(-max_use, -max_use);
       // blog ch.12: the correction warps rescale O with the published factor
@@ -935,7 +942,8 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
     mbar_wait(c.bar(BAR_ROWSUM_FREE + q), rowsum_free_ph, 102, w.n_kv, work);  // wait site 102
     rowsum_free_ph ^= 1u;
     c.stats(q, 1)[row] = row_sum;  // final rowsum for the correction warps
-    c.stats(q, 2)[row] = row_max;  // final row max (for the LSE)
+    // final row max for the LSE, shifted so that m + lg2(row_sum) = row max + lg2(exact FP32 rowsum)
+    c.stats(q, 2)[row] = row_adj == 0.f ? row_max : row_max + lg2_approx_ftz((row_sum - row_adj) / row_sum);
     __syncwarp();
     if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_READY + q));  // one arrival per warp
   }

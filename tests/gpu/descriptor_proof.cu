@@ -25,7 +25,11 @@
 //              back through the MMA_TS A decode at a_tmem + 8kk
 //   mma_*      real emulated MMAs: identity products that must reproduce the
 //              operands bit-exactly (each descriptor variant through the engine),
-//              and QK^T / PV of random bf16 tiles against a host reference
+//              and QK^T / PV of random bf16 tiles against a host reference, the
+//              latter issued the way the generated MMA warp issues them: the
+//              whole warp calls tcgen05_mma_{ss,ts}_elect / tcgen05_commit_elect
+//              with 32-bit descriptor words (SmemDesc, desc_add); the decode
+//              checks also require those words to equal the 64-bit descriptors
 //   trap_*     the emulator traps on a TMEM lane-quadrant violation, an SMEM
 //              operand outside the dynamic window, and an unsupported idesc
 //   (also printed, not checked: the time of one emulated M128 N128 K16 MMA)
@@ -91,6 +95,16 @@ __device__ uint64_t desc_kmajor(uint32_t tile, int swizzle, int kk) {
 __device__ uint64_t desc_mnmajor(uint32_t tile, int swizzle, int kk) {
   return swizzle ? b200c::smem_desc(tile + kk * 2048, 16384, 1024, 2)
                  : b200c::smem_desc(tile + kk * 256, 128, 2048, 0);
+}
+
+// the same descriptors as the generator's 32-bit words (kmajor_desc/mnmajor_desc + desc_add)
+__device__ b200c::SmemDesc words_kmajor(uint32_t tile, int swizzle, int kk) {
+  return swizzle ? b200c::desc_add(b200c::smem_desc_words(tile, 16, 1024, 2), (kk / 4) * 16384 + (kk % 4) * 32)
+                 : b200c::desc_add(b200c::smem_desc_words(tile, 2048, 128, 0), kk * 4096);
+}
+__device__ b200c::SmemDesc words_mnmajor(uint32_t tile, int swizzle, int kk) {
+  return swizzle ? b200c::desc_add(b200c::smem_desc_words(tile, 16384, 1024, 2), kk * 2048)
+                 : b200c::desc_add(b200c::smem_desc_words(tile, 128, 2048, 0), kk * 256);
 }
 
 // TMA-load one 128x128 tile the way the generated kernels do
@@ -212,7 +226,9 @@ proof_kernel(const __grid_constant__ CUtensorMap map0, const __grid_constant__ C
         int bad = 0;
         for (int kk = 0; kk < 8; ++kk)
           bad += (b200c::emu_smem_desc_check(desc_kmajor(tile[0], sw, kk), false) != 0) +
-                 (b200c::emu_smem_desc_check(desc_mnmajor(tile[0], sw, kk), true) != 0);
+                 (b200c::emu_smem_desc_check(desc_mnmajor(tile[0], sw, kk), true) != 0) +
+                 (b200c::desc_u64(words_kmajor(tile[0], sw, kk)) != desc_kmajor(tile[0], sw, kk)) +
+                 (b200c::desc_u64(words_mnmajor(tile[0], sw, kk)) != desc_mnmajor(tile[0], sw, kk));
         args.status[0] = bad;
       }
       for (uint32_t i = tid; i < 8u * 128u * 16u; i += kWorkThreads) {
@@ -228,7 +244,18 @@ proof_kernel(const __grid_constant__ CUtensorMap map0, const __grid_constant__ C
           args.out16[(kk * 128 + m) * 16 + k] = b200c::emu_tmem_a_bits(tmem + 384 + 8 * kk, m, k);
     }
 
-    // ---- MMAs (one issuing thread) -------------------------------------------
+    // ---- MMAs -----------------------------------------------------------------
+    if (mode == kModeNumeric && warp == 0) {  // as the generated MMA warp: all 32 lanes call, one issues
+      b200c::tcgen05_fence_after();
+      for (int kk = 0; kk < 8; ++kk)  // S = Q K^T
+        b200c::tcgen05_mma_ss_elect<kIdescQK>(tmem + 0, words_kmajor(tile[0], sw, kk), words_kmajor(tile[1], sw, kk),
+                                              kk > 0);
+      b200c::tcgen05_commit_elect(bar_mma[0]);
+      for (int kk = 0; kk < 8; ++kk)  // O = P V, P from TMEM
+        b200c::tcgen05_mma_ts_elect<kIdescPV>(tmem + 128, tmem + 384 + 8 * kk, words_mnmajor(tile[2], sw, kk), kk > 0);
+      b200c::tcgen05_commit_elect(bar_mma[1]);
+    }
+    // one issuing thread (the rest of the MMAs; lane 0 of warp 0, the elected lane above)
     if (tid == 0) {
       b200c::tcgen05_fence_after();
       if (mode == kModeIdentity) {
@@ -249,12 +276,7 @@ proof_kernel(const __grid_constant__ CUtensorMap map0, const __grid_constant__ C
           b200c::tcgen05_mma_ts(tmem + 128, tmem + 384 + 8 * kk, desc_mnmajor(tile[3], 0, kk), kIdescPV, kk > 0);
         b200c::tcgen05_commit(bar_mma[1]);
       } else if (mode == kModeNumeric) {
-        for (int kk = 0; kk < 8; ++kk)  // S = Q K^T
-          b200c::tcgen05_mma_ss(tmem + 0, desc_kmajor(tile[0], sw, kk), desc_kmajor(tile[1], sw, kk), kIdescQK, kk > 0);
-        b200c::tcgen05_commit(bar_mma[0]);
-        for (int kk = 0; kk < 8; ++kk)  // O = P V, P from TMEM
-          b200c::tcgen05_mma_ts(tmem + 128, tmem + 384 + 8 * kk, desc_mnmajor(tile[2], sw, kk), kIdescPV, kk > 0);
-        b200c::tcgen05_commit(bar_mma[1]);
+        // (S = Q K^T and O = P V were issued above by the whole warp 0, elect forms)
         for (int kk = 0; kk < 8; ++kk)  // S[:, 0:64] with N = 64
           b200c::tcgen05_mma_ss(tmem + 256, desc_kmajor(tile[0], sw, kk), desc_kmajor(tile[1], sw, kk), kIdescQK64, kk > 0);
         b200c::tcgen05_commit(bar_mma[2]);

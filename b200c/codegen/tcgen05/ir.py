@@ -278,10 +278,15 @@ class RescaleO(Node):
 @dataclass(frozen=True)
 class StoreStats(Node):
     """Softmax publishes a per-row value to SMEM for the correction warps:
-    ``what`` = ``scale`` (this tile's rescale factor) or ``rowsum`` (final)."""
+    ``what`` = ``scale`` (this tile's rescale factor), ``rowsum`` (final) or
+    ``rowmax`` (final, for the LSE; with ``lse_adjust`` shifted by
+    ``lg2((row_sum - row_adj) / row_sum)`` so that the LSE comes from the
+    exact FP32 rowsum, not the one that took the BF16 rounding of each tile's
+    largest P, see :func:`b200c.codegen.tcgen05.softmax.top_p_rounding`)."""
 
     q: str
     what: str
+    lse_adjust: bool = False
 
     def describe(self) -> str:
         return f"stats.store {self.what}[q={self.q}][row]"
@@ -295,7 +300,9 @@ class Epilogue(Node):
     ``mul.f32x2``. Rows with a zero rowsum (no visible key) store 0. When the
     runtime passes an LSE buffer, the row's log-sum-exp (natural log; -inf
     for no key) is stored too, from the row max in ``mode`` units. ``width``:
-    O columns per TMEM load (16 or 32)."""
+    O columns per TMEM load (16 or 32). ``lse_adjust``: the LSE uses the
+    exact FP32 rowsum ``row_sum - row_adj`` (as :class:`StoreStats`; softmax
+    warps only, the correction warps read the shifted row max)."""
 
     o_col: str
     ncols: int
@@ -304,6 +311,7 @@ class Epilogue(Node):
     packed: bool = False
     mode: str = "ex2"
     width: int = 32
+    lse_adjust: bool = False
 
     def describe(self) -> str:
         return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})")

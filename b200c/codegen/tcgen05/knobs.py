@@ -3,6 +3,7 @@ backend cannot generate, refused before planning. One function per rule, each
 raising a ScheduleError that names the knob, the limit and what to change."""
 from __future__ import annotations
 
+from ...dsl.validate import HEAD_DIMS
 from ...errors import ScheduleError
 
 _WHERE = "target sm100a (tcgen05)"
@@ -20,11 +21,19 @@ def tile_shape(s) -> None:
 
 
 def p_storage(s) -> None:
-    """P goes to SMEM or TMEM: tcgen05.mma reads A from SMEM or TMEM only."""
+    """P goes to SMEM or TMEM: tcgen05.mma reads A from SMEM or TMEM only; P in
+    SMEM reuses the K tile's buffer, which must hold it."""
     if s.p_storage == "registers":
         raise ScheduleError(
             f"p_storage='registers' is a Hopper (sm_90a) knob: tcgen05.mma reads its A operand from SMEM or "
             f"TMEM only (PTX ISA 9.7.16.10); on {_WHERE} use p_storage='tmem' (blog ch.2)"
+        )
+    if s.p_storage == "smem" and s.head_dim in HEAD_DIMS and s.head_dim < s.block_n:
+        # found by the emulated real-inputs sweep: at head_dim=64 P ran over into the V tile
+        raise ScheduleError(
+            f"p_storage='smem' with head_dim={s.head_dim}: P ({s.block_m} x {s.block_n} BF16) is written over the "
+            f"K tile ({s.block_n} x {s.head_dim}), which holds it only for head_dim >= block_n ({s.block_n}); "
+            f"use p_storage='tmem' (blog ch.2)"
         )
 
 

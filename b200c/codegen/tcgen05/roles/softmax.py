@@ -51,6 +51,8 @@ def build(lw) -> RoleIR:
         Decl("float", "row_max", "-INFINITY"),
         Decl("float", "row_sum", "0.f"),
     ]
+    if sm.top_p_rounding(lw):
+        item.append(Decl("float", "row_adj", "0.f"))  # rowsum's BF16 corrections alone, for the LSE
     if s.s_cache_cols:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
     item += [
@@ -64,7 +66,7 @@ def build(lw) -> RoleIR:
         if lw.plan.persistent:
             item += [Comment("blog ch.14: the correction warps have read the previous work item's rowsum"),
                      Wait("rowsum_free", "q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "w.n_kv")]
-        item += [StoreStats("q", "rowsum"), StoreStats("q", "rowmax"), Arrive("rowsum_ready", "q", by="warp")]
+        item += [StoreStats("q", "rowsum"), StoreStats("q", "rowmax", sm.top_p_rounding(lw)), Arrive("rowsum_ready", "q", by="warp")]
     else:
         item += [Wait("pv_done", "q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "w.n_kv", fence_after=True),
                  sm.epilogue(lw, "q", "reg")]
