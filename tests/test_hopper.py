@@ -394,3 +394,22 @@ def test_sm90a_refuses_what_its_kernel_does_not_compute():
         with pytest.raises(LaunchError, match=word):
             check_sm90a_call(hopper, *args)
     check_sm90a_call(SimpleNamespace(built=SimpleNamespace(target="emulate")), True, True, True, True)
+
+
+def test_attention_runs_a_hopper_schedule_on_sm90a():
+    """b200c.attention with a Hopper schedule (explicit sm90a and auto) reaches a launch; the schedule check
+    before the tensors uses the schedule's own target (the first H200 run failed there: it checked sm100a)."""
+    import torch
+
+    from b200c.errors import LaunchError
+    from b200c.runtime import fake_driver
+
+    q = torch.zeros(1, 2, 300, 128, dtype=torch.bfloat16)
+    h11 = str(Path(__file__).parents[1] / "examples/hopper/h11_persistent.py")
+    with fake_driver.install(target="sm90a") as fd:
+        for target in ("sm90a", "auto"):
+            out = b200c.attention(q, q, q, schedule=h11, target=target)
+            assert out.shape == q.shape
+        assert len(fd.launches) == 2
+        with pytest.raises(LaunchError, match="causal=True"):
+            b200c.attention(q, q, q, schedule=h11, target="sm90a", causal=True)

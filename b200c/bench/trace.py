@@ -115,7 +115,6 @@ def profile(schedule, shape, out_path, *, ctas: int = DEFAULT_CTAS, capacity: in
     from ..codegen import generate
     from ..runtime import driver
     from ..runtime.build import build
-    from ..runtime.inputs import validate_inputs
     from ..runtime.op import device_capability
     from .run import make_inputs
 
@@ -136,8 +135,10 @@ def profile(schedule, shape, out_path, *, ctas: int = DEFAULT_CTAS, capacity: in
 
             raise LaunchError(f"profiling build of {schedule.name!r} lacks the global {gname}")
     q, k, v = make_inputs(shape, f"cuda:{dev}")
-    out = torch.empty_like(q)
-    driver.launch(lk, q, k, v, out, validate_inputs(q, k, v), q.shape[-1] ** -0.5)
+    from ..runtime.api import attention_generated
+
+    # the same LoadedKernel (driver.load caches per cubin and device), so the trace globals set above apply
+    attention_generated(q, k, v, gen, target=resolved)
     driver.synchronize(dev)
     records = [int(x) & 0xFFFFFFFFFFFFFFFF for x in buf.cpu().tolist()]
     evs = decode(records, info.trace_tracks, info.trace_events, ctas, capacity)

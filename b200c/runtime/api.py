@@ -44,11 +44,14 @@ _FIELDS = _schedule_fields()
 
 @functools.lru_cache(maxsize=512)
 def _validated_json(schedule_json: str) -> str:
-    """``schedule_json`` after its knobs and hardware budgets were checked (``b200c.plan``;
+    """``schedule_json`` after its knobs and hardware budgets were checked (``b200c.plan``
+    for the target the schedule is written for, see :func:`b200c.codegen.targets.schedule_target`;
     cached, failures are not)."""
     from ..codegen import make_plan
+    from ..codegen.targets import schedule_target
 
-    make_plan(Schedule.from_json(schedule_json))
+    s = Schedule.from_json(schedule_json)
+    make_plan(s, schedule_target(s))
     return schedule_json
 
 

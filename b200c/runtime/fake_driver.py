@@ -162,7 +162,8 @@ def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000
     Everything is restored when the ``with`` block ends.
 
     Args:
-        target: the resolved target of the fake loaded kernels.
+        target: the resolved target of the fake loaded kernels (``"sm100a"``: a
+            compute capability 10.0 device; ``"emulate"``, ``"sm90a"``: 9.0).
         num_sms: SM count of the fake device.
         version: what ``cuDriverGetVersion`` returns.
 
@@ -186,7 +187,7 @@ def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000
     mp.setattr(driver, "_driver_version", None)
     mp.setattr(op, "kernel_for_generated", load)
     mp.setattr(op, "_kernels", {})
-    mp.setattr(op, "device_capability", lambda dev: ((9, 0) if target == "emulate" else (10, 0), "fake GPU"))
+    mp.setattr(op, "device_capability", lambda dev: ((10, 0) if target == "sm100a" else (9, 0), "fake GPU"))
     mp.setattr(inputs, "_check_devices", lambda ts: None)
     mp.setattr(launcher, "_get_raw_stream", lambda device: 7)
     mp.setattr(launcher, "_current_device", lambda: -1)  # CPU tensors report device -1

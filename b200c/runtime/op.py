@@ -138,7 +138,9 @@ def _specialize(schedule_json: str, head_dim: int):
         return schedule_json
     t = s.replace(head_dim=head_dim)
     try:
-        b200c.plan(t)
+        from ..codegen.targets import schedule_target
+
+        b200c.plan(t, schedule_target(t))
     except ScheduleError as e:
         hint = (f"pass a schedule that holds D = {head_dim} (b200c.dsl.presets.default_schedule({head_dim}) does), "
                 "or use torch.nn.functional.scaled_dot_product_attention (b200c.scaled_dot_product_attention "
