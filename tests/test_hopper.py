@@ -413,3 +413,20 @@ def test_attention_runs_a_hopper_schedule_on_sm90a():
         assert len(fd.launches) == 2
         with pytest.raises(LaunchError, match="causal=True"):
             b200c.attention(q, q, q, schedule=h11, target="sm90a", causal=True)
+
+
+def test_kv_maps_are_cached_per_box_rows():
+    """Two kernels with different block_n on the same tensors: each gets K/V maps of its own box rows (the
+    first H200 hopper job hung at block_n=176: the tensor-map cache handed it the 128-row maps of h09)."""
+    import torch
+
+    from b200c.runtime import fake_driver
+
+    q, k, v = (torch.zeros(1, 2, 512, 128, dtype=torch.bfloat16) for _ in range(3))
+    ex = Path(__file__).parents[1] / "examples/hopper"
+    with fake_driver.install(target="sm90a") as fd:
+        for name, rows in (("h09_lazy_rescale.py", 128), ("h10_block_n_176.py", 176)):
+            n = len(fd.encodes)
+            b200c.attention(q, k, v, schedule=str(ex / name), target="sm90a")
+            by_addr = {e[0]: e[4] for e in fd.encodes[n:]}
+            assert by_addr.get(k.data_ptr()) == rows and by_addr.get(v.data_ptr()) == rows, (name, fd.encodes[n:])

@@ -44,7 +44,8 @@ def test_launch_parameters(fd):
     assert L.sizes == (1, 2, 384, 256)
     assert L.scale == pytest.approx(128 ** -0.5)
     assert [words(m)[0] for m in L.maps] == [q.data_ptr(), k.data_ptr(), v.data_ptr()]
-    assert fd.encodes[0] == (q.data_ptr(), (128, 384, 2, 1), (256, 384 * 256, 2 * 384 * 256), info.tma_box_inner)
+    assert fd.encodes[0] == (q.data_ptr(), (128, 384, 2, 1), (256, 384 * 256, 2 * 384 * 256), info.tma_box_inner,
+                             info.tma_box_rows)
     assert fd.memsets == 1  # emulator: TMEM alloc masks cleared before the launch
     b200c.attention(q, k, v, schedule=SCHED, softmax_scale=0.5)
     assert fd.launches[-1].scale == 0.5 and fd.launches[-1].out_ptr != 0

@@ -93,7 +93,7 @@ class FakeDriver:
 
     version: int = 13000
     launches: list = field(default_factory=list)
-    encodes: list = field(default_factory=list)  # (globalAddress, dims, strides, box inner) per encode
+    encodes: list = field(default_factory=list)  # (globalAddress, dims, strides, box inner, box rows) per encode
     memsets: int = 0
     ctx_sets: int = 0
     loads: int = 0
@@ -123,7 +123,7 @@ class FakeDriver:
         def encode(dtype, rank, addr, dims, strides, box, elem_strides, interleave, swizzle, l2, oob):
             dims = tuple(int(x) for x in dims)
             strides = tuple(int(x) for x in strides)
-            fd.encodes.append((int(addr), dims, strides, int(box[0])))
+            fd.encodes.append((int(addr), dims, strides, int(box[0]), int(box[1])))
             words = [int(addr), (1 << 64) - 1] + [int.from_bytes(hashlib.sha256(repr((dims, strides, i)).encode())
                                                                   .digest()[:8], "little") for i in range(14)]
             buf = (ctypes.c_uint64 * 16)(*words)

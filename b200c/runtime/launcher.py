@@ -303,7 +303,8 @@ def remember(key, e: Entry) -> None:
 def tensor_map(name: str, t, info, device: int) -> bytes:
     """The (cached) 128-byte tensor map of logical (B, H, S, D) tensor ``t`` for a kernel's launch info
     (k and v: H_kv heads; varlen: the (1, H, total, D) view of a packed tensor)."""
-    key = (t.data_ptr(), tuple(t.shape), t.stride(), info.tma_box_inner, info.tma_box_rows, info.tma_swizzle,
+    rows = info.tma_box_rows if name == "q" else info.kv_box_rows  # K/V boxes have block_n rows (sm90a: 176)
+    key = (t.data_ptr(), tuple(t.shape), t.stride(), info.tma_box_inner, rows, info.tma_swizzle,
            info.tma_l2_promotion, device)
     m = _maps.get(key)
     if m is None:

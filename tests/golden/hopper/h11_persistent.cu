@@ -500,6 +500,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
     mx[1][i & 3] = fmaxf(mx[1][i & 3], fmaxf(s[4 * i + 2], s[4 * i + 3]));
   }
   float neg_ms[2];  // -m * c: the FFMA addend of the exponent
+  float tile_max[2];  // the tile's row max (for the rounding of its largest P)
   bool changed = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -507,6 +508,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
     t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
     t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
     const float m_new = fmaxf(st.m[r], t);  // finite: every tile has a valid column
+    tile_max[r] = t;
     // blog ch.11: keep the old max (P may reach 2^8.0) unless it grew by >= the threshold; the
     // first tile always rebases (m = -inf)
     const bool rebase = (m_new - st.m[r]) * sc >= 8.0f;
@@ -531,6 +533,14 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) st.l[r] = fmaf(st.l[r], st.scale[r], (sum[r][0] + sum[r][1]) + (sum[r][2] + sum[r][3]));
+  // with the threshold the tile's largest P reaches 2^8.0 and enters PV rounded to BF16; the FP32 rowsum takes
+  // that rounding too (one thread of the row's quad adds it), as in the sm_100a kernels (measured: emulated
+  // and native s384 at 1.684e-2 against a 1.658e-2 tolerance without it)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, neg_ms[r]));
+    st.l[r] += q4 == 0 ? __bfloat162float(__float2bfloat16_rn(p_top)) - p_top : 0.f;
+  }
 }
 // O *= the per-row factor of the last softmax before the next PV accumulates into it (FA3 rescale_o);
 // blog ch.11: the warp skips it when none of its rows rebased.
