@@ -53,10 +53,10 @@ def test_gqa_maps_use_h_kv(fd):
     b200c.attention(q, k, v, schedule=SCHED)
     (L,) = fd.launches
     assert L.params["heads"] == 8 and L.params["heads_kv"] == 2
-    dims = {addr: d for addr, d, _, _ in fd.encodes}
+    dims = {addr: d for addr, d, _, _, _ in fd.encodes}
     assert dims[q.data_ptr()] == (128, 300, 8, 2)
     assert dims[k.data_ptr()] == dims[v.data_ptr()] == (128, 200, 2, 2)
-    strides = {addr: s for addr, _, s, _ in fd.encodes}
+    strides = {addr: s for addr, _, s, _, _ in fd.encodes}
     assert strides[k.data_ptr()] == (256, 200 * 256, 2 * 200 * 256)  # S, H_kv, B strides in bytes
 
 

@@ -56,7 +56,7 @@ def test_varlen_parameters(fd):
     assert L.lse_ptr == lse.data_ptr() and L.lse_strides == (0, 401, 1)
     assert p["causal"] == 1 and p["pack_heads"] == 0  # one Q stage
     assert L.grid == 4 * 8 * 3  # B * H * ceil(max_seqlen_q / 128)
-    dims = {addr: (d, s) for addr, d, s, _ in fd.encodes}
+    dims = {addr: (d, s) for addr, d, s, _, _ in fd.encodes}
     assert dims[q.data_ptr()] == ((128, 401, 8, 1), (8 * 256, 256, 401 * 8 * 256))
     assert dims[k.data_ptr()][0] == dims[v.data_ptr()][0] == (128, 257, 2, 1)
 
@@ -73,7 +73,7 @@ def test_packed_qkv_slices_without_copies(fd):
     q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
     out = b200c.attention_varlen(q, k, v, cu(200, 300), cu(200, 300), 300, 300, schedule=SCHED)
     assert out.shape == (500, 4, 128)
-    dims = {addr: (d, s) for addr, d, s, _ in fd.encodes}
+    dims = {addr: (d, s) for addr, d, s, _, _ in fd.encodes}
     assert dims[k.data_ptr()][0] == (128, 500, 4, 1) and dims[k.data_ptr()][1][:2] == (3 * 4 * 256, 256)
 
 
