@@ -2,7 +2,7 @@
 """FlashAttention-4's steady-state loops next to a b200c schedule's, from SASS.
 
     pip install -e ".[dev,fa4]"
-    python scripts/fa4_loops.py [SCHEDULE.py]     # default: examples/18_tma_l2_promotion.py
+    python scripts/fa4_loops.py [SCHEDULE.py]     # default: examples/variants/fa4_knobs.py (FA4's knobs)
 
 Rebuilds FA4's own sm_100a forward kernel (flash-attn-4 4.0.0b36, CuTe DSL
 4.8.1) on a machine without a GPU: ``flash_attn.cute.interface._flash_attn_fwd``
@@ -169,8 +169,8 @@ def side_by_side(fa4: list, name: str, ours: list) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("schedule", nargs="?", default=str(ROOT / "examples/18_tma_l2_promotion.py"),
-                    help="b200c schedule file (default: examples/18_tma_l2_promotion.py)")
+    ap.add_argument("schedule", nargs="?", default=str(ROOT / "examples/variants/fa4_knobs.py"),
+                    help="b200c schedule file (default: examples/variants/fa4_knobs.py, FA4's own knobs)")
     ap.add_argument("--keep", help="keep FA4's PTX and both cubins in this folder")
     args = ap.parse_args(argv)
     version = fa4_version()
