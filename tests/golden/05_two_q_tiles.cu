@@ -471,6 +471,17 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   return make_float2(__int_as_float(__float_as_int(p.x) + (__float_as_int(r.x) << 23)),
                      __int_as_float(__float_as_int(p.y) + (__float_as_int(r.y) << 23)));
 }
+// One value: lane x of the pair function, so bit for bit what the P pass computed for that score.
+__device__ __forceinline__ float exp2_poly(float x) { return exp2_poly_x2(make_float2(x, x)).x; }
+// a >= b ? x : y by setp + selp (PTX ISA, comparison and selection instructions): both values computed,
+// no branch (ptxas turned the same C ternary around exp2_poly into a branch: +16 instructions in the
+// stage 18 softmax loop, measured)
+__device__ __forceinline__ float select_ge(float a, float b, float x, float y) {
+  float d;
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\tselp.f32 %0, %3, %4, p;\n\t}"
+      : "=f"(d) : "f"(a), "f"(b), "f"(x), "f"(y));
+  return d;
+}
 }  // namespace b200c
 #endif  // B200C_PTX_CUH
 // ==== end section: helpers ====
@@ -672,12 +683,14 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_ld_x8(trow + TMEM_S(q) + c0, s);
         tmem_wait_ld();
         #pragma unroll
-        for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
+        for (int k = 0; k < 8; ++k) 
+          tile_max = fmaxf(tile_max, s[k]);
       }
       // running rowmax in natural-log units; rescale old rowsum/O by exp(old - new) (blog ch.1 §B)
       const float m_new = fmaxf(row_max, tile_max * c.softmax_scale);
       const float rescale = __expf(row_max - m_new);
       row_sum *= rescale;
+
       row_max = m_new;
       if (j > 0) {
         {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
@@ -748,12 +761,14 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         #pragma unroll
         for (int k = 0; k < 8; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
         #pragma unroll
-        for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
+        for (int k = 0; k < 8; ++k) 
+          tile_max = fmaxf(tile_max, s[k]);
       }
       // running rowmax in natural-log units; rescale old rowsum/O by exp(old - new) (blog ch.1 §B)
       const float m_new = fmaxf(row_max, tile_max * c.softmax_scale);
       const float rescale = m_new == -INFINITY ? 1.f : __expf(row_max - m_new);  // no key seen yet: nothing to rescale
       row_sum *= rescale;
+
       row_max = m_new;
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
       if (j > 0) {

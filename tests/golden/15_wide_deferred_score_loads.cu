@@ -490,6 +490,17 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   return make_float2(__int_as_float(__float_as_int(p.x) + (__float_as_int(r.x) << 23)),
                      __int_as_float(__float_as_int(p.y) + (__float_as_int(r.y) << 23)));
 }
+// One value: lane x of the pair function, so bit for bit what the P pass computed for that score.
+__device__ __forceinline__ float exp2_poly(float x) { return exp2_poly_x2(make_float2(x, x)).x; }
+// a >= b ? x : y by setp + selp (PTX ISA, comparison and selection instructions): both values computed,
+// no branch (ptxas turned the same C ternary around exp2_poly into a branch: +16 instructions in the
+// stage 18 softmax loop, measured)
+__device__ __forceinline__ float select_ge(float a, float b, float x, float y) {
+  float d;
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\tselp.f32 %0, %3, %4, p;\n\t}"
+      : "=f"(d) : "f"(a), "f"(b), "f"(x), "f"(y));
+  return d;
+}
 }  // namespace b200c
 #endif  // B200C_PTX_CUH
 // ==== end section: helpers ====
@@ -703,7 +714,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       tcgen05_fence_after();
       // pass 1 over S: tile rowmax (blog ch.1 §B); columns 32..127 stay in registers (ch.10)
       // minor 15: 8 x16 loads with no wait after each; one tcgen05.wait::ld before P overwrites S
-      float mx[4];  // 4 independent rowmax chains (minor 15)
+      float mx[4];  // 4 independent rowmax chains (minor 15); mx[3]: the software-exp2 columns
       #pragma unroll
       for (int k = 0; k < 4; ++k) mx[k] = -INFINITY;
       #pragma unroll
@@ -711,15 +722,19 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         float s[16];
         tmem_ld_x16(trow + TMEM_S(q) + c0, s);
         #pragma unroll
-        for (int k = 0; k < 16; k += 2) mx[(k / 2) % 4] = fmax3(mx[(k / 2) % 4], s[k], s[k + 1]);  // 3-input max (FMNMX3)
+        for (int k = 0; k < 16; k += 2) {  // 3-input max (FMNMX3)
+          if (((c0 + k) & 15) >= 14) mx[3] = fmax3(mx[3], s[k], s[k + 1]);  // software-exp2 columns (blog ch.9)
+          else mx[(k / 2) % 3] = fmax3(mx[(k / 2) % 3], s[k], s[k + 1]);
+        }
         if (c0 >= 32) {  // keep for pass 2 (blog ch.10)
           #pragma unroll
           for (int k = 0; k < 16; ++k) s_cache[c0 - 32 + k] = s[k];
         }
       }
       #pragma unroll
-      for (int k = 1; k < 4; ++k) mx[0] = fmaxf(mx[0], mx[k]);
-      const float tile_max = mx[0];
+      for (int k = 1; k < 3; ++k) mx[0] = fmaxf(mx[0], mx[k]);
+      const float sw_max = mx[3];  // the largest score of the software-exp2 columns
+      const float tile_max = fmaxf(mx[0], sw_max);
       // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
       const float m_cand = fmaxf(row_max, tile_max * c.scale_log2());
       const bool rebase = (m_cand - row_max) >= 8.0f;
@@ -727,15 +742,10 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);
         row_sum *= rescale;
+
         row_adj *= rescale;
         row_max = m_cand;
       }
-      // the tile's largest P enters PV rounded to BF16: the FP32 rowsum takes that rounding too (rowsum='fp32'
-      // with the ch.11 threshold, where P reaches 2^8; same fma + ex2 as the P pass, so the same value)
-      const float p_top = ex2_approx_ftz(fmaf(tile_max, c.scale_log2(), -row_max));
-      const float d_top = bf16_round(p_top) - p_top;
-      row_sum += d_top;
-      row_adj += d_top;  // the same correction alone: the LSE is computed from row_sum - row_adj
       const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
       const float2 neg_max2 = make_float2(-row_max, -row_max);
       // blog ch.12: the correction warps rescale O with the published factor
@@ -815,6 +825,14 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_LO_READY + q));  // one arrival per warp
       row_sum = row_sum + (rs2.x + rs2.y);
+      // the tile's largest P entered PV rounded to BF16: O's normaliser takes that rounding too (rowsum='fp32' with
+      // the ch.11 threshold, where P reaches 2^8); same fma + exp2 as the P pass, so the same value. After the P pass:
+      // the register cache is free by then (computed before it, stage 15 spilled, measured)
+      const float x_top = fmaf(tile_max, c.scale_log2(), -row_max);
+      // the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): the
+      // polynomial and ex2.approx may round to different BF16 values
+      const float p_top = select_ge(sw_max, tile_max, exp2_poly(x_top), ex2_approx_ftz(x_top));
+      row_adj += bf16_round(p_top) - p_top;  // kept apart: O is normalised by row_sum + row_adj, the LSE uses row_sum
     }
     const int row_in_seq = q_tile_of(c, w, q) * BLOCK_M + (int)row;
     #pragma unroll 1
@@ -825,7 +843,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       tcgen05_fence_after();
       // pass 1 over S: tile rowmax (blog ch.1 §B)
       // minor 15: 8 x16 loads with no wait after each; one tcgen05.wait::ld before P overwrites S
-      float mx[4];  // 4 independent rowmax chains (minor 15)
+      float mx[4];  // 4 independent rowmax chains (minor 15); mx[3]: the software-exp2 columns
       #pragma unroll
       for (int k = 0; k < 4; ++k) mx[k] = -INFINITY;
       #pragma unroll
@@ -835,11 +853,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         #pragma unroll
         for (int k = 0; k < 16; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
         #pragma unroll
-        for (int k = 0; k < 16; k += 2) mx[(k / 2) % 4] = fmax3(mx[(k / 2) % 4], s[k], s[k + 1]);  // 3-input max (FMNMX3)
+        for (int k = 0; k < 16; k += 2) {  // 3-input max (FMNMX3)
+          if (((c0 + k) & 15) >= 14) mx[3] = fmax3(mx[3], s[k], s[k + 1]);  // software-exp2 columns (blog ch.9)
+          else mx[(k / 2) % 3] = fmax3(mx[(k / 2) % 3], s[k], s[k + 1]);
+        }
       }
       #pragma unroll
-      for (int k = 1; k < 4; ++k) mx[0] = fmaxf(mx[0], mx[k]);
-      const float tile_max = mx[0];
+      for (int k = 1; k < 3; ++k) mx[0] = fmaxf(mx[0], mx[k]);
+      const float sw_max = mx[3];  // the largest score of the software-exp2 columns
+      const float tile_max = fmaxf(mx[0], sw_max);
       // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
       const float m_cand = fmaxf(row_max, tile_max * c.scale_log2());
       const bool rebase = (m_cand - row_max) >= 8.0f;
@@ -847,16 +869,11 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);
         row_sum *= rescale;
+
         row_adj *= rescale;
         row_max = m_cand;
       }
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
-      // the tile's largest P enters PV rounded to BF16: the FP32 rowsum takes that rounding too (rowsum='fp32'
-      // with the ch.11 threshold, where P reaches 2^8; same fma + ex2 as the P pass, so the same value)
-      const float p_top = ex2_approx_ftz(fmaf(tile_max, c.scale_log2(), -max_use));
-      const float d_top = bf16_round(p_top) - p_top;
-      row_sum += d_top;
-      row_adj += d_top;  // the same correction alone: the LSE is computed from row_sum - row_adj
       const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
       const float2 neg_max2 = make_float2(-max_use, -max_use);
       // blog ch.12: the correction warps rescale O with the published factor
@@ -934,13 +951,21 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       __syncwarp();
       if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_LO_READY + q));  // one arrival per warp
       row_sum = row_sum + (rs2.x + rs2.y);
+      // the tile's largest P entered PV rounded to BF16: O's normaliser takes that rounding too (rowsum='fp32' with
+      // the ch.11 threshold, where P reaches 2^8); same fma + exp2 as the P pass, so the same value. After the P pass:
+      // the register cache is free by then (computed before it, stage 15 spilled, measured)
+      const float x_top = fmaf(tile_max, c.scale_log2(), -max_use);
+      // the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): the
+      // polynomial and ex2.approx may round to different BF16 values
+      const float p_top = select_ge(sw_max, tile_max, exp2_poly(x_top), ex2_approx_ftz(x_top));
+      row_adj += bf16_round(p_top) - p_top;  // kept apart: O is normalised by row_sum + row_adj, the LSE uses row_sum
     }
     // blog ch.14: the correction warps have read the previous work item's rowsum
     mbar_wait(c.bar(BAR_ROWSUM_FREE + q), rowsum_free_ph, 102, w.n_kv, work);  // wait site 102
     rowsum_free_ph ^= 1u;
-    c.stats(q, 1)[row] = row_sum;  // final rowsum for the correction warps
-    // final row max for the LSE, shifted so that m + lg2(row_sum) = row max + lg2(exact FP32 rowsum)
-    c.stats(q, 2)[row] = row_adj == 0.f ? row_max : row_max + lg2_approx_ftz((row_sum - row_adj) / row_sum);
+    c.stats(q, 1)[row] = row_sum + row_adj;  // final rowsum with the top-P BF16 roundings: O's normaliser
+    // final row max for the LSE, shifted so that m + lg2(row_sum + row_adj) = row max + lg2(exact FP32 rowsum)
+    c.stats(q, 2)[row] = row_adj == 0.f ? row_max : row_max + lg2_approx_ftz(row_sum / (row_sum + row_adj));
     __syncwarp();
     if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_READY + q));  // one arrival per warp
   }

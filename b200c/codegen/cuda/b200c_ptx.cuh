@@ -425,5 +425,16 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   return make_float2(__int_as_float(__float_as_int(p.x) + (__float_as_int(r.x) << 23)),
                      __int_as_float(__float_as_int(p.y) + (__float_as_int(r.y) << 23)));
 }
+// One value: lane x of the pair function, so bit for bit what the P pass computed for that score.
+__device__ __forceinline__ float exp2_poly(float x) { return exp2_poly_x2(make_float2(x, x)).x; }
+// a >= b ? x : y by setp + selp (PTX ISA, comparison and selection instructions): both values computed,
+// no branch (ptxas turned the same C ternary around exp2_poly into a branch: +16 instructions in the
+// stage 18 softmax loop, measured)
+__device__ __forceinline__ float select_ge(float a, float b, float x, float y) {
+  float d;
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\tselp.f32 %0, %3, %4, p;\n\t}"
+      : "=f"(d) : "f"(a), "f"(b), "f"(x), "f"(y));
+  return d;
+}
 }  // namespace b200c
 #endif  // B200C_PTX_CUH

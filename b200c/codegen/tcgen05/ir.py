@@ -75,6 +75,10 @@ class RowmaxPass(Node):
         cache_from: first column kept in registers (``ncols``: none).
         mask: scores of columns >= ``col_lim`` become -inf before the max (the
             partial last K/V tile, the causal diagonal).
+        sw_from: when set, columns whose index mod 16 is >= ``sw_from`` (the
+            software-exp2 columns of blog ch.9) take a chain of their own
+            whose maximum ``sw_max`` tells whether the tile's largest score is
+            in one of them (``sw_max >= tile_max``, see :class:`Rebase`).
     """
 
     s_col: str
@@ -85,10 +89,13 @@ class RowmaxPass(Node):
     max3: bool
     cache_from: int
     mask: bool = False
+    sw_from: Optional[int] = None
 
     def describe(self) -> str:
         bits = [f"ld x{self.load_width}" + ("" if self.wait_each else " (deferred wait::ld)"),
                 f"{self.chains} chain{'s' if self.chains > 1 else ''} of {'max3' if self.max3 else 'max'}"]
+        if self.sw_from is not None:
+            bits.append(f"columns {self.sw_from}..15 of every 16 (software exp2) in their own chain")
         if self.cache_from < self.ncols:
             bits.append(f"keep columns [{self.cache_from},{self.ncols}) in s_cache")
         if self.mask:
@@ -103,23 +110,45 @@ class Rebase(Node):
     folded with log2 e); ``threshold``: rebase only when the tile max exceeds
     the kept one by this many log2 units (ch.11); ``packed``: also form the
     float2 ``scale2``/``neg_max2`` pairs of the f32x2 scale-and-subtract;
-    ``top_p_rounding``: add ``bf16(p_top) - p_top`` for the tile's largest P
-    to the FP32 rowsum (with the threshold P reaches 2^8, and the BF16 rounding
-    of a dominant P would otherwise not cancel between O and the rowsum);
+    ``top_p_rounding``: the tile's largest P is rounded separately into
+    ``row_adj`` (:class:`TopPRound`), which the rescale multiplies too;
     ``mask``: masked tiles, where a row may have seen no key yet (max -inf):
-    P subtracts ``max_use`` (0 then) and the rescale factor stays finite."""
+    P subtracts ``max_use`` (0 then) and the rescale factor stays finite;
+    ``rowsum_pairs``: float2 rowsum accumulators kept across K/V tiles, which
+    the rescale multiplies (``mul.f32x2``) instead of ``row_sum``."""
 
     mode: str
     threshold: Optional[float] = None
     packed: bool = False
     top_p_rounding: bool = False
     mask: bool = False
+    rowsum_pairs: tuple = ()
 
     def describe(self) -> str:
         when = "always" if self.threshold is None else f"only if gap >= {self.threshold} (log2 units)"
-        extra = "; rowsum takes the tile's largest P as rounded to BF16" if self.top_p_rounding else ""
+        extra = f"; rowsum partial sums {', '.join(self.rowsum_pairs)} kept across tiles" if self.rowsum_pairs else ""
+        extra += "; row_adj rescaled with the rowsum" if self.top_p_rounding else ""
         extra += "; -inf-safe (masked tiles)" if self.mask else ""
         return f"softmax.rebase ({self.mode}) {when}" + ("; pairs for f32x2" if self.packed else "") + extra
+
+
+@dataclass(frozen=True)
+class TopPRound(Node):
+    """After the P pass of a tile: ``row_adj += bf16(p_top) - p_top`` for the
+    tile's largest P (blog ch.11's threshold lets P reach 2^threshold, and PV
+    consumes it rounded to BF16; see
+    :func:`b200c.codegen.tcgen05.softmax.top_p_rounding`). ``top_sw``: p_top
+    is computed by the exp2 of the column holding the largest score (software
+    exp2 when ``sw_max`` reaches ``tile_max``); ``mask``: masked tiles
+    (relative to ``max_use``)."""
+
+    threshold: float
+    top_sw: bool = False
+    mask: bool = False
+
+    def describe(self) -> str:
+        how = "by its column's exp2 (hardware or software)" if self.top_sw else "by ex2.approx"
+        return f"softmax.top_p  row_adj += bf16(p_top) - p_top, p_top {how}"
 
 
 @dataclass(frozen=True)
@@ -279,10 +308,11 @@ class RescaleO(Node):
 class StoreStats(Node):
     """Softmax publishes a per-row value to SMEM for the correction warps:
     ``what`` = ``scale`` (this tile's rescale factor), ``rowsum`` (final) or
-    ``rowmax`` (final, for the LSE; with ``lse_adjust`` shifted by
-    ``lg2((row_sum - row_adj) / row_sum)`` so that the LSE comes from the
-    exact FP32 rowsum, not the one that took the BF16 rounding of each tile's
-    largest P, see :func:`b200c.codegen.tcgen05.softmax.top_p_rounding`)."""
+    ``rowmax`` (final, for the LSE). With ``lse_adjust`` the rowsum published
+    is ``row_sum + row_adj`` (the FP32 rowsum plus the BF16 rounding of each
+    tile's largest P, O's normaliser) and the row max is shifted by
+    ``lg2(row_sum / (row_sum + row_adj))`` so that the LSE comes from the
+    exact FP32 rowsum, see :func:`b200c.codegen.tcgen05.softmax.top_p_rounding`."""
 
     q: str
     what: str
@@ -300,9 +330,10 @@ class Epilogue(Node):
     ``mul.f32x2``. Rows with a zero rowsum (no visible key) store 0. When the
     runtime passes an LSE buffer, the row's log-sum-exp (natural log; -inf
     for no key) is stored too, from the row max in ``mode`` units. ``width``:
-    O columns per TMEM load (16 or 32). ``lse_adjust``: the LSE uses the
-    exact FP32 rowsum ``row_sum - row_adj`` (as :class:`StoreStats`; softmax
-    warps only, the correction warps read the shifted row max)."""
+    O columns per TMEM load (16 or 32). ``lse_adjust``: O is normalised by
+    ``row_sum + row_adj`` and the LSE uses the exact FP32 ``row_sum`` (as
+    :class:`StoreStats`; softmax warps only, the correction warps read the
+    shifted row max)."""
 
     o_col: str
     ncols: int

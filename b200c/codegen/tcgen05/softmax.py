@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..ir import Assign, Decl, Scope
 from .ir import (ColumnLoop, Epilogue, ExpScores, PackP, Rebase, RescaleO, RowmaxPass, RowsumAdd, ScoresFromCache,
-                 ScoresFromTmem, StoreP, TmemWait)
+                 ScoresFromTmem, StoreP, TmemWait, TopPRound)
 
 
 def _cols(lw) -> int:
@@ -38,30 +38,62 @@ def rowmax_pass(lw, s_col: str, mask: bool = False) -> RowmaxPass:
     # 10-11's 168 registers (measured); re-reading high to low keeps P's writes behind the reads
     return RowmaxPass(s_col=s_col, ncols=_cols(lw), load_width=s.s_load_cols, wait_each=not s.deferred_s_wait,
                       chains=s.rowmax_chains, max3=s.rowmax_max3, cache_from=_cols(lw) if mask else cache_from(lw),
-                      mask=mask)
+                      mask=mask, sw_from=top_p_sw_from(lw))
 
 
 def top_p_rounding(lw) -> bool:
-    """Whether the FP32 rowsum takes the BF16 rounding of each tile's largest P
+    """Whether O's normaliser takes the BF16 rounding of each tile's largest P
     (rowsum='fp32' with the ch.11 threshold and ex2; see :func:`rebase`). The
-    softmax then also accumulates that correction alone (``row_adj``) so the LSE
-    is computed from the exact sum."""
+    softmax accumulates those corrections apart (``row_adj``, rescaled with
+    the rowsum): O is divided by ``row_sum + row_adj``, the LSE is computed
+    from the exact FP32 ``row_sum``."""
     s = lw.s
     return s.rescale_threshold is not None and s.rowsum == "fp32" and exp_mode(lw) == "ex2"
 
 
-def rebase(lw, mask: bool = False) -> Rebase:
-    """New rowmax / rescale factor (blog ch.1, 8, 11); ``mask``: -inf-safe copy for masked tiles."""
+def top_p_sw_from(lw):
+    """First column (of every 16) on the software exp2 when the top-P rounding
+    must know which exp2 produced the tile's largest P, else None.
+
+    With ch.9's split a tile's largest score may sit in a software-exp2
+    column; the polynomial and ``ex2.approx`` differ by up to ~5e-4 relative,
+    enough to round to different BF16 values. Taking ``bf16(p) - p`` of the
+    ``ex2.approx`` value while PV consumed the polynomial's P left the
+    rowsum off by up to one BF16 ulp of that P (measured on the emulated
+    real-inputs sweep: 1.93e-2 against a 1.82e-2 tolerance, S_kv = 255); the
+    software-exp2 columns therefore take their own rowmax chain (no extra
+    max instructions) and the rebase picks the exp2 of the column that holds
+    the tile's largest score."""
+    s = lw.s
+    if not (top_p_rounding(lw) and s.sw_exp2_per16):
+        return None
+    return exp_ranges(s.sw_exp2_per16)[-1][0]
+
+
+def rebase(lw, mask: bool = False, carried: tuple = ()) -> Rebase:
+    """New rowmax / rescale factor (blog ch.1, 8, 11); ``mask``: -inf-safe copy for masked tiles;
+    ``carried``: the float2 rowsum accumulators kept across tiles (:func:`carried_rowsum`), rescaled
+    in place of ``row_sum``."""
     s = lw.s
     # with the ch.11 threshold the largest P of a tile is 2^gap (gap < threshold), not exactly 1, and PV
     # consumes it rounded to BF16: for a row dominated by one key the FP32 rowsum would miss that rounding
     # (relative error up to 2^-9; measured 1.68e-2 against a 1.66e-2 FlashAttention tolerance on the
     # emulated s384 shape). Adding bf16(p_top) - p_top restores the rounded-sum accuracy for a few
-    # instructions per tile instead of unpacking every P (rowsum='bf16').
+    # instructions per tile instead of unpacking every P (rowsum='bf16'); p_top is computed by the exp2 of
+    # the column that holds the largest score (see top_p_sw_from).
     # The LSE (FlashAttention's tolerance 1e-3 in natural-log units) must not take that correction: it
-    # measured 2-3e-3 off on the emulated real-inputs sweep, so the correction is kept apart in row_adj too.
+    # measured 2-3e-3 off on the emulated real-inputs sweep, so the correction is kept apart in row_adj.
     top = top_p_rounding(lw)
-    return Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top, mask)
+    return Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top, mask,
+                  rowsum_pairs=carried)
+
+
+def top_p_round(lw, mask: bool = False) -> list:
+    """The tile's largest P rounded into ``row_adj`` after the P pass (see :func:`rebase`); empty
+    unless :func:`top_p_rounding`."""
+    if not top_p_rounding(lw):
+        return []
+    return [TopPRound(lw.s.rescale_threshold, top_p_sw_from(lw) is not None, mask)]
 
 
 def exp_ranges(sw_per16: int) -> tuple:
@@ -91,19 +123,47 @@ def _acc_of(lw, cached: bool) -> tuple:
     return "row_sum", "float"
 
 
-def p_passes(lw, q: str, parts, mask: bool = False) -> list:
+def carried_rowsum(lw) -> tuple:
+    """Names of the float2 rowsum accumulators the softmax warps keep across
+    K/V tiles (f32x2 math): they are rescaled with the rowmax (two lanes per
+    ``mul.f32x2``) and added into ``row_sum`` once after the last tile, instead
+    of once per tile (two FADD and one FADD2 fewer per tile, measured in the
+    stage 18 loop). Empty when the rowsum is a plain float, and with the
+    runtime-indexed phase arrays (before minor 17's bitmasks): their registers
+    and these four pushed stages 15-16's softmax warps into 32 B of spills
+    (measured)."""
+    if not packed(lw) or lw.s.phase_tracking != "bitmask":
+        return ()
+    names = [_acc_of(lw, False)]
+    if lw.s.s_cache_cols:
+        names.insert(0, _acc_of(lw, True))
+    return tuple(dict.fromkeys(n for n, typ in names if typ == "float2"))
+
+
+def rowsum_total(names) -> list:
+    """``row_sum`` from the carried float2 accumulators ``names`` (after the last K/V tile)."""
+    if len(names) > 1:
+        return [Decl("const float2", "rs_all", _nest_add(list(names))), Assign("row_sum", "rs_all.x + rs_all.y")]
+    return [Assign("row_sum", f"{names[0]}.x + {names[0]}.y")]
+
+
+def p_passes(lw, q: str, parts, mask: bool = False, carried: tuple = ()) -> list:
     """Pass 2 over S for one K/V tile: P = exp(S - max), rowsum +=, P stored.
 
     ``parts``: (lo, hi, label, nodes to emit after the part) in production
     order (blog ch.13 publishes the high columns first). The rowsum
     accumulators are declared once before the first part and combined into
-    ``row_sum`` once after the last (minor 16). ``mask``: the masked-tile copy
-    (re-read scores masked, P relative to ``max_use``).
+    ``row_sum`` once after the last (minor 16), except those in ``carried``
+    (see :func:`carried_rowsum`), which the caller declares before the K/V
+    loop and combines after it. ``mask``: the masked-tile copy (re-read
+    scores masked, P relative to ``max_use``).
     """
     accs = {}
     scopes = []
     for i, (lo, hi, label, after) in enumerate(parts):
         scopes.append((_p_part(lw, q, lo, hi, label, i == 0, accs, mask), after))
+    for name in carried:
+        accs.pop(name, None)
     out = []
     for name, typ in accs.items():
         if name == "row_sum":

@@ -25,12 +25,14 @@ def build(lw) -> RoleIR:
     roles = lw.plan.role_specs("softmax")
     n = lw.plan.tile.block_n
 
+    carried = sm.carried_rowsum(lw)
+
     def tile(mask: bool) -> tuple:
         """One K/V tile of this Q stage; ``mask``: the copy for masked tiles."""
         out = [
             Wait("s_full", "q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
             sm.rowmax_pass(lw, "TMEM_S(q)", mask),
-            sm.rebase(lw, mask),
+            sm.rebase(lw, mask, carried),
         ]
         if s.correction_warps:
             out += [Comment("blog ch.12: the correction warps rescale O with the published factor"),
@@ -42,9 +44,11 @@ def build(lw) -> RoleIR:
             split = n - s.early_pv_cols
             out += sm.p_passes(lw, "q", [
                 (split, n, "published first, blog ch.13", [Arrive("p_hi_ready", "q", by="warp", fence_before=True)]),
-                (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])], mask)
+                (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])], mask, carried)
         else:
-            out += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="warp", fence_before=True)])], mask)
+            out += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="warp", fence_before=True)])], mask,
+                               carried)
+        out += sm.top_p_round(lw, mask)
         return tuple(out)
 
     item = [
@@ -53,6 +57,7 @@ def build(lw) -> RoleIR:
     ]
     if sm.top_p_rounding(lw):
         item.append(Decl("float", "row_adj", "0.f"))  # rowsum's BF16 corrections alone, for the LSE
+    item += [Decl("float2", a, "make_float2(0.f, 0.f)") for a in carried]  # f32x2 partial rowsums across tiles
     if s.s_cache_cols:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
     item += [
@@ -62,11 +67,13 @@ def build(lw) -> RoleIR:
                                        *tile(True)),
              "masked tiles: the partial last K/V tile, the causal diagonal"),
     ]
+    if carried:
+        item += sm.rowsum_total(carried)
     if s.correction_warps:
         if lw.plan.persistent:
             item += [Comment("blog ch.14: the correction warps have read the previous work item's rowsum"),
                      Wait("rowsum_free", "q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "w.n_kv")]
-        item += [StoreStats("q", "rowsum"), StoreStats("q", "rowmax", sm.top_p_rounding(lw)), Arrive("rowsum_ready", "q", by="warp")]
+        item += [StoreStats("q", "rowsum", sm.top_p_rounding(lw)), StoreStats("q", "rowmax", sm.top_p_rounding(lw)), Arrive("rowsum_ready", "q", by="warp")]
     else:
         item += [Wait("pv_done", "q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "w.n_kv", fence_after=True),
                  sm.epilogue(lw, "q", "reg")]
