@@ -12,20 +12,25 @@ from pathlib import Path
 
 import jinja2
 
+from ..compile_cache import template_bytecode_cache
+
 _HERE = Path(__file__).parent
+_OPTIONS = dict(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
 
 
 @functools.lru_cache(maxsize=None)
 def environment(backend_templates: str) -> jinja2.Environment:
-    """The jinja2 environment of a backend (its folder first, then the shared one)."""
+    """The jinja2 environment of a backend (its folder first, then the shared one).
+
+    Compiled templates are kept on disk (:func:`b200c.compile_cache.template_bytecode_cache`),
+    so a fresh process loads their bytecode instead of compiling them again.
+    """
     return jinja2.Environment(
         loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(backend_templates),
                                     jinja2.FileSystemLoader(str(_HERE / "templates"))]),
-        trim_blocks=True,
-        lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=False,
-        autoescape=False,
+        bytecode_cache=template_bytecode_cache(jinja2.__version__, repr(sorted(_OPTIONS.items())), "StrictUndefined"),
+        **_OPTIONS,
     )
 
 

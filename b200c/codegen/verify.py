@@ -64,6 +64,7 @@ class _Proc:
     done: bool = False
     waits: Counter = field(default_factory=Counter)  # barrier index -> completed waits
     last_wait: dict = field(default_factory=dict)  # barrier index -> IR path of the last completed wait
+    trace: list | None = None  # the events ``gen`` produced, when recording them
 
 
 @dataclass
@@ -75,8 +76,15 @@ class _Bar:
     pending: int
     tx: int = 0
     completed: int = 0
-    contrib: Counter = field(default_factory=Counter)  # (proc name, how) -> arrivals this phase
-    last_step: str = ""
+    contrib: dict = field(default_factory=dict)  # proc name -> arrivals this phase
+    last: tuple = ()  # (proc name, IR path) of the last arrival, formatted by last_step only for messages
+    label: str = ""  # e.g. ``kv_full[1]``
+    arrivals: int = 0  # spec.arrivals (the count per phase)
+
+    @property
+    def last_step(self) -> str:
+        """``role NAME at PATH`` of the last arrival ("" before any)."""
+        return f"role {self.last[0]} at {' > '.join(self.last[1])}" if self.last else ""
 
 
 @dataclass
@@ -87,11 +95,22 @@ class _NamedBar:
     instance: int
     count: int = 0  # threads arrived in the current generation
     generation: int = 0  # completed generations
-    last_step: str = ""
+    last: tuple = ()  # (proc name, IR path) of the last arrival
+
+    @property
+    def last_step(self) -> str:
+        """``role NAME at PATH`` of the last arrival ("" before any)."""
+        return f"role {self.last[0]} at {' > '.join(self.last[1])}" if self.last else ""
 
 
 class _Model:
-    def __init__(self, ir: KernelIR, n_kv: int, num_work: int):
+    """The CTA for one problem size. ``traces``: every role instance's events
+    from an earlier run of the same IR and size that ended without a violation
+    (a role's events depend only on its own program and the size, not on the
+    interleaving), replayed instead of interpreting the IR again; without them
+    the events are interpreted and recorded (:meth:`traces`)."""
+
+    def __init__(self, ir: KernelIR, n_kv: int, num_work: int, traces: list | None = None):
         self.ir = ir
         self.plan = ir.plan
         self.n_kv = n_kv
@@ -100,7 +119,8 @@ class _Model:
         self.by_name = {b.name: b for b in self.plan.barriers}
         for b in self.plan.barriers:
             for i in range(b.count):
-                self.bars[b.first + i] = _Bar(b, i, b.arrivals)
+                self.bars[b.first + i] = _Bar(b, i, b.arrivals, label=f"{b.name}[{i}]" if b.count > 1 else b.name,
+                                              arrivals=b.arrivals)
         self.nbars = {}  # hardware id -> _NamedBar
         self.nby_name = {b.name: b for b in self.plan.named_barriers}
         for b in self.plan.named_barriers:
@@ -122,11 +142,22 @@ class _Model:
             for q, warps in insts:
                 name = r.name if q is None else f"{r.name}[{q}]"
                 p = _Proc(name, r.name, q, len(warps))
-                env = dict(self.consts)
-                if q is not None:
-                    env["q"] = q
-                p.gen = self._run(r.body, env, p, [name], False)
+                if traces is not None:
+                    p.gen = iter(traces[len(self.procs)])
+                else:
+                    env = dict(self.consts)
+                    if q is not None:
+                        env["q"] = q
+                    p.gen = self._run(r.body, env, p, [name], False)
+                    p.trace = []
                 self.procs.append(p)
+        self._waiter_cache = {}  # barrier index -> its waiting role instances
+        self._want_cache = {}  # barrier index -> arrivals per role instance per phase (from the plan)
+        self._party_cache = {}  # (barrier name, role) -> Party or None
+
+    def traces(self) -> list:
+        """Each role instance's recorded events (after a run that ended without a violation)."""
+        return [p.trace for p in self.procs]
 
     # ---- errors --------------------------------------------------------------
     def fail(self, msg: str):
@@ -245,9 +276,13 @@ class _Model:
 
     # ---- barrier semantics ----------------------------------------------------
     def _waiters(self, bar: _Bar):
-        spec = bar.spec
-        return [p for p in self.procs
-                if p.role in spec.consumers and (p.q is None or spec.ring or p.q == bar.instance)]
+        key = bar.spec.first + bar.instance
+        ws = self._waiter_cache.get(key)
+        if ws is None:
+            spec = bar.spec
+            ws = self._waiter_cache[key] = [p for p in self.procs if p.role in spec.consumers
+                                            and (p.q is None or spec.ring or p.q == bar.instance)]
+        return ws
 
     def _expected_at_return(self, bar: _Bar, k: int) -> int:
         return k if bar.spec.starts_free else k + 1
@@ -261,7 +296,7 @@ class _Model:
         bar = self.bars[idx]
         k = proc.waits[idx]
         want = self._expected_at_return(bar, k)
-        name = f"{bar.spec.name}[{bar.instance}]" if bar.spec.count > 1 else bar.spec.name
+        name = bar.label
         if bar.completed < want:
             self.fail(f"role {proc.name} passes its wait #{k} on barrier {name} with parity {parity} before phase "
                       f"{want - 1} completed ({bar.completed} phases completed): wrong phase parity, at "
@@ -270,14 +305,30 @@ class _Model:
             self.fail(f"role {proc.name} waits (#{k}, parity {parity}) on barrier {name} for phase {want - 1}, but "
                       f"{bar.completed} phases completed: it missed a phase, at {' > '.join(path)}")
         proc.waits[idx] += 1
-        proc.last_wait[idx] = " > ".join(path)
+        proc.last_wait[idx] = path  # joined with " > " for a message
         proc.waiting = None
 
     def _arrive(self, proc, idx, count, tx, how, step):
         bar = self.bars[idx]
         spec = bar.spec
-        name = f"{spec.name}[{bar.instance}]" if spec.count > 1 else spec.name
-        party = spec.party(proc.role)
+        key = (spec.name, proc.role)
+        party = self._party_cache.get(key, self)
+        if party is self:
+            party = self._party_cache[key] = spec.party(proc.role)
+        if (party is None or (party.same_q_stage and proc.q != bar.instance) or party.how != how
+                or count > bar.pending):
+            self._bad_arrive(proc, bar, party, count, how, step)
+        bar.pending -= count
+        bar.tx += tx
+        contrib = bar.contrib
+        contrib[proc.name] = contrib.get(proc.name, 0) + count
+        bar.last = (proc.name, step)
+        if not bar.pending and not bar.tx:
+            self._maybe_complete(bar)
+
+    def _bad_arrive(self, proc, bar, party, count, how, step):
+        spec = bar.spec
+        name = bar.label
         where = " > ".join(step)
         if party is None:
             self.fail(f"role {proc.name} arrives on barrier {name}, whose producers are "
@@ -290,11 +341,6 @@ class _Model:
         if count > bar.pending:
             self.fail(f"role {proc.name} arrives {count} time(s) on barrier {name} with {bar.pending} arrival(s) "
                       f"left in phase {bar.completed} (count {spec.arrivals}): too many arrivals, at {where}")
-        bar.pending -= count
-        bar.tx += tx
-        bar.contrib[proc.name] += count
-        bar.last_step = f"role {proc.name} at {where}"
-        self._maybe_complete(bar)
 
     def _tx(self, idx, nbytes):
         bar = self.bars[idx]
@@ -305,7 +351,34 @@ class _Model:
         if bar.pending or bar.tx:
             return
         spec = bar.spec
-        name = f"{spec.name}[{bar.instance}]" if spec.count > 1 else spec.name
+        name = bar.label
+        key = spec.first + bar.instance
+        cached = self._want_cache.get(key)
+        if cached is None:
+            want = self._want(bar)
+            cached = self._want_cache[key] = (dict(want), want)
+        plain, want = cached
+        # a plain dict compare first; Counter's (missing counts as 0) decides when they differ
+        if bar.contrib != plain and Counter(bar.contrib) != want:
+            got = ", ".join(f"{k} {v}" for k, v in sorted(bar.contrib.items()))
+            exp = ", ".join(f"{k} {v}" for k, v in sorted(want.items()))
+            self.fail(f"barrier {name} completed phase {bar.completed} with arrivals from {got}; the plan "
+                      f"declares {exp} per phase (last arrival: {bar.last_step})")
+        k = bar.completed
+        need = k + 1 if spec.starts_free else k
+        for w in self._waiters(bar):
+            if w.waits[key] < need:
+                self.fail(f"barrier {name} completed phase {k} before role {w.name} waited for phase "
+                          f"{need - 1 if not spec.starts_free else k}: a producer ran ahead of its consumer "
+                          f"(missing back-pressure), last arrival: {bar.last_step}")
+        bar.completed += 1
+        bar.pending = bar.arrivals
+        bar.contrib = {}
+
+    def _want(self, bar: _Bar) -> Counter:
+        """Arrivals per role instance that one phase of ``bar`` must get (from the plan)."""
+        spec = bar.spec
+        name = bar.label
         want = Counter()
         for p in spec.producers:
             procs = [x for x in self.procs if x.role == p.role and (not p.same_q_stage or x.q == bar.instance)]
@@ -317,21 +390,7 @@ class _Model:
                 self.fail(f"barrier {name}: the plan names producer role {p.role}, which has {len(procs)} matching "
                           f"instances in the kernel")
             want[procs[0].name] += p.arrivals
-        if bar.contrib != want:
-            got = ", ".join(f"{k} {v}" for k, v in sorted(bar.contrib.items()))
-            exp = ", ".join(f"{k} {v}" for k, v in sorted(want.items()))
-            self.fail(f"barrier {name} completed phase {bar.completed} with arrivals from {got}; the plan "
-                      f"declares {exp} per phase (last arrival: {bar.last_step})")
-        k = bar.completed
-        for w in self._waiters(bar):
-            need = k + 1 if spec.starts_free else k
-            if w.waits[spec.first + bar.instance] < need:
-                self.fail(f"barrier {name} completed phase {k} before role {w.name} waited for phase "
-                          f"{need - 1 if not spec.starts_free else k}: a producer ran ahead of its consumer "
-                          f"(missing back-pressure), last arrival: {bar.last_step}")
-        bar.completed += 1
-        bar.pending = spec.arrivals
-        bar.contrib = Counter()
+        return want
 
     def _named(self, proc, kind, nid, step):
         nb = self.nbars[nid]
@@ -349,7 +408,7 @@ class _Model:
                       f"{nb.generation} already has {nb.count} of {spec.threads}: too many threads (a turn taken "
                       f"twice?), at {where}; previous: {nb.last_step}")
         nb.count += threads
-        nb.last_step = f"role {proc.name} at {where}"
+        nb.last = (proc.name, step)
         gen = nb.generation
         if nb.count == spec.threads:
             nb.count = 0
@@ -369,12 +428,15 @@ class _Model:
     # ---- scheduling -----------------------------------------------------------
     def _step(self, proc, rng):
         """Run ``proc`` until it blocks or ends (random policy: maybe stop after an arrive)."""
+        trace = proc.trace
         while True:
             try:
                 ev = next(proc.gen)
             except StopIteration:
                 proc.done = True
                 return
+            if trace is not None:
+                trace.append(ev)
             kind = ev[0]
             if kind in ("nsync", "narrive"):
                 self._named(proc, kind, ev[1], ev[2])
@@ -402,13 +464,13 @@ class _Model:
         rng = random.Random(seed) if policy == "random" else None
         order = list(self.procs) if policy != "reverse" else list(reversed(self.procs))
         while True:
-            live = [p for p in order if not p.done]
-            if not live:
+            order = [p for p in order if not p.done]  # the live ones, in policy order
+            if not order:
                 break
-            ready = [p for p in live if not self._blocked(p)]
+            ready = [p for p in order if not self._blocked(p)]
             if not ready:
                 stuck = []
-                for p in live:
+                for p in order:
                     if p.nwaiting is not None:
                         nid, gen, path = p.nwaiting
                         nb = self.nbars[nid]
@@ -441,7 +503,7 @@ class _Model:
                     producers = ", ".join(p.role for p in bar.spec.producers)
                     self.fail(f"role {w.name} waited {w.waits[idx]} times on barrier {name} (starts free: it reuses "
                               f"what the producers {producers} release) but only {bar.completed} phases completed: "
-                              f"a missing arrive; its last wait at {w.last_wait.get(idx, '?')}")
+                              f"a missing arrive; its last wait at {' > '.join(w.last_wait[idx]) if idx in w.last_wait else '?'}")
 
 
 def _static_checks(ir: KernelIR):
@@ -511,5 +573,9 @@ def verify(ir: KernelIR) -> None:
     works = WORK_COUNTS if ir.plan.persistent else (1,)
     for n_kv in TILE_COUNTS:
         for num_work in works:
+            traces = None
             for policy in POLICIES:
-                _Model(ir, n_kv, num_work).run(policy, seed=n_kv * 31 + num_work)
+                m = _Model(ir, n_kv, num_work, traces)
+                m.run(policy, seed=n_kv * 31 + num_work)
+                if traces is None:
+                    traces = m.traces()

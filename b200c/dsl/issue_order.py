@@ -13,7 +13,8 @@ epilogue, and rejects any order that breaks a dependency:
   refilled only after the last consumer of the previous token, issued later.
   Tokens are loaded in the order of their first use.
 
-The grammar is ``issue_order.lark`` (parsed with lark).
+The grammar is ``issue_order.lark`` (parsed with lark; its LALR tables are
+cached on disk by lark's own ``cache`` option, see :mod:`b200c.compile_cache`).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import lark
 
+from ..compile_cache import compile_cache_dir
 from ..errors import IssueOrderError
 
 _GRAMMAR = Path(__file__).with_name("issue_order.lark").read_text()
@@ -35,7 +37,11 @@ CHECKED_TILE_COUNTS = (1, 2, 3, 5)
 
 @functools.lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
-    return lark.Lark(_GRAMMAR, parser="lalr")
+    # lark's cache file starts with a sha256 of the grammar, the options, lark's and Python's
+    # versions; a mismatching or unreadable file is rebuilt, a failed write skipped
+    folder = compile_cache_dir("grammar", lark.__version__)
+    cache = str(folder / "issue_order.lark-cache") if folder is not None else False
+    return lark.Lark(_GRAMMAR, parser="lalr", cache=cache)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""On-disk caches that make a fresh ``b200c compile`` fast: the compiled
+jinja2 templates (Python bytecode) and the issue-order grammar's LALR tables.
+
+Both live under ``<root>/compile/``, where ``<root>`` is the kernel cache
+root (``$B200C_CACHE_DIR``, else ``platformdirs.user_cache_dir("b200c")``),
+in a folder per Python version and library versions, so two interpreters or
+an upgrade never read each other's entries. They only save time: every entry
+is checked before use (a damaged, truncated or stale entry is ignored and
+rebuilt), and where the folder cannot be created or written, b200c compiles
+without them. ``B200C_COMPILE_CACHE=0`` turns both off.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+_OFF = ("0", "off", "no", "false")
+
+
+def compile_cache_dir(kind: str, *versions: str) -> Path | None:
+    """The folder for cache ``kind`` (created), or None when caching is off or impossible.
+
+    Args:
+        kind: a short name (``"templates"``, ``"grammar"``).
+        versions: what the cached data depends on besides the Python version
+            (library versions, options); part of the folder name.
+    """
+    if os.environ.get("B200C_COMPILE_CACHE", "").strip().lower() in _OFF:
+        return None
+    env = os.environ.get("B200C_CACHE_DIR")
+    try:
+        if env:
+            root = Path(env).expanduser()
+        else:
+            import platformdirs
+
+            root = Path(platformdirs.user_cache_dir("b200c"))
+        tag = hashlib.sha256("\0".join((sys.implementation.cache_tag or "", sys.version) + versions)
+                             .encode()).hexdigest()[:16]
+        folder = root / "compile" / f"{kind}-{tag}"
+        folder.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError):  # a file in the way, no permission, a bad path: no cache
+        return None
+    return folder
+
+
+def template_bytecode_cache(*versions: str):
+    """A jinja2 bytecode cache in :func:`compile_cache_dir` ``("templates", ...)``, or None.
+
+    Each entry is jinja2's own record (magic, source checksum, marshalled
+    code) behind a sha256 of that record: an entry whose bytes changed in any
+    way is ignored (the template is compiled again and the entry rewritten),
+    never loaded. Writes go to a temporary file renamed into place; a write
+    that fails is skipped.
+    """
+    folder = compile_cache_dir("templates", *versions)
+    if folder is None:
+        return None
+    import jinja2
+
+    class CheckedBytecodeCache(jinja2.FileSystemBytecodeCache):
+        """jinja2's file-system bytecode cache with a sha256 over every entry."""
+
+        def _entry(self, bucket) -> str:
+            return os.path.join(self.directory, self.pattern % (bucket.key,))
+
+        def load_bytecode(self, bucket) -> None:
+            """Fill ``bucket`` from its file if the file is whole and matches its digest."""
+            try:
+                data = Path(self._entry(bucket)).read_bytes()
+            except OSError:
+                return
+            digest, record = data[:32], data[32:]
+            if len(digest) != 32 or hashlib.sha256(record).digest() != digest:
+                return
+            try:
+                bucket.bytecode_from_string(record)  # checks jinja2's magic and the template's source checksum
+            except Exception:  # noqa: BLE001 - a record that does not load is a cache miss
+                bucket.reset()
+
+        def dump_bytecode(self, bucket) -> None:
+            """Write ``bucket`` atomically (temporary file + rename); skip on any OS error."""
+            name = self._entry(bucket)
+            record = bucket.bytecode_to_string()
+            tmp = f"{name}.{os.getpid()}.tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(hashlib.sha256(record).digest() + record)
+                os.replace(tmp, name)
+            except OSError:
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
+
+    return CheckedBytecodeCache(str(folder), pattern="%s.jinja2-bytecode")

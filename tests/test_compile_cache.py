@@ -1,0 +1,124 @@
+"""The compile caches (b200c/compile_cache.py): compiled jinja2 templates and the
+issue-order grammar's tables on disk. They must only save time: output stays
+byte-identical with a cold, warm, damaged, unwritable or disabled cache, and
+`b200c compile` never imports torch. (Timings: scripts/compile_time.py.)"""
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, ROOT
+
+EXAMPLE = EXAMPLES[6]  # 07_compute_pipeline.py
+GOLDEN = (ROOT / "tests" / "golden" / f"{EXAMPLE.stem}.cu").read_text()
+
+
+def _compile(tmp_path, env_extra, name="k.cu"):
+    out = tmp_path / name
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+           **env_extra}
+    r = subprocess.run([sys.executable, "-m", "b200c", "compile", str(EXAMPLE), "-o", str(out)], capture_output=True,
+                       text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "Failed" not in r.stderr, r.stderr
+    return out.read_text()
+
+
+def _entries(root):
+    return sorted((root / "compile").glob("templates-*/*.jinja2-bytecode")), \
+        sorted((root / "compile").glob("grammar-*/issue_order.lark-cache"))
+
+
+def test_cache_is_filled_and_used(tmp_path):
+    root = tmp_path / "cache"
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
+    templates, grammar = _entries(root)
+    assert len(templates) >= 10 and len(grammar) == 1
+    stamps = {p: p.stat().st_mtime_ns for p in templates + grammar}
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN  # read, not rewritten
+    assert {p: p.stat().st_mtime_ns for p in templates + grammar} == stamps
+
+
+def test_damaged_entries_are_ignored_and_rewritten(tmp_path):
+    root = tmp_path / "cache"
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
+    templates, grammar = _entries(root)
+    before = {p: p.read_bytes() for p in templates + grammar}
+    damage = [
+        lambda b: b[: len(b) // 2],  # truncated
+        lambda b: b"",  # empty
+        lambda b: bytes(len(b)),  # zero-filled
+        lambda b: b[:40] + bytes([b[40] ^ 0xFF]) + b[41:],  # one byte flipped in jinja2's record
+        lambda b: b[:-1] + bytes([b[-1] ^ 0x01]),  # last bit of the code flipped
+        lambda b: hashlib.sha256(b"junk").digest() + b"junk",  # a valid digest over a record that is not jinja2's
+    ]
+    for i, p in enumerate(templates):
+        p.write_bytes(damage[i % len(damage)](before[p]))
+    # lark's own check: a header line (sha256 of grammar, options, versions), then pickles
+    grammar[0].write_bytes(before[grammar[0]][:70] + b"\x00garbage")
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
+    # the damaged templates were compiled again and their entries rewritten whole
+    assert {p: p.read_bytes() for p in templates} == {p: before[p] for p in templates}
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
+
+
+def test_record_with_valid_digest_but_broken_payload_is_a_miss(tmp_path, monkeypatch):
+    """In-process: jinja2's own record behind a correct sha256 but with a broken pickle/marshal
+    part (a cache written by a buggy writer) loads as a miss, never raises."""
+    import jinja2
+
+    from b200c import compile_cache
+
+    monkeypatch.setenv("B200C_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("B200C_COMPILE_CACHE", raising=False)
+    templates = {"t.j2": "{% for i in range(n) %}{{ i }},{% endfor %}"}
+
+    def render():
+        env = jinja2.Environment(loader=jinja2.DictLoader(templates),
+                                 bytecode_cache=compile_cache.template_bytecode_cache("test"))
+        return env.get_template("t.j2").render(n=3)
+
+    assert render() == "0,1,2,"
+    (entry,) = (tmp_path / "compile").glob("templates-*/*.jinja2-bytecode")
+    record = entry.read_bytes()[32:]
+    magic = jinja2.bccache.bc_magic
+    for broken in (record[: len(magic)] + b"\x80\x05not a pickle", record[:-8], magic):
+        entry.write_bytes(hashlib.sha256(broken).digest() + broken)
+        assert render() == "0,1,2,"
+        assert entry.read_bytes()[32:] == record  # rewritten
+
+
+def test_unwritable_or_disabled_cache_still_compiles(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(blocker / "sub")}) == GOLDEN
+    root = tmp_path / "off"
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root), "B200C_COMPILE_CACHE": "0"}) == GOLDEN
+    assert not (root / "compile").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root can write a read-only folder")
+def test_read_only_cache_folder(tmp_path):
+    root = tmp_path / "ro"
+    root.mkdir()
+    root.chmod(0o500)
+    try:
+        assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
+    finally:
+        root.chmod(0o700)
+
+
+def test_compile_does_not_import_torch(tmp_path):
+    code = ("import sys\nimport b200c\nassert 'torch' not in sys.modules, 'import b200c imported torch'\n"
+            "from b200c.cli import main\n"
+            f"assert main(['compile', {str(EXAMPLE)!r}, '-o', {str(tmp_path / 'k.cu')!r}]) == 0\n"
+            f"assert main(['compile', {str(ROOT / 'examples/hopper/h11_persistent.py')!r}, '--target', 'sm90a', "
+            f"'-o', {str(tmp_path / 'h.cu')!r}]) == 0\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy'))\n"
+            "assert not bad, bad\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "k.cu").read_text() == GOLDEN
