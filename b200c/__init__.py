@@ -12,13 +12,14 @@ Public API:
     scaled_dot_product_attention(query, key, value, ...)  drop-in for torch's SDPA
     errors: ScheduleError, ResourceError, IssueOrderError, BuildError, TargetError,
             LaunchError, UnsupportedDeviceError, BarrierTimeoutError, ProtocolError,
-            BackwardNotSupportedError; warning: FallbackWarning
+            BackwardNotSupportedError, DrawError; warning: FallbackWarning
 """
 from .errors import (
     B200cError,
     BackwardNotSupportedError,
     BarrierTimeoutError,
     BuildError,
+    DrawError,
     FallbackWarning,
     IssueOrderError,
     LaunchError,
@@ -262,6 +263,7 @@ __all__ = [
     "TargetError",
     "LaunchError",
     "ProtocolError",
+    "DrawError",
     "UnsupportedDeviceError",
     "BarrierTimeoutError",
     "BackwardNotSupportedError",

@@ -5,6 +5,7 @@
                         SASS counts, one row per schedule, + each warp role's steady-state loop
     b200c build FILE... [--target sm_100a|emulate|sm_90a] [-j N]   build into the on-disk kernel cache
     b200c bench FILE... [--shapes ...] [--csv/--json/--png/--md OUT] [--profile]   TFLOPS next to torch SDPA
+    b200c draw FILE [-o OUT.svg|OUT.png] [--iterations N] [--target auto|sm100a|sm90a]   picture of the pipeline
     b200c --version
 
 Exit status: 0 success; 1 ``check`` ran and at least one schedule failed it
@@ -149,6 +150,37 @@ def _build(args) -> int:
     return run_build(args.files, args.target, args.jobs)
 
 
+def _iterations(text: str) -> int:
+    from .draw.timeline import MAX_ITERATIONS
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of K/V tiles, got {text!r}") from None
+    if not 1 <= n <= MAX_ITERATIONS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_ITERATIONS} K/V tiles, got {n}")
+    return n
+
+
+def _draw_target(text: str) -> str:
+    return "auto" if text.strip().lower() == "auto" else _target(text)
+
+
+def _draw(args) -> int:
+    from . import load_schedule_file
+    from .draw import draw_schedule
+    from .draw.render import check_format
+
+    _check_schedule_paths([args.file])
+    out = _output_path(args.output) if args.output else Path(Path(args.file).stem + ".svg")
+    check_format(out)  # before any work: a wrong extension is an error at once
+    schedule = load_schedule_file(args.file)
+    t = draw_schedule(schedule, out, target=args.target, iterations=args.iterations)
+    print(f"wrote {out} ({len(t.lanes)} warp-role lanes, {len(t.steps)} steps, {len(t.edges)} barrier arrows)",
+          file=sys.stderr)
+    return 0
+
+
 def _bench(args) -> int:
     from .bench.cli import run_bench
 
@@ -156,7 +188,7 @@ def _bench(args) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The ``b200c`` argument parser (subcommands compile, check, build, bench)."""
+    """The ``b200c`` argument parser (subcommands compile, check, build, bench, draw)."""
     from . import __version__
 
     fmt = argparse.RawDescriptionHelpFormatter
@@ -164,7 +196,7 @@ def make_parser() -> argparse.ArgumentParser:
                                           "(Hopper) CUDA.",
                 epilog=EXIT_STATUS, formatter_class=fmt)
     p.add_argument("--version", action="version", version=f"b200c {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,check,build,bench}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,check,build,bench,draw}")
     c = sub.add_parser("compile", help="emit the plan, IR, CUDA, PTX or cubin of one schedule file",
                        description="Emit the plan, IR, CUDA, PTX or cubin of one schedule file.",
                        epilog=EXIT_STATUS, formatter_class=fmt)
@@ -205,6 +237,23 @@ def make_parser() -> argparse.ArgumentParser:
     from .bench.cli import add_parser as _add_bench
 
     _add_bench(sub, _bench)
+    d = sub.add_parser("draw", help="draw a schedule's pipeline (warp-role lanes, barriers, SMEM/TMEM maps) "
+                                    "to .svg or .png",
+                       description="Draw one schedule's pipeline as SVG or PNG: one lane per warp role (softmax per "
+                                   "Q stage), each role's steps in issue order over a few K/V tiles, the barriers "
+                                   "between them as labelled arrows, and the SMEM and TMEM maps beside it; derived "
+                                   "from the plan and the IR. Needs matplotlib (pip install \"b200c[draw]\").",
+                       epilog=EXIT_STATUS, formatter_class=fmt)
+    d.add_argument("file", help="schedule file (Python defining a module-level `schedule`)")
+    d.add_argument("-o", "--output", metavar="OUT",
+                   help="picture file, .svg or .png (the extension picks the format; default: FILE's stem + .svg "
+                        "in the current folder)")
+    d.add_argument("--iterations", type=_iterations, default=3, metavar="N",
+                   help="K/V tiles to unroll, 1-6 (default 3: prologue, two steady-state iterations, epilogue)")
+    d.add_argument("--target", type=_draw_target, default="auto",
+                   help="auto: the schedule's own target (default; sm90a for examples/hopper); sm100a: B200, "
+                        "tcgen05; sm90a: Hopper, wgmma")
+    d.set_defaults(func=_draw)
     return p
 
 

@@ -58,6 +58,12 @@ class BuildError(B200cError, RuntimeError):
     file and the first compiler error line."""
 
 
+class DrawError(B200cError, ValueError):
+    """``b200c draw`` cannot make the picture: an option out of range, an
+    output format it does not write, or matplotlib missing (the message says
+    to ``pip install "b200c[draw]"``)."""
+
+
 class LaunchError(B200cError, RuntimeError):
     """Inputs or the device do not fit the kernel; raised before any launch.
 

@@ -122,7 +122,7 @@ def test_every_option_has_help():
 
     parser = make_parser()
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(subs.choices) == {"compile", "check", "build", "bench"}
+    assert set(subs.choices) == {"compile", "check", "build", "bench", "draw"}
     for name, sub in subs.choices.items():
         for action in sub._actions:
             assert action.help, f"b200c {name}: {action.option_strings or action.dest} has no help text"

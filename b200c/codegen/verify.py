@@ -32,6 +32,11 @@ a barrier protocol; they are not modelled here.)
 
 A violation raises :class:`b200c.ProtocolError` naming the barrier, the role
 and the step (the IR path to the node, with loop indices).
+
+:func:`protocol_trace` runs the same model once and returns what happened, in
+order: each completed wait (with the phase it returned for), each arrival
+(with the phase it counted towards) and each named-barrier arrive/sync.
+``b200c draw`` builds its picture from that trace.
 """
 from __future__ import annotations
 
@@ -136,6 +141,7 @@ class _Model:
         self.consts.update({f"SMEM_{r.name.upper()}": r.offset for r in self.plan.smem})
         self.consts.setdefault("SMEM_Q", self.consts.get("SMEM_Q0", 0))
         self.consts.setdefault("SMEM_KV", self.consts.get("SMEM_KV0", 0))
+        self.observer = None  # protocol_trace: called with each TraceEvent
         self.procs = []
         for r in ir.roles:
             insts = r.instances or ((None, r.warps),)
@@ -307,6 +313,9 @@ class _Model:
         proc.waits[idx] += 1
         proc.last_wait[idx] = path  # joined with " > " for a message
         proc.waiting = None
+        if self.observer is not None:
+            self.observer(TraceEvent("wait", proc.name, proc.role, proc.q, bar.spec.name, bar.instance, want - 1,
+                                     tuple(path)))
 
     def _arrive(self, proc, idx, count, tx, how, step):
         bar = self.bars[idx]
@@ -318,6 +327,9 @@ class _Model:
         if (party is None or (party.same_q_stage and proc.q != bar.instance) or party.how != how
                 or count > bar.pending):
             self._bad_arrive(proc, bar, party, count, how, step)
+        if self.observer is not None:
+            self.observer(TraceEvent("arrive", proc.name, proc.role, proc.q, spec.name, bar.instance, bar.completed,
+                                     tuple(step[:-1])))
         bar.pending -= count
         bar.tx += tx
         contrib = bar.contrib
@@ -410,6 +422,9 @@ class _Model:
         nb.count += threads
         nb.last = (proc.name, step)
         gen = nb.generation
+        if self.observer is not None:
+            self.observer(TraceEvent(kind, proc.name, proc.role, proc.q, spec.name, nb.instance, gen,
+                                     tuple(step[:-1])))
         if nb.count == spec.threads:
             nb.count = 0
             nb.generation += 1
@@ -504,6 +519,54 @@ class _Model:
                     self.fail(f"role {w.name} waited {w.waits[idx]} times on barrier {name} (starts free: it reuses "
                               f"what the producers {producers} release) but only {bar.completed} phases completed: "
                               f"a missing arrive; its last wait at {' > '.join(w.last_wait[idx]) if idx in w.last_wait else '?'}")
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One barrier event of a :func:`protocol_trace` run.
+
+    Attributes:
+        kind: ``"wait"`` (an mbarrier wait returned), ``"arrive"`` (an arrival,
+            ``tcgen05.commit`` or ``arrive.expect_tx`` on an mbarrier),
+            ``"nsync"`` / ``"narrive"`` (``bar.sync`` / ``bar.arrive`` on a
+            named barrier).
+        proc: the role instance, e.g. ``"softmax[1]"`` or ``"mma"``.
+        role: its warp-role name; q: its Q stage (None for single roles).
+        barrier: the barrier family name; instance: the index inside it.
+        phase: wait: the phase it returned for (-1: the first wait on a
+            "starts free" barrier, which no arrival completes); arrive: the
+            phase it counts towards; named barriers: the generation.
+        path: where in the role's IR it happened: the role instance, then
+            ``work item N``, ``var=value`` per enclosing loop, ``if ...`` and
+            the notes of enclosing scopes (``Q0K(i+1): ...``), outermost first.
+    """
+
+    kind: str
+    proc: str
+    role: str
+    q: int | None
+    barrier: str
+    instance: int
+    phase: int
+    path: tuple
+
+
+def protocol_trace(ir: KernelIR, n_kv: int, num_work: int = 1) -> tuple:
+    """Run the barrier-protocol model of ``ir`` once (roles in plan order, each
+    until it blocks) with ``n_kv`` K/V tiles per work item and ``num_work``
+    work items, and return its :class:`TraceEvent` s in the order they happened.
+
+    Raises:
+        ValueError: ``n_kv`` or ``num_work`` below 1.
+        ProtocolError: the protocol is broken (as :func:`verify`).
+    """
+    if n_kv < 1 or num_work < 1:
+        raise ValueError(f"protocol_trace needs n_kv >= 1 and num_work >= 1, got {n_kv} and {num_work}")
+    events = []
+    model = _Model(ir, n_kv, num_work if ir.plan.persistent else 1)
+    model.observer = events.append
+    model.run("in_order")
+    return tuple(events)
 
 
 def _static_checks(ir: KernelIR):
