@@ -7,6 +7,7 @@ launch cache keyed by everything a launch depends on, and schedule files watched
 from __future__ import annotations
 
 import os
+import sys
 import textwrap
 
 import pytest
@@ -222,6 +223,20 @@ def test_relative_path_and_non_local_files_are_stated_every_call(sched_file, sta
     n = len(stats)
     api._schedule_json(p)
     assert len(stats) > n  # not a local file system: stat every call
+
+
+def test_without_inotify_simple_every_call_stats_and_sees_an_edit(sched_file, stats, monkeypatch):
+    monkeypatch.setitem(sys.modules, "inotify_simple", None)  # `import inotify_simple` raises ImportError
+    monkeypatch.setattr(watch, "current", None)  # a fresh process's Watcher
+    assert not watch.watcher().available
+    p = str(sched_file)
+    for _ in range(3):
+        assert '"swizzle": "none"' in api._schedule_json(p)
+    n = len(stats)
+    api._schedule_json(p)
+    assert len(stats) > n  # no queue: stat every call
+    sched_file.write_text(sched_file.read_text().replace('swizzle="none"', 'swizzle="128B"'))  # same size
+    assert '"swizzle": "128B"' in api._schedule_json(p)  # the very next call
 
 
 @needs_inotify

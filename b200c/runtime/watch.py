@@ -15,15 +15,23 @@ lets a call skip the stats when the kernel says nothing happened:
   generation compare; :meth:`Watcher.sync` drains the queue and bumps the
   generation, after which the caller verifies by ``stat`` as before.
 
+Nothing runs in the background: the queue is only polled and drained by the
+calls themselves. The inotify system calls and the event parsing are the
+``inotify_simple`` package's (:class:`inotify_simple.INotify`, opened
+non-blocking and close-on-exec); only the file system type check is a ctypes
+``statfs(2)`` here, since no standard-library call returns ``f_type``
+(``os.statvfs`` does not).
+
 The watcher is only the fast "nothing changed" answer: every event (also an
 unrelated file in a watched folder, a queue overflow) sends the next call of
 every cached schedule file back to the ``stat`` check, which stays the
 authority. Files are only watched on local file systems (ext2/3/4, XFS,
 Btrfs, tmpfs, overlayfs, F2FS, ZFS, ramfs): network file systems (NFS, CIFS,
 FUSE) do not report edits made on other hosts, so their files are stat'ed on
-every call. Without inotify (another OS, a watch limit reached) every call
-stats, as before. A forked child gets its own queue (the parent's is shared
-with the child otherwise, and a read in one would hide events from the other).
+every call. Without inotify (another OS, ``inotify_simple`` not installed, no
+inotify queue to be had, a watch limit reached) every call stats, as before.
+A forked child gets its own queue (the parent's is shared with the child
+otherwise, and a read in one would hide events from the other).
 Not seen: a mount placed over a folder on the path after it was watched.
 """
 from __future__ import annotations
@@ -32,22 +40,8 @@ import ctypes
 import ctypes.util
 import os
 import select
+import sys
 import threading
-
-# inotify(7) event bits
-IN_MODIFY = 0x002
-IN_ATTRIB = 0x004
-IN_CLOSE_WRITE = 0x008
-IN_MOVED_FROM = 0x040
-IN_MOVED_TO = 0x080
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_MASK_ADD = 0x20000000
-_FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
-_ANCESTOR_MASK = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
-_FOLDER_MASK = _ANCESTOR_MASK | IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE
 
 # statfs(2) f_type of file systems whose edits are all reported by inotify (local ones)
 LOCAL_FS = frozenset((
@@ -72,25 +66,33 @@ class Watcher:
     def __init__(self) -> None:
         self.generation = 0
         self._lock = threading.Lock()
-        self._libc = None
-        self._fd = -1
+        self._inotify = None
         self._poll = None
+        if not sys.platform.startswith("linux"):
+            return
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-            init, add = libc.inotify_init1, libc.inotify_add_watch
-            statfs = libc.statfs
-        except (OSError, AttributeError):  # not Linux / no inotify in this libc
+            from inotify_simple import INotify, flags
+
+            statfs = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).statfs
+            inotify = INotify(nonblocking=True)  # close-on-exec by default
+        except (ImportError, OSError, AttributeError):  # not installed / no inotify queue / no statfs
             return
-        add.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
         statfs.argtypes = (ctypes.c_char_p, ctypes.c_void_p)
-        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            return
-        self._libc, self._fd = libc, fd
-        self._add, self._statfs = add, statfs
+        self._statfs = statfs
+        f = flags
+        self._file_mask = f.MODIFY | f.ATTRIB | f.CLOSE_WRITE | f.DELETE_SELF | f.MOVE_SELF | f.MASK_ADD
+        self._ancestor_mask = (f.CREATE | f.DELETE | f.MOVED_FROM | f.MOVED_TO | f.DELETE_SELF | f.MOVE_SELF
+                               | f.MASK_ADD)
+        self._folder_mask = self._ancestor_mask | f.MODIFY | f.ATTRIB | f.CLOSE_WRITE
+        self._inotify = inotify
         p = select.poll()
-        p.register(fd, select.POLLIN)
+        p.register(inotify.fileno(), select.POLLIN)
         self._poll = p.poll
+
+    def __del__(self) -> None:
+        ino = getattr(self, "_inotify", None)
+        if ino is not None:
+            ino.close()
 
     @property
     def available(self) -> bool:
@@ -109,12 +111,11 @@ class Watcher:
         if self._poll is not None and self._poll(0):
             with self._lock:
                 self.generation += 1  # first: a concurrent quiet() that sees the drained queue fails on this
-                while True:
-                    try:
-                        if not os.read(self._fd, 65536):
-                            break
-                    except (BlockingIOError, InterruptedError):
-                        break
+                try:
+                    while self._inotify.read(timeout=0):
+                        pass
+                except BlockingIOError:
+                    pass
         return self.generation
 
     def _local(self, path: str) -> bool:
@@ -124,7 +125,11 @@ class Watcher:
         return (ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF) in LOCAL_FS
 
     def _add_watch(self, path: str, mask: int) -> bool:
-        return self._add(self._fd, os.fsencode(path), mask | IN_MASK_ADD) >= 0
+        try:
+            self._inotify.add_watch(path, mask)
+        except OSError:  # e.g. ENOSPC: fs.inotify.max_user_watches reached; ENOENT
+            return False
+        return True
 
     def watch(self, paths) -> bool:
         """Watch each file of ``paths`` (absolute), its folder and every ancestor folder.
@@ -140,15 +145,15 @@ class Watcher:
         for p in paths:
             if not os.path.isabs(p):
                 return False
-            if not self._local(p) or not self._add_watch(p, _FILE_MASK):
+            if not self._local(p) or not self._add_watch(p, self._file_mask):
                 return False
             folder = os.path.dirname(p)
-            ancestors[folder] = _FOLDER_MASK
+            ancestors[folder] = self._folder_mask
             while True:
                 up = os.path.dirname(folder)
                 if up == folder:
                     break
-                ancestors.setdefault(up, _ANCESTOR_MASK)
+                ancestors.setdefault(up, self._ancestor_mask)
                 folder = up
         return all(self._add_watch(d, mask) for d, mask in ancestors.items())
 
