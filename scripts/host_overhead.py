@@ -12,8 +12,8 @@ Rows: torch SDPA; ``b200c.attention`` with a Schedule object, with the
 schedule file's path, with ``layout="bshd"`` and with causal + LSE + GQA
 (two query heads on one K/V head); ``torch.ops.b200c.attention`` called
 directly; ``b200c.scaled_dot_product_attention`` (the drop-in, its built-in
-schedule); a ``torch.compile(fullgraph=True)`` function; one call captured in
-a CUDA graph and replayed (SDPA the same way). Each b200c row is
+schedule); a ``torch.compile(fullgraph=True)`` function (and torch SDPA compiled
+the same way); one call captured in a CUDA graph and replayed (SDPA the same way). Each b200c row is
 checked against SDPA's output once before it is timed.
 
 Without a CUDA GPU it prints that it skipped and exits 0; ``--stub-driver``
@@ -130,6 +130,12 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
             compiled = None
     if compiled is not None:
         row("torch.compile(fullgraph=True)", lambda: compiled(q, k, v), f"{note}; backend {backend}")
+        torch._dynamo.reset()
+        compiled_sdpa = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), fullgraph=True,
+                                      backend=backend)
+        compiled_sdpa(q, k, v)
+        row("torch.compile(fullgraph=True): torch SDPA", lambda: compiled_sdpa(q, k, v),
+            f"reference for the row above; backend {backend}")
     else:
         rows.append(("torch.compile(fullgraph=True)", None, "failed (see stderr)"))
 
@@ -192,6 +198,10 @@ def stub_rows(args) -> list[tuple[str, float | None, str]]:
         compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
         compiled(q, k, v)
         cases.append(("torch.compile(fullgraph=True)", lambda: compiled(q, k, v), "backend aot_eager"))
+        floor = torch.compile(lambda q: torch.empty_like(q), fullgraph=True, backend="aot_eager")
+        floor(q)
+        cases.append(("floor: torch.compile of torch.empty_like(q)", lambda: floor(q),
+                      "backend aot_eager: the compiled call's own cost"))
         for name, fn, note in cases:
             rows.append((name, per_call_us(fn, args.calls, args.reps, nop), note))
         assert fd.loads == 2, fd.loads  # the schedule's kernel and the drop-in's: the cache hit each time

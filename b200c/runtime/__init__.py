@@ -6,7 +6,8 @@ load, tensor maps), ``launcher`` (the cached per-call path), ``op`` (the
 custom op, fake and autograd impls), ``api`` (``b200c.attention``),
 ``varlen`` (packed variable-length calls), ``sdpa`` (the SDPA drop-in),
 ``params`` (the parameter block, packed from the kernel's signature),
-``fake_driver`` (a driver stand-in for CPU-only tests and measurements).
+``fake_driver`` (a driver stand-in for CPU-only tests and measurements),
+``watch`` (inotify change signal for schedule files given by path).
 
 Public API:
     attention(q, k, v, *, schedule, causal=False, softmax_scale=None, return_lse=False, layout="bhsd",

@@ -2,7 +2,8 @@
 
 Eager calls on plain CUDA tensors that need no autograd take a direct path:
 the schedule's validated JSON comes from a cache (per Schedule object, or per
-schedule file as long as none of the files it was built from changed on disk)
+schedule file as long as none of the files it was built from changed on disk:
+one poll of an inotify queue while nothing did, :mod:`b200c.runtime.watch`)
 and the launch from :mod:`b200c.runtime.launcher` (per tensor pointers,
 shapes, strides). Everything else (torch.compile tracing, fake/meta tensors,
 tensor subclasses, dispatch or function modes, functorch transforms, JIT
@@ -22,21 +23,13 @@ import torch
 from ..dsl import Schedule
 from ..errors import BuildError, LaunchError, ScheduleError
 from . import launcher, op  # op: registers torch.ops.b200c.attention
+from . import watch as _watch
 from .inputs import check_tensor_types, flag_value, softmax_scale_value
 from .varlen import seqlen_value
 
 _TARGETS = frozenset(("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate", "sm90a", "sm_90a", "sm_90", "sm90"))
 _LAYOUTS = frozenset(("bhsd", "bshd"))
 _Tensor = torch.Tensor
-
-
-def _schedule_fields() -> tuple[str, ...]:
-    import dataclasses
-
-    return tuple(f.name for f in dataclasses.fields(Schedule))
-
-
-_FIELDS = _schedule_fields()
 
 
 # ---- schedule identity ------------------------------------------------------------
@@ -78,12 +71,18 @@ _RACY_S = 2.0  # a file modified this close to when it was read may change again
 
 
 class _FileEntry:
-    """A loaded schedule file: its JSON and what its files looked like when read."""
+    """A loaded schedule file: its JSON, what its files looked like when read, and its watch state
+    (``watcher``: the :class:`~b200c.runtime.watch.Watcher` holding watches on ``files``, None
+    when they cannot be watched; ``gen``: its generation when the files were last verified)."""
 
-    __slots__ = ("sig", "deps", "json", "racy_until", "digests")
+    __slots__ = ("sig", "deps", "json", "racy_until", "digests", "files", "watcher", "tried", "gen")
 
-    def __init__(self, sig, deps, json, racy_until, digests):
+    def __init__(self, sig, deps, json, racy_until, digests, files):
         self.sig, self.deps, self.json, self.racy_until, self.digests = sig, deps, json, racy_until, digests
+        self.files = files
+        self.watcher = None
+        self.tried = None  # the Watcher that watch() was last tried with
+        self.gen = -1
 
 
 _files: dict[str, _FileEntry] = {}
@@ -106,33 +105,51 @@ def _digest(path: str) -> bytes | None:
 def _json_of_file(path: str) -> str:
     """Validated JSON of a schedule file, reloaded when it or any file it was built from changes.
 
-    Each call stats the file (by the path as given: no resolve) and the
-    files it was built from (see :func:`b200c.dsl.load_with_dependencies`);
-    another inode, size, mtime or ctime reloads. While the newest of them was
-    modified less than 2 s before it was read (an edit within one timestamp
-    tick keeps the mtime), their contents are compared by sha256 as well.
+    A cached file is verified by stat'ing the file (by the path as given: no
+    resolve) and the files it was built from (see
+    :func:`b200c.dsl.load_with_dependencies`); another inode, size, mtime or
+    ctime reloads. While the newest of them was modified less than 2 s before
+    it was read (an edit within one timestamp tick keeps the mtime), their
+    contents are compared by sha256 as well. Once verified, files on a local
+    file system given by an absolute path are watched (:mod:`b200c.runtime.watch`):
+    while no event arrived since the last verification, a call returns the
+    cached JSON after one poll of the event queue instead of the stats.
 
     Raises:
         ScheduleError: the file is missing, invalid or its schedule infeasible.
     """
     e = _files.get(path)
     if e is not None:
-        stat = os.stat
-        try:
-            fresh = _sig(stat(path)) == e.sig
-            if fresh:
-                for d, s in e.deps:
-                    if _sig(stat(d)) != s:
-                        fresh = False
-                        break
-        except OSError:
-            fresh = False
-        if fresh and e.racy_until is not None:
-            fresh = all(_digest(d) == h for d, h in e.digests)
-            if fresh and time.time() >= e.racy_until:
-                e.racy_until = None
-        if fresh:
+        w = e.watcher
+        if w is not None and w is _watch.current and w.quiet(e.gen):
             return e.json
+        return _verify_file(path, e)
+    return _load_file(path)
+
+
+def _verify_file(path: str, e: _FileEntry) -> str:
+    w = _watch.watcher()
+    if e.tried is not w:  # first check after the load, or a forked child's new queue
+        e.tried = w
+        e.watcher = w if w.watch(e.files) else None
+    gen = w.sync() if e.watcher is not None else -1  # events after this fail the next quiet()
+    stat = os.stat
+    try:
+        fresh = _sig(stat(path)) == e.sig
+        if fresh:
+            for d, s in e.deps:
+                if _sig(stat(d)) != s:
+                    fresh = False
+                    break
+    except OSError:
+        fresh = False
+    if fresh and e.racy_until is not None:
+        fresh = all(_digest(d) == h for d, h in e.digests)
+        if fresh and time.time() >= e.racy_until:
+            e.racy_until = None
+    if fresh:
+        e.gen = gen if e.racy_until is None else -1  # while racy, every call compares the contents
+        return e.json
     return _load_file(path)
 
 
@@ -157,8 +174,9 @@ def _load_file(path: str) -> str:
     digests = tuple((f, _digest(f)) for f in files) if racy else ()
     if len(_files) >= 256:
         _files.clear()
+    watched = tuple(dict.fromkeys([path] + files))  # the path as given (its folders and links) and the real files
     _files[path] = _FileEntry(_sig(main), tuple((d, s) for d, s in sigs.items() if d != main_path), text,
-                              newest + _RACY_S if racy else None, digests)
+                              newest + _RACY_S if racy else None, digests, watched)
     return text
 
 
@@ -179,14 +197,9 @@ def _schedule_json(schedule) -> str:
 # ---- schedule identity under torch.compile -----------------------------------------
 
 
-@functools.lru_cache(maxsize=512)
-def _json_cached(values: tuple) -> str:
-    return _validated_json(Schedule(**dict(zip(_FIELDS, values))).to_json())
-
-
 @torch.compiler.assume_constant_result
-def _json_of_fields(values: tuple) -> str:
-    return _json_cached(values)
+def _json_of_traced_schedule(schedule) -> str:
+    return _json_of_schedule(schedule)
 
 
 @torch.compiler.assume_constant_result
@@ -197,13 +210,16 @@ def _json_of_path(path) -> str:
 def _traced_schedule_json(schedule) -> str:
     """Schedule JSON while torch.compile traces: a constant of the compiled graph.
 
-    The Schedule's field values (plain constants) are read in the traced code
-    and the JSON is computed once, so no graph break occurs. A schedule file
-    is read when the function is compiled; edits after that need a recompile
+    A Schedule is immutable, so the compiled code guards on the object's
+    identity alone (one guard, not one per field: every guard is checked on
+    every call of the compiled function); a Schedule built inside the compiled
+    function is a constant too. Passing a new Schedule object on each call
+    recompiles: keep one (a module constant or attribute). A schedule file is
+    read when the function is compiled; edits after that need a recompile
     (``torch._dynamo.reset()`` or a new ``torch.compile``).
     """
     if isinstance(schedule, Schedule):
-        return _json_of_fields(tuple([getattr(schedule, name) for name in _FIELDS]))
+        return _json_of_traced_schedule(schedule)
     if isinstance(schedule, (str, os.PathLike)):
         return _json_of_path(schedule)
     raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")

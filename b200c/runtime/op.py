@@ -1,5 +1,5 @@
-"""The ``b200c::attention``, ``b200c::attention_lse`` and ``b200c::attention_varlen`` torch.library custom ops
-(real, fake and autograd impls).
+"""The ``b200c::attention``, ``b200c::attention_lse`` and ``b200c::attention_varlen`` operators
+(torch.library: real, fake and autograd kernels; see "registration" below for why not ``custom_op``).
 
 Schedules cross the op boundary as ``Schedule.to_json()`` text; the runtime
 specializes it to the inputs' head dim (:func:`specialized_json`), the
@@ -212,20 +212,90 @@ def _no_lse(q) -> torch.Tensor:
     return q.new_empty((0,), dtype=_F32)
 
 
-@torch.library.custom_op("b200c::attention", mutates_args=())
-def attention_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, schedule_json: str, softmax_scale: float, target: str,
-    causal: bool = False,
-) -> torch.Tensor:
-    """Attention on logical (B, H, S_q, D) q and (B, H_kv, S_kv, D) k, v (bf16); see :func:`b200c.attention`.
+# ---- registration ---------------------------------------------------------------------
+#
+# The forward ops are defined with torch.library.Library, not torch.library.custom_op: a
+# custom_op call runs about ten Python frames of wrappers (its autograd kernel, a
+# redispatch, the backend wrapper, a dynamo-disable wrapper, an aliasing check), which
+# cost more than the launch itself (stub driver: 37 us per call against 10 us for the
+# direct path). Here the op's Autograd kernel is the only Python hop of a plain call: when
+# no input needs grad and nothing but a dense backend is left below autograd (no tensor
+# subclass, dispatch mode, functionalization or functorch layer: see :func:`_plain`), it
+# calls the real impl itself; everything else takes the same route as a custom_op
+# (redispatch below autograd, or an autograd.Function whose backward raises).
 
-    Returns out, like q. (``b200c::attention_lse`` also returns the LSE; two
-    ops because a second output costs every call about 8 us in the dispatcher.)
-    """
+_lib = torch.library.Library("b200c", "FRAGMENT")
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
+_DENSE_BACKENDS = (torch._C.DispatchKey.CUDA, torch._C.DispatchKey.CPU)
+_plain_keysets: set[int] = set()  # raw_repr() of dispatch key sets found plain (a few distinct values)
+_grad_enabled = torch.is_grad_enabled
+
+
+def _plain(keyset) -> bool:
+    """Whether an op call with dispatch key set ``keyset`` reaches the backend kernel directly
+    once past autograd: below the Autograd key only ADInplaceOrView (a fallthrough for these
+    ops) and a dense CUDA or CPU backend are left. Cached per raw key set."""
+    raw = keyset.raw_repr()
+    if raw in _plain_keysets:
+        return True
+    rest = (keyset & _AFTER_AUTOGRAD).remove(torch._C.DispatchKey.ADInplaceOrView)
+    if rest.highestPriorityTypeId() not in _DENSE_BACKENDS:
+        return False
+    if len(_plain_keysets) < 64:
+        _plain_keysets.add(raw)
+    return True
+
+
+def _define(name: str, schema: str, impl, fake):
+    """Define ``b200c::<name>`` with real impl ``impl`` (any backend), fake impl ``fake`` and the
+    forward-only autograd kernel described above; returns the OpOverload. The first three
+    arguments are q, k, v (the only ones that may require grad)."""
+    _lib.define(f"{name}{schema}")
+    _lib.impl(name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"b200c::{name}", fake, lib=_lib)
+    overload = getattr(torch.ops.b200c, name).default
+
+    class Forward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, keyset, *args):
+            with _BELOW_AUTOGRAD():
+                result = overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+            ctx.n_inputs = len(args)
+            ctx.save_for_backward(*args[:3])
+            return result
+
+        @staticmethod
+        def backward(ctx, grad_out, *unused):
+            q, k, v = ctx.saved_tensors
+            dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v)
+            return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
+
+    Forward.__name__ = Forward.__qualname__ = f"b200c_{name}_forward"
+
+    def autograd_kernel(keyset, *args):
+        if _grad_enabled() and (args[0].requires_grad or args[1].requires_grad or args[2].requires_grad):
+            return Forward.apply(keyset, *args)
+        if _plain(keyset):
+            return impl(*args)  # what the redispatch below would reach, without the second hop
+        with _BELOW_AUTOGRAD():
+            return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+    _lib.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+    return overload
+
+
+_ATTENTION_SCHEMA = ("(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, str target, "
+                     "bool causal=False)")
+
+
+def _attention_impl(q, k, v, schedule_json, softmax_scale, target, causal=False):
+    """``b200c::attention`` on logical (B, H, S_q, D) q and (B, H_kv, S_kv, D) k, v (bf16);
+    see :func:`b200c.attention`. Returns out, like q. (``b200c::attention_lse`` also returns
+    the LSE; two ops because a second output costs every dispatcher call more.)"""
     return run_schedule(q, k, v, schedule_json, softmax_scale, target, "bhsd", causal, False)[0]
 
 
-@attention_op.register_fake
 def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):
     p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
     if p.needs_launch:
@@ -233,16 +303,11 @@ def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False)
     return torch.empty_like(q)
 
 
-@torch.library.custom_op("b200c::attention_lse", mutates_args=())
-def attention_lse_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, schedule_json: str, softmax_scale: float, target: str,
-    causal: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _attention_lse_impl(q, k, v, schedule_json, softmax_scale, target, causal=False):
     """As ``b200c::attention``, returning ``(out, lse)``: lse FP32 (B, H, S_q), natural-log units."""
     return run_schedule(q, k, v, schedule_json, softmax_scale, target, "bhsd", causal, True)
 
 
-@attention_lse_op.register_fake
 def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):
     p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
     if p.needs_launch:
@@ -250,12 +315,8 @@ def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=Fa
     return torch.empty_like(q), q.new_empty((p.batch, p.heads, p.seq_q), dtype=_F32)
 
 
-@torch.library.custom_op("b200c::attention_varlen", mutates_args=())
-def attention_varlen_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
-    max_seqlen_q: int, max_seqlen_k: int, schedule_json: str, softmax_scale: float, target: str,
-    causal: bool = False, return_lse: bool = False, check_seqlens: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
+                           softmax_scale, target, causal=False, return_lse=False, check_seqlens=True):
     """Varlen attention on packed (total, H, D) tensors; see :func:`b200c.attention_varlen`.
 
     Returns ``(out, lse)``: out like q; lse FP32 (H, total_q), or empty unless ``return_lse``.
@@ -265,7 +326,6 @@ def attention_varlen_op(
     return out, (lse if lse is not None else _no_lse(q))
 
 
-@attention_varlen_op.register_fake
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
                            softmax_scale, target, causal=False, return_lse=False, check_seqlens=True):
     from .varlen import validate_varlen
@@ -276,6 +336,17 @@ def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         specialized_json(schedule_json, p.head_dim)
     lse = q.new_empty((p.heads, p.total_q), dtype=_F32) if return_lse else _no_lse(q)
     return torch.empty_like(q), lse
+
+
+attention_op = _define("attention", _ATTENTION_SCHEMA + " -> Tensor", _attention_impl, _attention_fake)
+attention_lse_op = _define("attention_lse", _ATTENTION_SCHEMA + " -> (Tensor, Tensor)", _attention_lse_impl,
+                           _attention_lse_fake)
+attention_varlen_op = _define(
+    "attention_varlen",
+    "(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, "
+    "SymInt max_seqlen_k, str schedule_json, float softmax_scale, str target, bool causal=False, "
+    "bool return_lse=False, bool check_seqlens=True) -> (Tensor, Tensor)",
+    _attention_varlen_impl, _attention_varlen_fake)
 
 
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
@@ -295,19 +366,3 @@ def attention_backward_op(
 @attention_backward_op.register_fake
 def _attention_backward_fake(grad_out, q, k, v):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v = inputs[:3]
-    ctx.n_inputs = len(inputs)
-    ctx.save_for_backward(q, k, v)
-
-
-def _backward(ctx, grad_out, grad_lse=None):
-    q, k, v = ctx.saved_tensors
-    dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v)
-    return (dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
-
-
-for _op in (attention_op, attention_lse_op, attention_varlen_op):
-    _op.register_autograd(_backward, setup_context=_setup_context)

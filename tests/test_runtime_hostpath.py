@@ -1,0 +1,268 @@
+"""The cached per-call host path (issue 11): what a repeated call skips and what makes it miss.
+
+CPU only, with the driver stubbed (b200c.runtime.fake_driver): the op's one-hop dispatch, the
+launch cache keyed by everything a launch depends on, and schedule files watched by inotify
+(b200c.runtime.watch) so a cached path costs one poll but an edit is seen on the next call.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import b200c
+from b200c.errors import LaunchError
+from b200c.runtime import api, fake_driver, launcher, op, watch
+
+BF16 = torch.bfloat16
+SCHED = b200c.Schedule(name="hostpath_test")
+JS = SCHED.to_json()
+
+
+def t(b=1, h=2, s=256, d=128):
+    return torch.randn(b, h, s, d).to(BF16)
+
+
+@pytest.fixture
+def fd():
+    with fake_driver.install() as f:
+        yield f
+
+
+# ---- the op: one Python hop for a plain call, the full route otherwise -------------------------
+
+
+def test_plain_op_call_runs_the_impl_from_the_autograd_kernel(fd, monkeypatch):
+    redispatched = []
+    real = op._BELOW_AUTOGRAD
+    monkeypatch.setattr(op, "_BELOW_AUTOGRAD", lambda: redispatched.append(1) or real())
+    q = t()
+    out = torch.ops.b200c.attention(q, q, q, JS, 0.5, "auto")
+    assert not redispatched and fd.launches[-1].out_ptr == out.data_ptr() and fd.launches[-1].scale == 0.5
+    out, lse = torch.ops.b200c.attention_lse(q, q, q, JS, 0.5, "auto", True)
+    assert not redispatched and lse.shape == (1, 2, 256) and fd.launches[-1].lse_ptr == lse.data_ptr()
+    assert out.grad_fn is None
+
+
+def test_op_keeps_dispatch_modes_and_autograd(fd):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q = t()
+    with Seen() as mode:
+        torch.ops.b200c.attention(q, q, q, JS, 0.5, "auto")
+    assert "b200c.attention.default" in mode.ops and len(fd.launches) == 1  # the mode saw it, then it ran
+    qg = t().requires_grad_()
+    out = torch.ops.b200c.attention(qg, q, q, JS, 0.5, "auto")
+    assert out.requires_grad and out.grad_fn is not None and len(fd.launches) == 2
+    with pytest.raises(b200c.BackwardNotSupportedError):
+        out.float().sum().backward()
+    with torch.no_grad():
+        assert torch.ops.b200c.attention(qg, q, q, JS, 0.5, "auto").grad_fn is None
+
+
+def test_plain_keyset_check():
+    q = torch.zeros(1)
+    plain = torch._C._dispatch_keys(q)
+    assert op._plain(plain)
+    assert not op._plain(plain.add(torch._C.DispatchKey.Python))  # a subclass or a dispatch mode
+    assert not op._plain(plain.add(torch._C.DispatchKey.Functionalize))
+    assert not op._plain(torch._C._dispatch_keys(torch.zeros(1, device="meta")))
+
+
+def test_op_still_validates_inputs(fd):
+    q = t()
+    with pytest.raises(LaunchError, match="dtype torch.float16"):
+        torch.ops.b200c.attention(q.view(torch.float16), q, q, JS, 0.5, "auto")
+    assert not fd.launches
+
+
+# ---- the launch cache: keyed by pointer, shape, strides, dtype, device and options --------------
+
+
+def test_one_encode_for_repeated_calls_and_a_new_one_per_changed_input(fd):
+    q, k, v = t(), t(), t()
+    for _ in range(3):
+        b200c.attention(q, k, v, schedule=SCHED)
+    assert len(fd.encodes) == 3 and len(launcher._entries) == 1
+    q2 = t()
+    b200c.attention(q2, k, v, schedule=SCHED)  # another pointer: q's map again
+    assert len(fd.encodes) == 4 and fd.encodes[-1][0] == q2.data_ptr()
+    qs = torch.empty(1, 256, 2, 128, dtype=BF16).transpose(1, 2)  # same shape, other strides
+    b200c.attention(qs, k, v, schedule=SCHED)
+    assert len(fd.encodes) == 5 and fd.encodes[-1][0] == qs.data_ptr() and fd.encodes[-1][2][0] == 2 * 128 * 2
+
+
+def test_same_address_other_shape_misses(fd):
+    """A tensor freed and another allocated at the same address with another shape."""
+    storage = torch.empty(2 * 256 * 128, dtype=BF16)
+    a = storage.view(1, 2, 256, 128)
+    b200c.attention(a, a, a, schedule=SCHED)
+    b = storage.view(1, 2, 128, 256)[..., :128]  # same data_ptr, other shape and strides
+    b200c.attention(b, b, b, schedule=SCHED)
+    assert fd.launches[-1].sizes == (1, 2, 128, 128) and len(launcher._entries) == 2
+    assert fd.encodes[-1][1][1] == 128  # S of the new map
+
+
+def test_flags_are_part_of_the_key_and_the_scale_is_written_per_call(fd):
+    q = t()
+    b200c.attention(q, q, q, schedule=SCHED)
+    b200c.attention(q, q, q, schedule=SCHED, softmax_scale=0.25)
+    assert len(launcher._entries) == 1 and fd.launches[-1].scale == 0.25  # the scale is no key: written per call
+    assert fd.launches[0].scale == pytest.approx(128 ** -0.5)
+    b200c.attention(q, q, q, schedule=SCHED, causal=True)
+    assert len(launcher._entries) == 2 and fd.launches[-1].params["causal"] == 1
+    b200c.attention(q, q, q, schedule=SCHED, return_lse=True)
+    assert len(launcher._entries) == 3 and fd.launches[-1].lse_ptr != 0
+    b200c.attention(q, q, q, schedule=SCHED.replace(swizzle="128B"))
+    assert len(launcher._entries) == 4 and fd.loads == 2
+    assert len(fd.encodes) == 2 and fd.encodes[-1][3] == 64  # q = k = v: one map per kernel; 128B swizzle: 64-wide box
+
+
+def test_dtype_change_at_the_same_address_is_refused(fd):
+    q = t()
+    b200c.attention(q, q, q, schedule=SCHED)
+    with pytest.raises(LaunchError, match="dtype"):
+        b200c.attention(q.view(torch.float16), q, q, schedule=SCHED)
+    with pytest.raises(LaunchError, match="dtype"):
+        b200c.attention(q, q, q.view(torch.float16), schedule=SCHED)
+
+
+# ---- schedule files: one poll per call while nothing changed ---------------------------------
+
+
+def _write(path, text):
+    path.write_text(textwrap.dedent(text))
+    old = path.stat().st_mtime_ns - 10 * 10**9  # not within the 2 s "racy" window: no content hashing
+    os.utime(path, ns=(old, old))
+    return path
+
+
+@pytest.fixture
+def sched_file(tmp_path):
+    return _write(tmp_path / "sched.py", """\
+        import b200c
+        schedule = b200c.Schedule(name="watched", swizzle="none")
+        """)
+
+
+@pytest.fixture
+def stats(monkeypatch):
+    calls = []
+    real = os.stat
+    monkeypatch.setattr(api.os, "stat", lambda p, *a, **k: calls.append(p) or real(p, *a, **k))
+    return calls
+
+
+needs_inotify = pytest.mark.skipif(not watch.watcher().available, reason="no inotify on this system")
+
+
+@needs_inotify
+def test_cached_path_is_not_stated_until_something_changes(sched_file, stats):
+    p = str(sched_file)
+    api._schedule_json(p)  # load
+    api._schedule_json(p)  # verify by stat, start watching
+    stats.clear()
+    for _ in range(5):
+        assert '"swizzle": "none"' in api._schedule_json(p)
+    assert stats == []
+    sched_file.write_text(sched_file.read_text().replace('swizzle="none"', 'swizzle="128B"'))  # same size
+    assert '"swizzle": "128B"' in api._schedule_json(p)  # the very next call
+    assert stats
+
+
+@needs_inotify
+def test_edit_keeping_size_and_mtime_is_seen(sched_file):
+    p = str(sched_file)
+    api._schedule_json(p)
+    api._schedule_json(p)
+    st = sched_file.stat()
+    sched_file.write_text(sched_file.read_text().replace('swizzle="none"', 'swizzle="128B"'))
+    os.utime(sched_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert '"swizzle": "128B"' in api._schedule_json(p)
+
+
+@needs_inotify
+def test_replacing_the_folder_on_the_path_is_seen(tmp_path):
+    a = tmp_path / "a"
+    a.mkdir()
+    _write(a / "s.py", "import b200c\nschedule = b200c.Schedule(name='one')\n")
+    p = str(a / "s.py")
+    assert '"name": "one"' in api._schedule_json(p)
+    api._schedule_json(p)
+    b = tmp_path / "b"
+    b.mkdir()
+    _write(b / "s.py", "import b200c\nschedule = b200c.Schedule(name='two')\n")
+    os.rename(a, tmp_path / "old")
+    os.rename(b, a)
+    assert '"name": "two"' in api._schedule_json(p)
+
+
+def test_relative_path_and_non_local_files_are_stated_every_call(sched_file, stats, monkeypatch):
+    monkeypatch.chdir(sched_file.parent)
+    for _ in range(3):
+        api._schedule_json("sched.py")
+    n = len(stats)
+    api._schedule_json("sched.py")
+    assert len(stats) > n  # relative: the current folder may change, no watch
+    monkeypatch.setattr(watch, "LOCAL_FS", frozenset())
+    p = str(sched_file)
+    for _ in range(3):
+        api._schedule_json(p)
+    n = len(stats)
+    api._schedule_json(p)
+    assert len(stats) > n  # not a local file system: stat every call
+
+
+def test_without_inotify_simple_every_call_stats_and_sees_an_edit(sched_file, stats, monkeypatch):
+    monkeypatch.setitem(sys.modules, "inotify_simple", None)  # `import inotify_simple` raises ImportError
+    monkeypatch.setattr(watch, "current", None)  # a fresh process's Watcher
+    assert not watch.watcher().available
+    p = str(sched_file)
+    for _ in range(3):
+        assert '"swizzle": "none"' in api._schedule_json(p)
+    n = len(stats)
+    api._schedule_json(p)
+    assert len(stats) > n  # no queue: stat every call
+    sched_file.write_text(sched_file.read_text().replace('swizzle="none"', 'swizzle="128B"'))  # same size
+    assert '"swizzle": "128B"' in api._schedule_json(p)  # the very next call
+
+
+@needs_inotify
+def test_forked_child_does_not_trust_the_parents_queue(sched_file, stats, monkeypatch):
+    p = str(sched_file)
+    api._schedule_json(p)
+    api._schedule_json(p)
+    stats.clear()
+    api._schedule_json(p)
+    assert stats == []
+    monkeypatch.setattr(watch, "current", None)  # what os.register_at_fork does in a child
+    api._schedule_json(p)
+    assert stats  # verified again, watched by the child's own queue
+    stats.clear()
+    api._schedule_json(p)
+    assert stats == []
+
+
+@needs_inotify
+def test_watched_path_call_launches_the_edited_kernel(sched_file):
+    p = str(sched_file)
+    with fake_driver.install() as fd:
+        q = t()
+        for _ in range(3):
+            b200c.attention(q, q, q, schedule=p)
+        assert fd.loads == 1
+        sched_file.write_text(sched_file.read_text().replace('swizzle="none"', 'swizzle="128B"'))
+        b200c.attention(q, q, q, schedule=p)
+        assert fd.loads == 2 and fd.launches[-1].kernel.tma_swizzle == "128B"
