@@ -197,9 +197,23 @@ def _schedule_json(schedule) -> str:
 # ---- schedule identity under torch.compile -----------------------------------------
 
 
+def _schedule_fields() -> tuple[str, ...]:
+    import dataclasses
+
+    return tuple(f.name for f in dataclasses.fields(Schedule))
+
+
+_FIELDS = _schedule_fields()
+
+
+@functools.lru_cache(maxsize=512)
+def _json_cached(values: tuple) -> str:
+    return _validated_json(Schedule(**dict(zip(_FIELDS, values))).to_json())
+
+
 @torch.compiler.assume_constant_result
-def _json_of_traced_schedule(schedule) -> str:
-    return _json_of_schedule(schedule)
+def _json_of_fields(values: tuple) -> str:
+    return _json_cached(values)
 
 
 @torch.compiler.assume_constant_result
@@ -210,16 +224,16 @@ def _json_of_path(path) -> str:
 def _traced_schedule_json(schedule) -> str:
     """Schedule JSON while torch.compile traces: a constant of the compiled graph.
 
-    A Schedule is immutable, so the compiled code guards on the object's
-    identity alone (one guard, not one per field: every guard is checked on
-    every call of the compiled function); a Schedule built inside the compiled
-    function is a constant too. Passing a new Schedule object on each call
-    recompiles: keep one (a module constant or attribute). A schedule file is
-    read when the function is compiled; edits after that need a recompile
-    (``torch._dynamo.reset()`` or a new ``torch.compile``).
+    The Schedule's field values (plain constants) are read in the traced code
+    and the JSON is computed once, so no graph break occurs. (Passing the
+    Schedule object itself to a constant-result function, one identity guard
+    instead of one per field, fails on torch 2.11: "can't reconstruct
+    arbitrary frozen dataclass instances", measured on the H200.) A schedule
+    file is read when the function is compiled; edits after that need a
+    recompile (``torch._dynamo.reset()`` or a new ``torch.compile``).
     """
     if isinstance(schedule, Schedule):
-        return _json_of_traced_schedule(schedule)
+        return _json_of_fields(tuple([getattr(schedule, name) for name in _FIELDS]))
     if isinstance(schedule, (str, os.PathLike)):
         return _json_of_path(schedule)
     raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
