@@ -1,6 +1,6 @@
 """The ``b200c`` command line (also ``python -m b200c``).
 
-    b200c compile FILE [-o OUT|-] [--emit plan|ir|cu|ptx|cubin] [--target sm100a|sm90a]
+    b200c compile FILE [-o OUT|-] [--emit plan|ir|cu|ptx|cubin] [--target auto|sm100a|sm90a]
     b200c check FILE... [--no-sass] [-j N] [--json] [--target sm100a|sm90a]   validate + nvcc/ptxas +
                         SASS counts, one row per schedule, + each warp role's steady-state loop
     b200c build FILE... [--target sm_100a|emulate|sm_90a] [-j N]   build into the on-disk kernel cache
@@ -91,6 +91,10 @@ def _compile(args) -> int:
     out = None if to_stdout else _output_path(args.output) if args.output else Path(
         Path(args.file).stem + "." + args.emit)
     schedule = load_schedule_file(args.file)
+    if args.target == "auto":
+        from .codegen.targets import schedule_target
+
+        args.target = schedule_target(schedule)
     if args.emit == "plan":
         from .codegen import make_plan
 
@@ -207,8 +211,9 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--emit", choices=("plan", "ir", "cu", "ptx", "cubin"), default="cu",
                    help="plan: SMEM/TMEM/barrier/warp-role plan; ir: what each warp role does; cu: CUDA source "
                         "(default); ptx, cubin: nvcc output for the target")
-    c.add_argument("--target", type=_target, default="sm100a",
-                   help="sm100a: B200, tcgen05 (default); sm90a: Hopper, wgmma")
+    c.add_argument("--target", type=_draw_target, default="auto",
+                   help="auto: the schedule's own target (default: sm90a for examples/hopper, else sm100a); "
+                        "sm100a: B200, tcgen05; sm90a: Hopper, wgmma")
     c.set_defaults(func=_compile)
     k = sub.add_parser("check", help="validate, emit and compile schedules for sm_100a; print a resource table "
                                         "and each warp role's steady-state loop",

@@ -117,6 +117,9 @@ def make_cases(groups=GROUPS, lengths=LENGTHS) -> list[Case]:
                     special="nan_q")
                 add(group="special", schedule=sched, d=d, b=1, h=6, h_kv=3, s_q=300, s_kv=300, causal=causal,
                     special="nan_k")
+        for causal in (False, True):  # the NaN key in a software-exp2 column (14 of every 16 at stage 18)
+            add(group="special", schedule="ex18", d=128, b=1, h=6, h_kv=3, s_q=300, s_kv=300, causal=causal,
+                special="nan_k_sw")
         for scale in (0.0, 10.0, 1e-30):
             for causal in (False, True):
                 add(group="special", schedule="ex18", d=128, b=3, h=6, h_kv=3, s_q=300, s_kv=500, causal=causal,
@@ -296,6 +299,8 @@ def make_dense(case: Case, device):
         q[case.b - 1, case.h - 1, case.s_q // 2, 3] = float("nan")
     if case.special == "nan_k" and case.s_kv > 0:
         k[0, 0, min(100, case.s_kv - 1), 5] = float("nan")
+    if case.special == "nan_k_sw" and case.s_kv > 0:
+        k[0, 0, min(142, case.s_kv - 1), 5] = float("nan")  # key 142: column 14 of its 16, the polynomial's
     return [x.to(device=device, dtype=torch.bfloat16) for x in (q, k, v)]
 
 

@@ -63,3 +63,20 @@ def test_hopper_threshold_with_software_exp2():
     assert "sw_max[r] >= tile_max[r] ? exp2_poly(x_top) : ex2_approx_ftz(x_top)" in src
     plain = b200c.generate(b200c.load_schedule_file(EX / "hopper" / "h09_lazy_rescale.py"), "sm90a").source
     assert "sw_max" not in plain
+
+
+def test_threshold_without_warp_specialization_generates():
+    # stage 3 (one CTA role) with ch.8's ex2, ch.9's software exp2 and ch.11's threshold: the cta role
+    # declares row_adj and rounds the top P too (this combination did not compile before)
+    s = ex("03_swizzle.py").replace(name="cta_thr", exp2="ex2.approx.ftz", rescale_threshold=8.0, sw_exp2_per16=2)
+    src = b200c.generate(s).source
+    assert "float row_adj = 0.f;" in src and "row_adj += bf16_round(p_top) - p_top;" in src
+    assert "fmax3_nan" in src or "fmax_nan(" in src  # the software exp2 takes the NaN-propagating row max
+
+
+def test_nan_row_max_with_software_exp2_only():
+    assert "max.NaN (NaN scores make the row NaN)" in ir(ex("09_software_exp2.py"))
+    assert "max.NaN" not in ir(ex("08_hardware_exp2.py"))
+    src = b200c.generate(ex("18_tma_l2_promotion.py")).source
+    assert "const bool rebase = !((m_cand - row_max) < 8.0f);" in src  # steady state: a NaN max rebases
+    assert "|| m_cand != m_cand;" in src  # masked tiles: NaN rebases, a row without keys does not

@@ -86,8 +86,8 @@ class Schedule:
       a scalar sum for the re-read ones.
     * ``phase_tracking`` (minor 17): ``"array"`` or ``"bitmask"`` storage of
       the phase bits of barrier families (K/V ring, per-Q-stage barriers) in
-      the load, MMA and correction warps; with ``"bitmask"`` the softmax
-      warps also keep their f32x2 rowsum partial sums across K/V tiles.
+      the load, MMA and correction warps; with ``"bitmask"`` (and ``f32x2``) the
+      softmax warps also keep their f32x2 rowsum partial sums across K/V tiles.
     * ``tma_l2_promotion`` (minor 18): ``"none"``/``"64B"``/``"128B"``/
       ``"256B"`` L2 promotion of the TMA tensor maps (host side only).
     * ``softmax_regs``/``correction_regs``/``other_regs``: ``setmaxnreg``

@@ -291,6 +291,12 @@ __device__ __forceinline__ float fmax3(float a, float b, float c) {
   asm("max.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
   return d;
 }
+// the same with .NaN: any NaN source gives NaN (FMNMX3.NAN, one instruction as FMNMX3)
+__device__ __forceinline__ float fmax3_nan(float a, float b, float c) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
 
 // ---- register reconfiguration (PTX 9.7.19.5), per warpgroup ---------------
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -453,8 +459,12 @@ namespace b200c {
 // mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
 // the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
 // blog's coefficients. All in f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100).
-// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush);
-// max.NaN keeps a NaN input NaN (PTX 9.7.3.10), as ex2.approx does.
+// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush).
+// A NaN input does NOT come out NaN: the exponent add turns the canonical NaN
+// into FLT_MAX. Schedules with the software exp2 therefore take the row max
+// with max.NaN (RowmaxPass nan_max): a NaN score makes the row max, and so
+// every x of the row, NaN, and the hardware ex2 columns carry it into the
+// rowsum and O, as torch's FP32 softmax does.
 __device__ __forceinline__ float fmax_nan(float a, float b) {
   float d;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
@@ -659,7 +669,7 @@ __device__ __forceinline__ int col_limit(const Ctx& c, const WorkItem& w, int ro
 }
 // ==== end section: context ====
 // ==== section: role softmax ====
-// warp role "softmax": Q stage 0: warps 0-3; Q stage 1: warps 4-7 — blog ch.1-2, 5, 8-13, minor 15-16
+// warp role "softmax": Q stage 0: warps 0-3; Q stage 1: warps 4-7 — blog ch.1-2, 5, 8-13, minor 15-17
 __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
   const uint32_t row = 32u * (warp_id() & 3u) + lane_id();            // this thread's row of S/P/O = TMEM lane
   const uint32_t trow = c.tmem + ((32u * (warp_id() & 3u)) << 16);  // this warp's TMEM lanes (PTX 9.7.16.8.1)

@@ -299,6 +299,12 @@ __device__ __forceinline__ float fmax3(float a, float b, float c) {
   asm("max.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
   return d;
 }
+// the same with .NaN: any NaN source gives NaN (FMNMX3.NAN, one instruction as FMNMX3)
+__device__ __forceinline__ float fmax3_nan(float a, float b, float c) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
 
 // ---- register reconfiguration (PTX 9.7.19.5), per warpgroup ---------------
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -461,8 +467,12 @@ namespace b200c {
 // mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
 // the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
 // blog's coefficients. All in f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100).
-// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush);
-// max.NaN keeps a NaN input NaN (PTX 9.7.3.10), as ex2.approx does.
+// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush).
+// A NaN input does NOT come out NaN: the exponent add turns the canonical NaN
+// into FLT_MAX. Schedules with the software exp2 therefore take the row max
+// with max.NaN (RowmaxPass nan_max): a NaN score makes the row max, and so
+// every x of the row, NaN, and the hardware ex2 columns carry it into the
+// rowsum and O, as torch's FP32 softmax does.
 __device__ __forceinline__ float fmax_nan(float a, float b) {
   float d;
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
@@ -669,7 +679,7 @@ __device__ __forceinline__ int col_limit(const Ctx& c, const WorkItem& w, int ro
 }
 // ==== end section: context ====
 // ==== section: role softmax ====
-// warp role "softmax": Q stage 0: warps 0-3; Q stage 1: warps 4-7 — blog ch.1-2, 5, 8-13, minor 15-16
+// warp role "softmax": Q stage 0: warps 0-3; Q stage 1: warps 4-7 — blog ch.1-2, 5, 8-13, minor 15-17
 __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
   const uint32_t row = 32u * (warp_id() & 3u) + lane_id();            // this thread's row of S/P/O = TMEM lane
   const uint32_t trow = c.tmem + ((32u * (warp_id() & 3u)) << 16);  // this warp's TMEM lanes (PTX 9.7.16.8.1)
@@ -688,6 +698,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       s_full_ph ^= 1u;
       tcgen05_fence_after();
       // pass 1 over S: tile rowmax (blog ch.1 §B); columns 32..127 stay in registers (ch.10)
+      // max.NaN: a NaN score makes the row max NaN (the software exp2 alone would turn it into FLT_MAX)
       float tile_max = -INFINITY;
       float sw_max = -INFINITY;  // the software-exp2 columns' own chain
       #pragma unroll
@@ -697,18 +708,18 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_wait_ld();
         #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          if (((c0 + k) & 15) >= 14) sw_max = fmaxf(sw_max, s[k]);  // software-exp2 columns (blog ch.9)
-          else tile_max = fmaxf(tile_max, s[k]);
+          if (((c0 + k) & 15) >= 14) sw_max = fmax_nan(sw_max, s[k]);  // software-exp2 columns (blog ch.9)
+          else tile_max = fmax_nan(tile_max, s[k]);
         }
         if (c0 >= 32) {  // keep for pass 2 (blog ch.10)
           #pragma unroll
           for (int k = 0; k < 8; ++k) s_cache[c0 - 32 + k] = s[k];
         }
       }
-      tile_max = fmaxf(tile_max, sw_max);
+      tile_max = fmax_nan(tile_max, sw_max);
       // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
-      const float m_cand = fmaxf(row_max, tile_max * c.scale_log2());
-      const bool rebase = (m_cand - row_max) >= 8.0f;
+      const float m_cand = fmax_nan(row_max, tile_max * c.scale_log2());  // a NaN row max stays NaN
+      const bool rebase = !((m_cand - row_max) < 8.0f);  // NaN rebases: NaN reaches the rowsum and O
       float rescale = 1.f;
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);
@@ -835,6 +846,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       s_full_ph ^= 1u;
       tcgen05_fence_after();
       // pass 1 over S: tile rowmax (blog ch.1 §B)
+      // max.NaN: a NaN score makes the row max NaN (the software exp2 alone would turn it into FLT_MAX)
       float tile_max = -INFINITY;
       float sw_max = -INFINITY;  // the software-exp2 columns' own chain
       #pragma unroll
@@ -846,14 +858,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         for (int k = 0; k < 8; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
         #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          if (((c0 + k) & 15) >= 14) sw_max = fmaxf(sw_max, s[k]);  // software-exp2 columns (blog ch.9)
-          else tile_max = fmaxf(tile_max, s[k]);
+          if (((c0 + k) & 15) >= 14) sw_max = fmax_nan(sw_max, s[k]);  // software-exp2 columns (blog ch.9)
+          else tile_max = fmax_nan(tile_max, s[k]);
         }
       }
-      tile_max = fmaxf(tile_max, sw_max);
+      tile_max = fmax_nan(tile_max, sw_max);
       // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
-      const float m_cand = fmaxf(row_max, tile_max * c.scale_log2());
-      const bool rebase = (m_cand - row_max) >= 8.0f;
+      const float m_cand = fmax_nan(row_max, tile_max * c.scale_log2());  // a NaN row max stays NaN
+      // a NaN row max rebases (NaN reaches the rowsum and O); a row with no key yet (-inf - -inf) does not
+      const bool rebase = (m_cand - row_max) >= 8.0f || m_cand != m_cand;
       float rescale = 1.f;
       if (rebase) {
         rescale = ex2_approx_ftz(row_max - m_cand);

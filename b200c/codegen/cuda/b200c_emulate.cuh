@@ -94,6 +94,12 @@ __device__ __forceinline__ float2 add_rm_f32x2(float2 a, float2 b) {
 }
 // 3-input max.f32 (sm_100) as two fmaxf: same result (max of three, NaN only if all are NaN)
 __device__ __forceinline__ float fmax3(float a, float b, float c) { return fmaxf(fmaxf(a, b), c); }
+// and max.NaN.f32 with three sources as two two-source max.NaN.f32 (sm_80+): NaN if any source is NaN
+__device__ __forceinline__ float fmax3_nan(float a, float b, float c) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;\n\tmax.NaN.f32 %0, %0, %3;" : "=&f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
 
 // ---- setmaxnreg (PTX 9.7.19.5): no-op here (the engine warp breaks warpgroup
 // alignment), but keep the native operand rules so sm_100a builds agree ----

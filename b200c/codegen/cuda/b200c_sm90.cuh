@@ -227,6 +227,14 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// max.NaN.f32 (PTX 9.7.3.10, sm_80+): NaN if either source is NaN (fmaxf returns the other one). The
+// softmax takes its row max with it when some columns use the software exp2 below, which clamps a NaN
+// input to -127: the NaN max then makes every exponent of the row NaN, and the ex2.approx columns carry it.
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
 // Software exp2 on the FMA pipe (blog ch.9, the same cubic as b200c_ptx.cuh's exp2_poly_x2,
 // scalar: Hopper has no packed f32x2 FMA):
 //   2^x = 2^floor(x) * 2^f, f = x - floor(x) in [0,1), 2^f ~ ((c3 f + c2) f + c1) f + 1.

@@ -75,10 +75,13 @@ class RowmaxPass(Node):
         cache_from: first column kept in registers (``ncols``: none).
         mask: scores of columns >= ``col_lim`` become -inf before the max (the
             partial last K/V tile, the causal diagonal).
+        nan_max: the max is ``max.NaN`` (a NaN score makes the row max NaN):
+            schedules with the software exp2, whose exponent arithmetic turns a
+            NaN input into FLT_MAX.
         sw_from: when set, columns whose index mod 16 is >= ``sw_from`` (the
             software-exp2 columns of blog ch.9) take a chain of their own
             whose maximum ``sw_max`` tells whether the tile's largest score is
-            in one of them (``sw_max >= tile_max``, see :class:`Rebase`).
+            in one of them (``sw_max >= tile_max``, see :class:`TopPRound`).
     """
 
     s_col: str
@@ -90,12 +93,15 @@ class RowmaxPass(Node):
     cache_from: int
     mask: bool = False
     sw_from: Optional[int] = None
+    nan_max: bool = False
 
     def describe(self) -> str:
         bits = [f"ld x{self.load_width}" + ("" if self.wait_each else " (deferred wait::ld)"),
                 f"{self.chains} chain{'s' if self.chains > 1 else ''} of {'max3' if self.max3 else 'max'}"]
         if self.sw_from is not None:
             bits.append(f"columns {self.sw_from}..15 of every 16 (software exp2) in their own chain")
+        if self.nan_max:
+            bits.append("max.NaN (NaN scores make the row NaN)")
         if self.cache_from < self.ncols:
             bits.append(f"keep columns [{self.cache_from},{self.ncols}) in s_cache")
         if self.mask:
@@ -115,7 +121,9 @@ class Rebase(Node):
     ``mask``: masked tiles, where a row may have seen no key yet (max -inf):
     P subtracts ``max_use`` (0 then) and the rescale factor stays finite;
     ``rowsum_pairs``: float2 rowsum accumulators kept across K/V tiles, which
-    the rescale multiplies (``mul.f32x2``) instead of ``row_sum``."""
+    the rescale multiplies (``mul.f32x2``) instead of ``row_sum``; ``nan``: a
+    NaN row max (see :class:`RowmaxPass` ``nan_max``) stays NaN and, with the
+    threshold, rebases, so NaN reaches the rowsum and O."""
 
     mode: str
     threshold: Optional[float] = None
@@ -123,6 +131,7 @@ class Rebase(Node):
     top_p_rounding: bool = False
     mask: bool = False
     rowsum_pairs: tuple = ()
+    nan: bool = False
 
     def describe(self) -> str:
         when = "always" if self.threshold is None else f"only if gap >= {self.threshold} (log2 units)"

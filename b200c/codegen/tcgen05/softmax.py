@@ -38,7 +38,16 @@ def rowmax_pass(lw, s_col: str, mask: bool = False) -> RowmaxPass:
     # 10-11's 168 registers (measured); re-reading high to low keeps P's writes behind the reads
     return RowmaxPass(s_col=s_col, ncols=_cols(lw), load_width=s.s_load_cols, wait_each=not s.deferred_s_wait,
                       chains=s.rowmax_chains, max3=s.rowmax_max3, cache_from=_cols(lw) if mask else cache_from(lw),
-                      mask=mask, sw_from=top_p_sw_from(lw))
+                      mask=mask, sw_from=top_p_sw_from(lw), nan_max=nan_max(lw))
+
+
+def nan_max(lw) -> bool:
+    """Whether the row max is taken with ``max.NaN``: with the software exp2
+    (blog ch.9), whose exponent arithmetic turns a NaN input into FLT_MAX, a
+    NaN score would otherwise leave its row finite (torch's FP32 softmax makes
+    it NaN). With a NaN row max every x of the row is NaN and the hardware ex2
+    columns carry it into the rowsum and O. Same instruction count (FMNMX3.NAN)."""
+    return exp_mode(lw) == "ex2" and lw.s.sw_exp2_per16 > 0
 
 
 def top_p_rounding(lw) -> bool:
@@ -62,7 +71,7 @@ def top_p_sw_from(lw):
     rowsum off by up to one BF16 ulp of that P (measured on the emulated
     real-inputs sweep: 1.93e-2 against a 1.82e-2 tolerance, S_kv = 255); the
     software-exp2 columns therefore take their own rowmax chain (no extra
-    max instructions) and the rebase picks the exp2 of the column that holds
+    max instructions) and :class:`TopPRound` picks the exp2 of the column that holds
     the tile's largest score."""
     s = lw.s
     if not (top_p_rounding(lw) and s.sw_exp2_per16):
@@ -85,7 +94,7 @@ def rebase(lw, mask: bool = False, carried: tuple = ()) -> Rebase:
     # measured 2-3e-3 off on the emulated real-inputs sweep, so the correction is kept apart in row_adj.
     top = top_p_rounding(lw)
     return Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top, mask,
-                  rowsum_pairs=carried)
+                  rowsum_pairs=carried, nan=nan_max(lw))
 
 
 def top_p_round(lw, mask: bool = False) -> list:
@@ -127,8 +136,8 @@ def carried_rowsum(lw) -> tuple:
     """Names of the float2 rowsum accumulators the softmax warps keep across
     K/V tiles (f32x2 math): they are rescaled with the rowmax (two lanes per
     ``mul.f32x2``) and added into ``row_sum`` once after the last tile, instead
-    of once per tile (two FADD and one FADD2 fewer per tile, measured in the
-    stage 18 loop). Empty when the rowsum is a plain float, and with the
+    of once per tile (net 2 instructions fewer per tile in the stage 18 loop,
+    measured: one FADD2 and two FADD gone, one more FMUL2 under the rebase). Empty when the rowsum is a plain float, and with the
     runtime-indexed phase arrays (before minor 17's bitmasks): their registers
     and these four pushed stages 15-16's softmax warps into 32 B of spills
     (measured)."""

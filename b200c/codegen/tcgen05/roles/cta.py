@@ -39,6 +39,7 @@ def build(lw) -> RoleIR:
         sm.rebase(lw, mask=True),
         If("j > 0", (sm.rescale_o(lw, "0", "reg", skip_unit=s.rescale_threshold is not None),)),
         *sm.p_passes(lw, "0", [(0, lw.plan.tile.block_n, "all", [])], mask=True),
+        *sm.top_p_round(lw, mask=True),
         CtaSync(lw.plan.threads, proxy_fence=s.p_storage == "smem"),
         Comment("O += P V(j)"),
         Single("thread0", (pv, Commit("pv_done"))),
@@ -50,6 +51,7 @@ def build(lw) -> RoleIR:
         WorkLoop(False, (
             Decl("float", "row_max", "-INFINITY"),
             Decl("float", "row_sum", "0.f"),
+            *((Decl("float", "row_adj", "0.f"),) if sm.top_p_rounding(lw) else ()),  # top-P BF16 roundings (ch.11)
             *((Decl("float", "s_cache", "{}", array=s.s_cache_cols),) if s.s_cache_cols else ()),
             Single("thread0", (
                 Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),

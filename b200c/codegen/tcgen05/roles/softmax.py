@@ -1,4 +1,4 @@
-"""Role ``softmax`` (blog ch.1-2, 4-5, 8-13, minor 15-16): four warps per Q
+"""Role ``softmax`` (blog ch.1-2, 4-5, 8-13, minor 15-17): four warps per Q
 stage, one TMEM lane (row) per thread.
 
 Per K/V tile: wait S, rowmax pass (register cache of the high S columns,
@@ -56,7 +56,7 @@ def build(lw) -> RoleIR:
         Decl("float", "row_sum", "0.f"),
     ]
     if sm.top_p_rounding(lw):
-        item.append(Decl("float", "row_adj", "0.f"))  # rowsum's BF16 corrections alone, for the LSE
+        item.append(Decl("float", "row_adj", "0.f"))  # top-P BF16 roundings: O's normaliser is row_sum + row_adj, the LSE uses row_sum
     item += [Decl("float2", a, "make_float2(0.f, 0.f)") for a in carried]  # f32x2 partial rowsums across tiles
     if s.s_cache_cols:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
@@ -86,4 +86,4 @@ def build(lw) -> RoleIR:
         body.append(PhaseDecl("rowsum_free_ph", 1, 1, "scalar"))
     body.append(WorkLoop(lw.plan.persistent, tuple(item)))
     return RoleIR(name, roles[0].warps, tuple(body), instances=tuple((r.q_stage, r.warps) for r in roles),
-                  regs=roles[0].regs, blog="ch.1-2, 5, 8-13, minor 15-16")
+                  regs=roles[0].regs, blog="ch.1-2, 5, 8-13, minor 15-17")
