@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .errors import B200cError
+from .errors import B200cError, ScheduleError
 
 EXIT_STATUS = """exit status:
   0  success
@@ -55,6 +55,8 @@ def _jobs(text: str) -> int:
 
 def _output_path(output: str) -> Path:
     """Check that ``-o`` names a file in an existing folder (before any work)."""
+    if not output.strip():
+        raise UsageError("-o was given an empty name; give a file name (or leave -o out for the default)")
     out = Path(output)
     if out.is_dir():
         raise UsageError(f"output {output!r} is a directory; give a file name, e.g. {str(out / 'kernel.cu')!r}")
@@ -88,7 +90,7 @@ def _compile(args) -> int:
     from .codegen.targets import backend_name
 
     to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
-    out = None if to_stdout else _output_path(args.output) if args.output else Path(
+    out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
     schedule = load_schedule_file(args.file)
     if args.target == "auto":
@@ -176,7 +178,7 @@ def _draw(args) -> int:
     from .draw.render import check_format
 
     _check_schedule_paths([args.file])
-    out = _output_path(args.output) if args.output else Path(Path(args.file).stem + ".svg")
+    out = _output_path(args.output) if args.output is not None else Path(Path(args.file).stem + ".svg")
     check_format(out)  # before any work: a wrong extension is an error at once
     schedule = load_schedule_file(args.file)
     t = draw_schedule(schedule, out, target=args.target, iterations=args.iterations)
@@ -269,7 +271,11 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except B200cError as e:
-        print(f"b200c: error: {_one_line(str(e))}", file=sys.stderr)
+        msg = str(e)
+        file = getattr(args, "file", None)
+        if file and isinstance(e, ScheduleError) and "schedule file" not in msg:
+            msg = f"{file}: {msg}"  # a knob or budget error of the loaded schedule: say which file
+        print(f"b200c: error: {_one_line(msg)}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. the output file cannot be written
         where = f": {e.filename}" if e.filename else ""

@@ -69,13 +69,22 @@ def test_wrong_type(tmp_path):
 def test_schedule_raising(tmp_path):
     f = tmp_path / "s.py"
     f.write_text("raise RuntimeError('boom')\n")
-    assert "failed to run: RuntimeError: boom" in _one_line_error(run("compile", str(f)))
+    assert "failed to run at line 1: RuntimeError: boom" in _one_line_error(run("compile", str(f)))
+    # the innermost line of the schedule file, also inside a function it defines, and in a file it loads
+    f.write_text("import b200c\n\ndef base():\n    return 1 / 0\n\nschedule = base()\n")
+    assert "failed to run at line 4: ZeroDivisionError" in _one_line_error(run("compile", str(f)))
+    g = tmp_path / "outer.py"
+    g.write_text("from pathlib import Path\nimport b200c\nschedule = b200c.load_schedule_file(Path(__file__).with_name('s.py'))\n")
+    line = _one_line_error(run("compile", str(g)))
+    assert f"in schedule file {str(g)!r} at line 3: schedule file {str(f)!r} failed to run at line 4" in line
 
 
 def test_infeasible_schedule(tmp_path):
     f = tmp_path / "s.py"
     f.write_text("import b200c\nschedule = b200c.Schedule(p_storage='tmem', warp_specialized=True, q_stages=3)\n")
-    assert "need 768 of 512 TMEM columns" in _one_line_error(run("compile", str(f)))
+    line = _one_line_error(run("compile", str(f)))
+    assert "need 768 of 512 TMEM columns" in line
+    assert line.startswith(f"b200c: error: {f}: ")  # a budget error names the schedule file
 
 
 @pytest.mark.parametrize("emit", ["cu", "plan"])
@@ -260,3 +269,30 @@ def test_check_hopper_examples():
     r = run("check", "--target", "sm90a", "--no-sass", *map(str, HOPPER_EXAMPLES[-2:]))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 schedules ok (sm_90a, 0 spill bytes)" in r.stdout
+
+
+def test_empty_output_name_is_an_error(tmp_path):
+    for cmd in (("compile", str(EXAMPLES[6])), ("draw", str(EXAMPLES[6]))):
+        line = _one_line_error(run(*cmd, "-o", ""))
+        assert "-o was given an empty name" in line
+
+
+def test_loading_never_mutates_sys_path_in_place(monkeypatch):
+    # b200c check loads schedule files in a thread pool while other threads import modules; an in-place
+    # insert/pop on sys.path under a running import made one CI run fail with "No module named 'jinja2'"
+    import sys
+
+    import b200c
+
+    class NoInPlace(list):
+        def insert(self, *a):
+            raise AssertionError("sys.path.insert while loading a schedule file")
+
+        def pop(self, *a):
+            raise AssertionError("sys.path.pop while loading a schedule file")
+
+    watched = NoInPlace(sys.path)
+    monkeypatch.setattr(sys, "path", watched)
+    s = b200c.load_schedule_file(EXAMPLES[17])  # loads the 17 files before it, each with its folder on sys.path
+    assert s.blog_stage == 18
+    assert list(watched) == list(sys.path)  # restored, and the list another thread held is untouched

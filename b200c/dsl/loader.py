@@ -61,21 +61,24 @@ def _load(p: Path) -> Schedule:
         for deps in stack:
             deps.setdefault(resolved, st)
     before = set(sys.modules)
-    sys.path.insert(0, str(folder))
+    # a new list, not insert/pop in place: another thread's import may be iterating sys.path right now
+    # (b200c check loads in a thread pool; an in-place pop(0) made it skip site-packages: "No module
+    # named 'jinja2'", seen once in CI)
+    sys.path = [str(folder), *sys.path]
     try:
         ns = runpy.run_path(str(p), run_name="__b200c_schedule__")
-    except ScheduleError as e:  # e.g. a base schedule it loads: say which file asked
-        raise type(e)(f"in schedule file {str(p)!r}: {e}") from None
+    except ScheduleError as e:  # e.g. a base schedule it loads: say which file asked (and its line)
+        raise type(e)(f"in schedule file {str(p)!r}{_line_in(e, p)}: {e}") from None
     except SyntaxError as e:
         where = f" line {e.lineno}" if e.lineno else ""
         raise ScheduleError(f"schedule file {str(p)!r}{where}: syntax error: {e.msg}") from None
     except BaseException as e:  # user code (also sys.exit): report one line, not a traceback
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise ScheduleError(f"schedule file {str(p)!r} failed to run: {type(e).__name__}: {e}") from None
+        raise ScheduleError(f"schedule file {str(p)!r} failed to run{_line_in(e, p)}: {type(e).__name__}: {e}") from None
     finally:
         if sys.path and sys.path[0] == str(folder):
-            sys.path.pop(0)
+            sys.path = sys.path[1:]
         _forget_local_modules(before, folder)
     if "schedule" not in ns:
         others = [name for name, val in ns.items() if isinstance(val, Schedule) and not name.startswith("__")]
@@ -92,6 +95,19 @@ def _load(p: Path) -> Schedule:
             f"schedule file {str(p)!r}: 'schedule' is a {type(s).__name__}, expected b200c.Schedule"
         )
     return s
+
+
+def _line_in(e: BaseException, p: Path) -> str:
+    """`` at line N`` of the innermost traceback frame in file ``p`` (the line of the schedule file
+    that raised or called what raised), or '' when none is."""
+    import traceback
+
+    target = os.path.realpath(p)
+    line = None
+    for fr in traceback.extract_tb(e.__traceback__):
+        if os.path.realpath(fr.filename) == target:
+            line = fr.lineno
+    return f" at line {line}" if line else ""
 
 
 def _forget_local_modules(before: set, folder: Path) -> None:
