@@ -209,13 +209,24 @@ def test_replacing_the_folder_on_the_path_is_seen(tmp_path):
     assert '"name": "two"' in api._schedule_json(p)
 
 
-def test_relative_path_and_non_local_files_are_stated_every_call(sched_file, stats, monkeypatch):
+@needs_inotify
+def test_relative_path_is_watched_while_the_working_folder_stays(sched_file, stats, monkeypatch, tmp_path):
     monkeypatch.chdir(sched_file.parent)
     for _ in range(3):
         api._schedule_json("sched.py")
     n = len(stats)
-    api._schedule_json("sched.py")
-    assert len(stats) > n  # relative: the current folder may change, no watch
+    assert '"name": "watched"' in api._schedule_json("sched.py")
+    assert len(stats) == n  # watched: no stat
+    other = tmp_path / "other"
+    other.mkdir()
+    _write(other / "sched.py", "import b200c\nschedule = b200c.Schedule(name='elsewhere')\n")
+    monkeypatch.chdir(other)  # the same relative path now names another file: the next call sees it
+    assert '"name": "elsewhere"' in api._schedule_json("sched.py")
+    monkeypatch.chdir(sched_file.parent)
+    assert '"name": "watched"' in api._schedule_json("sched.py")
+
+
+def test_non_local_files_are_stated_every_call(sched_file, stats, monkeypatch):
     monkeypatch.setattr(watch, "LOCAL_FS", frozenset())
     p = str(sched_file)
     for _ in range(3):

@@ -73,13 +73,16 @@ _RACY_S = 2.0  # a file modified this close to when it was read may change again
 class _FileEntry:
     """A loaded schedule file: its JSON, what its files looked like when read, and its watch state
     (``watcher``: the :class:`~b200c.runtime.watch.Watcher` holding watches on ``files``, None
-    when they cannot be watched; ``gen``: its generation when the files were last verified)."""
+    when they cannot be watched; ``gen``: its generation when the files were last verified;
+    ``cwd``: for a relative path, the working folder it was resolved in: the watches answer for
+    that folder only, so the fast path also compares ``os.getcwd()``)."""
 
-    __slots__ = ("sig", "deps", "json", "racy_until", "digests", "files", "watcher", "tried", "gen")
+    __slots__ = ("sig", "deps", "json", "racy_until", "digests", "files", "watcher", "tried", "gen", "cwd")
 
-    def __init__(self, sig, deps, json, racy_until, digests, files):
+    def __init__(self, sig, deps, json, racy_until, digests, files, cwd=None):
         self.sig, self.deps, self.json, self.racy_until, self.digests = sig, deps, json, racy_until, digests
         self.files = files
+        self.cwd = cwd
         self.watcher = None
         self.tried = None  # the Watcher that watch() was last tried with
         self.gen = -1
@@ -111,9 +114,10 @@ def _json_of_file(path: str) -> str:
     ctime reloads. While the newest of them was modified less than 2 s before
     it was read (an edit within one timestamp tick keeps the mtime), their
     contents are compared by sha256 as well. Once verified, files on a local
-    file system given by an absolute path are watched (:mod:`b200c.runtime.watch`):
-    while no event arrived since the last verification, a call returns the
-    cached JSON after one poll of the event queue instead of the stats.
+    file system are watched (:mod:`b200c.runtime.watch`): while no event
+    arrived since the last verification (and, for a relative path, the working
+    folder is the one it was resolved in), a call returns the cached JSON after
+    one poll of the event queue instead of the stats.
 
     Raises:
         ScheduleError: the file is missing, invalid or its schedule infeasible.
@@ -121,7 +125,7 @@ def _json_of_file(path: str) -> str:
     e = _files.get(path)
     if e is not None:
         w = e.watcher
-        if w is not None and w is _watch.current and w.quiet(e.gen):
+        if w is not None and w is _watch.current and w.quiet(e.gen) and (e.cwd is None or os.getcwd() == e.cwd):
             return e.json
         return _verify_file(path, e)
     return _load_file(path)
@@ -174,9 +178,11 @@ def _load_file(path: str) -> str:
     digests = tuple((f, _digest(f)) for f in files) if racy else ()
     if len(_files) >= 256:
         _files.clear()
-    watched = tuple(dict.fromkeys([path] + files))  # the path as given (its folders and links) and the real files
+    # the path as given (its folders and links; a relative one from the working folder) and the real files
+    cwd = None if os.path.isabs(path) else os.getcwd()
+    watched = tuple(dict.fromkeys([os.path.join(cwd, path) if cwd else path] + files))
     _files[path] = _FileEntry(_sig(main), tuple((d, s) for d, s in sigs.items() if d != main_path), text,
-                              newest + _RACY_S if racy else None, digests, watched)
+                              newest + _RACY_S if racy else None, digests, watched, cwd)
     return text
 
 
