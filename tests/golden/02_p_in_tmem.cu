@@ -726,8 +726,7 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
         #pragma unroll
         for (int k = 0; k < 8; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
         #pragma unroll
-        for (int k = 0; k < 8; ++k) 
-          tile_max = fmaxf(tile_max, s[k]);
+        for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
       }
       // running rowmax in natural-log units; rescale old rowsum/O by exp(old - new) (blog ch.1 §B)
       const float m_new = fmaxf(row_max, tile_max * c.softmax_scale);

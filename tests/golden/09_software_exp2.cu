@@ -702,8 +702,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_ld_x8(trow + TMEM_S(q) + c0, s);
         tmem_wait_ld();
         #pragma unroll
-        for (int k = 0; k < 8; ++k) 
-          tile_max = fmax_nan(tile_max, s[k]);
+        for (int k = 0; k < 8; ++k) tile_max = fmax_nan(tile_max, s[k]);
       }
       // rowmax kept in log2 units (scale folded with log2(e)); ex2.approx.ftz without the __expf wrapper (blog ch.8)
       const float m_new = fmax_nan(row_max, tile_max * c.scale_log2());  // a NaN row max stays NaN
@@ -801,8 +800,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         #pragma unroll
         for (int k = 0; k < 8; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key
         #pragma unroll
-        for (int k = 0; k < 8; ++k) 
-          tile_max = fmax_nan(tile_max, s[k]);
+        for (int k = 0; k < 8; ++k) tile_max = fmax_nan(tile_max, s[k]);
       }
       // rowmax kept in log2 units (scale folded with log2(e)); ex2.approx.ftz without the __expf wrapper (blog ch.8)
       const float m_new = fmax_nan(row_max, tile_max * c.scale_log2());  // a NaN row max stays NaN

@@ -137,10 +137,10 @@ def carried_rowsum(lw) -> tuple:
     K/V tiles (f32x2 math): they are rescaled with the rowmax (two lanes per
     ``mul.f32x2``) and added into ``row_sum`` once after the last tile, instead
     of once per tile (net 2 instructions fewer per tile in the stage 18 loop,
-    measured: one FADD2 and two FADD gone, one more FMUL2 under the rebase). Empty when the rowsum is a plain float, and with the
-    runtime-indexed phase arrays (before minor 17's bitmasks): their registers
-    and these four pushed stages 15-16's softmax warps into 32 B of spills
-    (measured)."""
+    measured: one FADD2 and two FADD gone, one more FMUL2 under the rebase).
+    Empty when the rowsum is a plain float, and with the runtime-indexed phase
+    arrays (before minor 17's bitmasks): their registers and these four pushed
+    stages 15-16's softmax warps into 32 B of spills (measured)."""
     if not packed(lw) or lw.s.phase_tracking != "bitmask":
         return ()
     names = [_acc_of(lw, False)]
@@ -149,11 +149,18 @@ def carried_rowsum(lw) -> tuple:
     return tuple(dict.fromkeys(n for n, typ in names if typ == "float2"))
 
 
+def _pairs_sum(names) -> tuple:
+    """(nodes, name): the float2 accumulators ``names`` added pairwise first (one f32x2 add per extra
+    accumulator, into ``rs_all``), and the name of the float2 that holds their sum."""
+    if len(names) > 1:
+        return [Decl("const float2", "rs_all", _nest_add(list(names)))], "rs_all"
+    return [], names[0]
+
+
 def rowsum_total(names) -> list:
     """``row_sum`` from the carried float2 accumulators ``names`` (after the last K/V tile)."""
-    if len(names) > 1:
-        return [Decl("const float2", "rs_all", _nest_add(list(names))), Assign("row_sum", "rs_all.x + rs_all.y")]
-    return [Assign("row_sum", f"{names[0]}.x + {names[0]}.y")]
+    nodes, total = _pairs_sum(names)
+    return nodes + [Assign("row_sum", f"{total}.x + {total}.y")]
 
 
 def p_passes(lw, q: str, parts, mask: bool = False, carried: tuple = ()) -> list:
@@ -186,9 +193,10 @@ def p_passes(lw, q: str, parts, mask: bool = False, carried: tuple = ()) -> list
     for scope, after in scopes:
         out += [scope, *after]
     pairs = [k for k, v in accs.items() if v == "float2"]
-    if len(pairs) > 1:  # add the float2 accumulators pairwise first: one f32x2 add per extra accumulator
-        out.append(Decl("const float2", "rs_all", _nest_add(pairs)))
-        pairs = ["rs_all"]
+    if pairs:
+        nodes, total = _pairs_sum(pairs)
+        out += nodes
+        pairs = [total]
     terms = [f"({k}.x + {k}.y)" for k in pairs] + [
         "(rs_a + rs_b)" if v == "pair" else k for k, v in accs.items() if v not in ("float2",) and k != "row_sum"]
     if terms:
