@@ -168,7 +168,7 @@ def _iterations(text: str) -> int:
     return n
 
 
-def _draw_target(text: str) -> str:
+def _target_or_auto(text: str) -> str:
     return "auto" if text.strip().lower() == "auto" else _target(text)
 
 
@@ -213,7 +213,7 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--emit", choices=("plan", "ir", "cu", "ptx", "cubin"), default="cu",
                    help="plan: SMEM/TMEM/barrier/warp-role plan; ir: what each warp role does; cu: CUDA source "
                         "(default); ptx, cubin: nvcc output for the target")
-    c.add_argument("--target", type=_draw_target, default="auto",
+    c.add_argument("--target", type=_target_or_auto, default="auto",
                    help="auto: the schedule's own target (default: sm90a for examples/hopper, else sm100a); "
                         "sm100a: B200, tcgen05; sm90a: Hopper, wgmma")
     c.set_defaults(func=_compile)
@@ -257,7 +257,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "in the current folder)")
     d.add_argument("--iterations", type=_iterations, default=3, metavar="N",
                    help="K/V tiles to unroll, 1-6 (default 3: prologue, two steady-state iterations, epilogue)")
-    d.add_argument("--target", type=_draw_target, default="auto",
+    d.add_argument("--target", type=_target_or_auto, default="auto",
                    help="auto: the schedule's own target (default; sm90a for examples/hopper); sm100a: B200, "
                         "tcgen05; sm90a: Hopper, wgmma")
     d.set_defaults(func=_draw)

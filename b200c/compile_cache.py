@@ -19,6 +19,18 @@ from pathlib import Path
 _OFF = ("0", "off", "no", "false")
 
 
+def cache_root() -> Path:
+    """b200c's cache root, not created: ``$B200C_CACHE_DIR`` (``~`` expanded), else
+    ``platformdirs.user_cache_dir("b200c")``. Shared by these compile caches and the
+    kernel cache (:func:`b200c.runtime.cache.cache_dir`)."""
+    env = os.environ.get("B200C_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("b200c"))
+
+
 def compile_cache_dir(kind: str, *versions: str) -> Path | None:
     """The folder for cache ``kind`` (created), or None when caching is off or impossible.
 
@@ -29,14 +41,8 @@ def compile_cache_dir(kind: str, *versions: str) -> Path | None:
     """
     if os.environ.get("B200C_COMPILE_CACHE", "").strip().lower() in _OFF:
         return None
-    env = os.environ.get("B200C_CACHE_DIR")
     try:
-        if env:
-            root = Path(env).expanduser()
-        else:
-            import platformdirs
-
-            root = Path(platformdirs.user_cache_dir("b200c"))
+        root = cache_root()
         tag = hashlib.sha256("\0".join((sys.implementation.cache_tag or "", sys.version) + versions)
                              .encode()).hexdigest()[:16]
         folder = root / "compile" / f"{kind}-{tag}"

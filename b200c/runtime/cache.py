@@ -34,13 +34,9 @@ def cache_dir() -> Path:
     Raises:
         BuildError: the folder cannot be created (e.g. the path is a file).
     """
-    env = os.environ.get("B200C_CACHE_DIR")
-    if env:
-        root = Path(env).expanduser()
-    else:
-        import platformdirs
+    from ..compile_cache import cache_root
 
-        root = Path(platformdirs.user_cache_dir("b200c"))
+    root = cache_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
