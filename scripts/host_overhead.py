@@ -16,7 +16,10 @@ Each b200c row's note gives its ratio to the SDPA row measured the same way
 Method (issue 11): a 1x1x128x128 bf16 problem, so the kernel is negligible
 next to the host work; each row issues ``--calls`` (200) asynchronous calls
 and divides the host time by the count; the median of ``--reps`` (5) such
-runs is reported. The device is synchronised between runs, never inside.
+runs is reported. On a GPU the rows are interleaved: each of the ``--reps``
+rounds times every row once, in table order, so a slow moment of a shared
+machine lands on all rows alike. The device is synchronised between runs,
+never inside.
 Rows: torch SDPA; ``b200c.attention`` with a Schedule object, with the
 schedule file's path, with ``layout="bshd"`` and with causal + LSE + GQA
 (two query heads on one K/V head); ``torch.ops.b200c.attention`` called
@@ -24,6 +27,14 @@ directly; ``b200c.scaled_dot_product_attention`` (the drop-in, its built-in
 schedule); a ``torch.compile(fullgraph=True)`` function (and torch SDPA compiled
 the same way); one call captured in a CUDA graph and replayed (SDPA the same way). Each b200c row is
 checked against SDPA's output once before it is timed.
+
+Where a compiled call's time goes: the row "torch.compile floor: a Python
+custom op" is an op with b200c's schema, registered the same way, that only
+allocates its output: the cost of any op written in Python in a compiled
+graph (the dispatcher's call into Python). "launch alone" times the cached
+launch every b200c row ends in (``Entry.call``: allocate the output, write
+its pointer, ``cuLaunchKernel``), and "cuLaunchKernel alone" the driver call.
+b200c's compiled row minus the floor is the op's own work per call.
 
 Without a CUDA GPU it prints that it skipped and exits 0; ``--stub-driver``
 then times the per-call Python path on CPU tensors with every driver call,
@@ -41,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_SCHEDULE = ROOT / "examples" / "07_compute_pipeline.py"
+_bench_lib = None  # the torch.library.Library of the floor op (_floor_op), kept alive
 
 
 def per_call_us(fn, calls: int, reps: int, sync) -> float:
@@ -91,17 +103,14 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
             raise SystemExit(f"host_overhead: {name} differs from SDPA by {err:.3e} (> 2e-2): not timing a wrong result")
         return f"max|out - sdpa| = {err:.1e}"
 
-    refs = {}
+    timed = []  # (index into rows, fn, ref): measured together at the end, interleaved
 
     def row(name, fn, note="", ref=None):
-        """Time one row; ``ref``: the row its ratio is taken to (the SDPA measured the same way)."""
-        us = per_call_us(fn, args.calls, args.reps, sync)
-        if ref is None:
-            refs[name] = us
-        elif ref in refs:
-            note = f"{us / refs[ref]:.2f}x {ref}; {note}"
-        rows.append((name, us, note))
-        print(f"{name}: {us:.1f} us", file=sys.stderr, flush=True)
+        """Add a row to time; ``ref``: the row its ratio is taken to (the SDPA measured the same way)."""
+        fn()
+        sync()
+        timed.append((len(rows), fn, ref))
+        rows.append((name, None, note))
 
     def refused(name, make):
         """Rows the target refuses (sm90a: causal, LSE, GQA; the drop-in's built-in sm100a schedule) are listed, not timed."""
@@ -159,15 +168,14 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
             compiled = None
     if compiled is not None:
         b = "torch.compile(fullgraph=True): torch SDPA"
-        torch._dynamo.reset()
         compiled_sdpa = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), fullgraph=True,
                                       backend=backend)
-        compiled_sdpa(q, k, v)
-        row(b, lambda: compiled_sdpa(q, k, v), f"reference for the row below; backend {backend}")
-        torch._dynamo.reset()
-        compiled = torch.compile(fn, fullgraph=True, backend=backend)
-        compiled(q, k, v)
+        row(b, lambda: compiled_sdpa(q, k, v), f"reference for the rows below; backend {backend}")
         row("torch.compile(fullgraph=True)", lambda: compiled(q, k, v), f"{note}; backend {backend}", b)
+        floor_op = _floor_op()
+        floor = torch.compile(lambda q, k, v: floor_op(q, k, v, js, scale, tgt), fullgraph=True, backend=backend)
+        row("torch.compile floor: a Python custom op", lambda: floor(q, k, v),
+            "same schema and registration, only allocates the output: what any op written in Python pays", b)
     else:
         rows.append(("torch.compile(fullgraph=True)", None, "failed (see stderr)"))
 
@@ -185,7 +193,46 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
         graph.replay()
         note = check(name, out) if "b200c" in name else "reference"
         row(name, graph.replay, note, "CUDA graph replay: torch SDPA" if "b200c" in name else None)
+
+    from b200c.runtime import launcher
+
+    entry = launcher._entries[next(iter(launcher._entries))]
+    row("launch alone: Entry.call (allocate out + cuLaunchKernel)", lambda: entry.call(q, None),
+        "the cached launch that every b200c row above ends in", S)
+    cu, stream = entry._cu, torch.cuda.current_stream().cuda_stream
+    row("cuLaunchKernel alone (cuda-bindings)",
+        lambda: cu.cuLaunchKernel(entry.lk.function, entry.grid, 1, 1, entry.block, 1, 1, entry.smem, stream,
+                                  entry.params_addr, 0), "the driver call itself", S)
+
+    # every row timed in each of --reps rounds, rows interleaved within a round (a slow
+    # moment of the machine hits every row alike); the median round per row is reported
+    samples = {i: [] for i, _, _ in timed}
+    for _ in range(args.reps):
+        for i, fn, _ in timed:
+            samples[i].append(per_call_us(fn, args.calls, 1, sync))
+    by_name = {}
+    for i, _, ref in timed:
+        name, _, note = rows[i]
+        us = statistics.median(samples[i])
+        by_name[name] = us
+        if ref is not None and ref in by_name:
+            note = f"{us / by_name[ref]:.2f}x {ref}; {note}"
+        rows[i] = (name, us, note)
     return rows
+
+
+def _floor_op():
+    """``torch.ops.b200c_bench.empty_like``: the schema of ``b200c::attention`` registered the same
+    way (torch.library.Library, CompositeExplicitAutograd), returning ``torch.empty_like(q)``."""
+    import torch
+
+    global _bench_lib
+    _bench_lib = torch.library.Library("b200c_bench", "DEF")
+    _bench_lib.define("empty_like(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, str target, "
+                      "bool causal=False) -> Tensor")
+    _bench_lib.impl("empty_like", lambda q, *rest, **kw: torch.empty_like(q), "CompositeExplicitAutograd")
+    torch.library.register_fake("b200c_bench::empty_like", lambda q, *rest, **kw: torch.empty_like(q), lib=_bench_lib)
+    return torch.ops.b200c_bench.empty_like.default
 
 
 def stub_rows(args) -> list[tuple[str, float | None, str]]:
@@ -234,6 +281,12 @@ def stub_rows(args) -> list[tuple[str, float | None, str]]:
         floor(q)
         cases.append(("floor: torch.compile of torch.empty_like(q)", lambda: floor(q),
                       "backend aot_eager: the compiled call's own cost"))
+        floor_op = _floor_op()
+        floor2 = torch.compile(lambda q, k, v: floor_op(q, k, v, js, 0.1, args.target), fullgraph=True,
+                               backend="aot_eager")
+        floor2(q, k, v)
+        cases.append(("floor: torch.compile of a Python custom op", lambda: floor2(q, k, v),
+                      "backend aot_eager: b200c's schema and registration, only allocates the output"))
         for name, fn, note in cases:
             rows.append((name, per_call_us(fn, args.calls, args.reps, nop), note))
         assert fd.loads == 2, fd.loads  # the schedule's kernel and the drop-in's: the cache hit each time

@@ -72,14 +72,17 @@ def test_valid_schedule_on_cpu_tensors_names_the_device():
         b200c.attention(t(), t(), t(), schedule=b200c.Schedule())
 
 
-def test_schedule_object_cached_per_object(monkeypatch):
+def test_schedule_json_made_once_per_object(monkeypatch):
     s = b200c.Schedule(name="cached_obj")
     text = api._schedule_json(s)
+    assert text == s.to_json()
     monkeypatch.setattr(b200c.Schedule, "to_json", lambda self: pytest.fail("recomputed"))
-    assert api._schedule_json(s) is text
-    sid = id(s)
-    del s
-    assert sid not in api._by_id  # forgotten with the object
+    assert api._schedule_json(s) is text  # the JSON the immutable Schedule was made with, validated once
+    monkeypatch.undo()
+    bad = b200c.Schedule(name="bad_knob", kv_stages={2})  # JSON cannot hold a set: validate() names the knob
+    assert bad._json is None
+    with pytest.raises(ScheduleError, match="kv_stages"):
+        api._schedule_json(bad)
 
 
 def test_unknown_schedule_field_at_construction():

@@ -277,3 +277,91 @@ def test_watched_path_call_launches_the_edited_kernel(sched_file):
         sched_file.write_text(sched_file.read_text().replace('swizzle="none"', 'swizzle="128B"'))
         b200c.attention(q, q, q, schedule=p)
         assert fd.loads == 2 and fd.launches[-1].kernel.tma_swizzle == "128B"
+
+
+# ---- what a cached call executes: the b200c Python frames, counted exactly --------------------
+
+
+def _b200c_frames(call) -> list[str]:
+    """The b200c functions (module:function) that run during ``call()``, in order, without the
+    stand-in driver's frames and what they call (they replace cuda-bindings calls that are C
+    on a GPU)."""
+    import b200c as pkg
+
+    root = os.path.dirname(pkg.__file__)
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            path = frame.f_code.co_filename
+            caller = frame.f_back.f_code.co_filename if frame.f_back else ""
+            if path.startswith(root) and not path.endswith("fake_driver.py") and not caller.endswith("fake_driver.py"):
+                seen.append(f"{os.path.relpath(path, root)}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+LAUNCH = ["runtime/launcher.py:run", "runtime/launcher.py:call"]
+
+
+@pytest.fixture
+def fd100():
+    """The stand-in driver with sm100a kernels (the emulation target's kernels also clear TMEM
+    masks before each launch, which takes the general launch path)."""
+    with fake_driver.install(target="sm100a") as f:
+        yield f
+
+
+def test_compiled_call_runs_only_the_cached_launch(fd100):
+    """Under torch.compile the graph holds the op with the schedule's JSON as a constant: a call
+    runs the op's autograd kernel, the launch-cache lookup and the launch, nothing of the API
+    (schedule handling, argument checks), no validation, no tensor map, no new entry."""
+    fd = fd100
+    q, k, v = t(), t(), t()
+    f = torch.compile(lambda q, k, v: b200c.attention(q, k, v, schedule=SCHED), fullgraph=True, backend="aot_eager")
+    f(q, k, v)
+    f(q, k, v)
+    loads, encodes, entries, launches = fd.loads, len(fd.encodes), len(launcher._entries), len(fd.launches)
+    frames = _b200c_frames(lambda: f(q, k, v))
+    assert frames == ["runtime/op.py:autograd_kernel", "runtime/op.py:_attention_impl"] + LAUNCH
+    assert (fd.loads, len(fd.encodes), len(launcher._entries)) == (loads, encodes, entries)
+    assert len(fd.launches) == launches + 1
+
+
+def test_eager_call_frames(fd100):
+    """The eager direct path: the API's argument and schedule checks (cached), then the launch
+    (``_direct_path_ok`` is the stand-in driver's on CPU tensors)."""
+    q = t()
+    b200c.attention(q, q, q, schedule=SCHED)
+    frames = _b200c_frames(lambda: b200c.attention(q, q, q, schedule=SCHED))
+    assert frames == ["runtime/api.py:attention", "runtime/inputs.py:softmax_scale_value", "runtime/api.py:_schedule_json",
+                      "runtime/api.py:_json_of_schedule"] + LAUNCH
+
+
+def test_compiled_function_compiles_once_when_b200c_attention_is_first_used_inside_it():
+    """b200c.attention is the runtime's function itself (PEP 562 lazy attribute), not a wrapper
+    that fills a cache the first time: a function compiled before any eager b200c call kept a
+    guard on that cache and recompiled on its second call (seen before this test existed)."""
+    import subprocess
+
+    code = textwrap.dedent("""
+        import sys, torch, b200c
+        assert "b200c.runtime.api" not in sys.modules
+        from torch._dynamo.utils import counters
+        from b200c.runtime import fake_driver
+        q = torch.randn(1, 1, 128, 128).to(torch.bfloat16)
+        s = b200c.Schedule(name="compile_once")
+        with fake_driver.install(target="sm100a"):
+            f = torch.compile(lambda q: b200c.attention(q, q, q, schedule=s), fullgraph=True, backend="aot_eager")
+            for _ in range(3):
+                f(q)
+        print("graphs", counters["stats"]["unique_graphs"])
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[-1] == "1", r.stdout

@@ -141,6 +141,16 @@ class Schedule:
     correction_regs: Optional[int] = None
     other_regs: Optional[int] = None
 
+    def __post_init__(self) -> None:
+        # The canonical JSON, computed once: b200c.attention under torch.compile reads this one
+        # attribute (one guard on the compiled function) instead of every field (one guard each).
+        # None when a knob is not JSON-serialisable (validate() reports it).
+        try:
+            text = self.to_json()
+        except (TypeError, ValueError):
+            text = None
+        object.__setattr__(self, "_json", text)
+
     def replace(self, **changes) -> "Schedule":
         """Return a copy with ``changes`` applied (like ``dataclasses.replace``).
 
@@ -168,7 +178,7 @@ class Schedule:
 
     def to_json(self) -> str:
         """Canonical JSON of every field (sorted keys); stable across runs."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps({name: getattr(self, name) for name in _FIELD_NAMES}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Schedule":

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import os
 import time
-import weakref
 
 import torch
 
@@ -48,23 +47,14 @@ def _validated_json(schedule_json: str) -> str:
     return schedule_json
 
 
-_by_id: dict[int, tuple[weakref.ref, str]] = {}
-
-
 def _json_of_schedule(schedule) -> str:
-    """Validated JSON of a Schedule object, cached per object (Schedules are immutable)."""
-    hit = _by_id.get(id(schedule))
-    if hit is not None and hit[0]() is schedule:
-        return hit[1]
-    text = _validated_json(schedule.to_json())
-    i = id(schedule)
-
-    def forget(ref, i=i):
-        if _by_id.get(i, (None,))[0] is ref:
-            del _by_id[i]
-
-    _by_id[i] = (weakref.ref(schedule, forget), text)
-    return text
+    """Validated JSON of a Schedule object: its canonical JSON (computed when the immutable
+    Schedule was made), checked once per distinct text."""
+    text = schedule._json
+    if text is None:  # a knob that JSON cannot hold: validate() names it
+        schedule.validate()
+        text = schedule.to_json()
+    return _validated_json(text)
 
 
 _RACY_S = 2.0  # a file modified this close to when it was read may change again without a new mtime
@@ -223,6 +213,11 @@ def _json_of_fields(values: tuple) -> str:
 
 
 @torch.compiler.assume_constant_result
+def _json_of_text(text: str) -> str:
+    return _validated_json(text)
+
+
+@torch.compiler.assume_constant_result
 def _json_of_path(path) -> str:
     return _json_of_file(os.fspath(path))
 
@@ -230,15 +225,20 @@ def _json_of_path(path) -> str:
 def _traced_schedule_json(schedule) -> str:
     """Schedule JSON while torch.compile traces: a constant of the compiled graph.
 
-    The Schedule's field values (plain constants) are read in the traced code
-    and the JSON is computed once, so no graph break occurs. (Passing the
-    Schedule object itself to a constant-result function, one identity guard
-    instead of one per field, fails on torch 2.11: "can't reconstruct
-    arbitrary frozen dataclass instances", measured on the H200.) A schedule
-    file is read when the function is compiled; edits after that need a
-    recompile (``torch._dynamo.reset()`` or a new ``torch.compile``).
+    The traced code reads the Schedule's canonical JSON (``Schedule._json``, a
+    str made with the immutable Schedule), so the compiled function holds one
+    guard on it, not one per field, and no graph break occurs; a Schedule
+    whose knobs JSON cannot hold has its field values read instead (one guard
+    each). (Passing the Schedule object itself to a constant-result function
+    fails on torch 2.11: "can't reconstruct arbitrary frozen dataclass
+    instances", measured on the H200.) A schedule file is read when the
+    function is compiled; edits after that need a recompile
+    (``torch._dynamo.reset()`` or a new ``torch.compile``).
     """
     if isinstance(schedule, Schedule):
+        text = schedule._json
+        if text is not None:
+            return _json_of_text(text)
         return _json_of_fields(tuple([getattr(schedule, name) for name in _FIELDS]))
     if isinstance(schedule, (str, os.PathLike)):
         return _json_of_path(schedule)
@@ -296,6 +296,90 @@ except AttributeError:  # a torch without these internals: always use the dispat
 
 def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, return_lse: bool = False,
               layout: str = "bhsd", target: str = "auto"):
+    """Attention ``softmax(q @ k^T * softmax_scale [+ causal mask]) @ v`` with a b200c kernel,
+    like FlashAttention's ``flash_attn_func``.
+
+    Args:
+        q: (B, H, S_q, D) with ``layout="bhsd"`` (like torch SDPA) or
+            (B, S_q, H, D) with ``layout="bshd"`` (like FlashAttention);
+            torch.bfloat16 on a CUDA device. D is 64, 128 or 256; any
+            S_q >= 0.
+        k, v: (B, H_kv, S_kv, D) (or (B, S_kv, H_kv, D)), same dtype and
+            device as q; H must be a multiple of H_kv (GQA/MQA: query head h
+            reads K/V head ``h // (H / H_kv)``); any S_kv >= 0.
+            Any strides with a contiguous last dimension work without copies
+            (e.g. slices of a packed QKV tensor): 16-byte aligned data and
+            S/H/B strides that are multiples of 8 elements.
+        schedule: a :class:`b200c.Schedule` or the path of a schedule file
+            (a ``.py`` file defining ``schedule``). The kernel is generated
+            for the inputs' D (``schedule.replace(head_dim=D)``). A file is
+            read again when it, or any file it was built from (schedule files
+            it loads, helper modules next to it), changes on disk.
+        causal: bottom-right aligned, as FlashAttention >= 2.1: query row ``r``
+            (0-based, within its sequence) sees keys ``0 .. r + S_kv - S_q``;
+            for S_q == S_kv that is the usual lower-triangular mask. Rows that
+            see no key (S_q > S_kv: the first S_q - S_kv rows) give O = 0 and
+            LSE = -inf.
+        softmax_scale: natural-log units; default ``1 / sqrt(D)``. A Python
+            float or int, a numpy scalar or a 0-d real tensor; 0 gives a
+            uniform softmax. Refused: negative, NaN, infinite, and scales
+            whose ``scale * log2(e)`` overflows FP32 (about 2.36e38).
+        return_lse: also return the log-sum-exp of each row,
+            ``log(sum_j exp(q_i . k_j * softmax_scale))`` in natural-log units.
+        layout: ``"bhsd"`` or ``"bshd"``: the order of the dimensions above
+            (and of the result).
+        target: ``"auto"`` (a B200 schedule: ``"sm100a"`` on compute
+            capability 10.0, ``"emulate"`` on 9.0; a Hopper schedule,
+            examples/hopper: ``"sm90a"``), ``"sm100a"`` (B200), ``"sm90a"``
+            (the native Hopper kernel of a Hopper schedule) or ``"emulate"``
+            (the sm100a kernel on H100/H200, correctness only).
+
+    Returns:
+        torch.Tensor ``out``: bfloat16, q's shape and, for dense q, q's
+        strides; or ``(out, lse)`` with ``return_lse``: lse float32
+        (B, H, S_q) for either layout (FlashAttention's ``softmax_lse``).
+        Empty inputs (B, H or S_q = 0) give an empty result and S_kv = 0
+        gives zeros (LSE -inf), without a launch. Special values propagate
+        as in torch's FP32 SDPA: a NaN among a row's scores makes that row
+        NaN.
+
+    Raises:
+        ScheduleError / ResourceError / IssueOrderError: invalid or infeasible
+            schedule (checked before the tensors), or a schedule that cannot
+            hold the inputs' head dim (ResourceError naming the budget, e.g.
+            two Q stages at D = 256 need 768 of 512 TMEM columns).
+        LaunchError: a tensor or argument rule is broken (names the tensor or
+            argument, the rule and the value).
+        UnsupportedDeviceError: the GPU cannot run the target.
+        BuildError: nvcc missing or compilation failed.
+        BarrierTimeoutError: an earlier emulated launch timed out (see
+            :func:`b200c.runtime.check_hang`).
+        BackwardNotSupportedError: raised by ``backward()`` through this
+            op: the kernels are forward-only (the forward works on inputs that
+            require grad).
+
+    Performance: the first call per (schedule, head dim, target, device)
+    generates, builds (cached on disk, verified by sha256) and loads the
+    kernel. Later calls on plain CUDA tensors only allocate the output (and
+    the LSE) and call ``cuLaunchKernel`` asynchronously on the current stream:
+    tensor maps and the parameter block are cached per data pointers, shapes,
+    strides and options (``python scripts/host_overhead.py`` measures the
+    host time per call). Calls are CUDA-graph capturable once the kernel is
+    loaded. With ``q_stages`` > 1 and GQA, a work item may hold that many
+    query heads of one K/V group instead of consecutive Q tiles (causal,
+    short S_q; see :func:`b200c.runtime.launcher.pack_heads`).
+
+    torch.compile: registered as the custom ops ``torch.ops.b200c.attention``
+    and (``return_lse=True``) ``torch.ops.b200c.attention_lse``, returning
+    ``(out, lse)``, so ``torch.compile(fullgraph=True)`` traces them
+    without a graph break; a schedule file is read when the function is
+    compiled; ``softmax_scale`` must then be a Python number.
+
+    Example:
+        >>> q, k, v = (torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        >>> o = b200c.attention(q, k, v, schedule=b200c.Schedule())
+        >>> o, lse = b200c.attention(q, k[:, :4], v[:, :4], schedule=b200c.Schedule(), causal=True, return_lse=True)
+    """
     if torch.compiler.is_compiling():
         return _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target)
     if not (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor):
@@ -309,7 +393,7 @@ def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, re
     scale = _check_scale(softmax_scale)
     schedule_json = _schedule_json(schedule)  # the schedule first: its errors come before tensor/device ones
     if _direct_path_ok(q, k, v):
-        out, lse = op.run_schedule(q, k, v, schedule_json, scale, target, layout, causal, return_lse)
+        out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
         return (out, lse) if return_lse else out
     return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse)
 
@@ -339,6 +423,48 @@ def _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layo
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule,
                      causal: bool = False, softmax_scale=None, return_lse: bool = False, target: str = "auto",
                      check_seqlens: bool = True):
+    """Attention over a batch of sequences of different lengths packed into one tensor, like
+    FlashAttention's ``flash_attn_varlen_func``.
+
+    Args:
+        q: (total_q, H, D) bfloat16 on a CUDA device: every sequence's query
+            rows, one after the other. D is 64, 128 or 256.
+        k, v: (total_kv, H_kv, D), same dtype and device; H a multiple of
+            H_kv (GQA/MQA). Any strides with a contiguous last dimension and
+            the 16-byte rules of :func:`b200c.attention` work without copies.
+        cu_seqlens_q, cu_seqlens_k: torch.int32, shape (B + 1,), on q's
+            device: sequence ``b`` owns q rows
+            ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and k/v rows
+            ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]``. Empty sequences (length
+            0 in q and/or k) are allowed.
+        max_seqlen_q, max_seqlen_k: ints >= the longest query / key sequence
+            (max_seqlen_q sets the grid).
+        schedule, softmax_scale, target: as :func:`b200c.attention`.
+        causal: as :func:`b200c.attention`, per sequence (S_q, S_kv: that
+            sequence's lengths). A query sequence whose key sequence is empty
+            gives O = 0 and LSE = -inf.
+        return_lse: also return the LSE, float32 (H, total_q)
+            (FlashAttention's varlen convention).
+        check_seqlens: check cu_seqlens' values before launching (they must
+            not decrease, start at >= 0, end inside the tensors, and respect
+            max_seqlen_*): one small device-to-host copy, i.e. a sync of the
+            current stream; skipped while a CUDA graph is being captured. With
+            the check, query rows outside every sequence are set to 0 (LSE
+            -inf). Pass False to skip the sync when the values are known to be
+            right; wrong values are then undefined behaviour (out-of-bounds
+            writes), as in FlashAttention.
+
+    Returns:
+        ``out`` (q's shape, bfloat16) or ``(out, lse)`` with ``return_lse``.
+
+    Raises:
+        LaunchError: a tensor, argument or cu_seqlens value breaks a rule
+            (names it, the rule and the value); otherwise as
+            :func:`b200c.attention`.
+
+    torch.compile: the custom op ``torch.ops.b200c.attention_varlen``;
+    ``max_seqlen_*`` are graph constants.
+    """
     if not torch.compiler.is_compiling():
         check_tensor_types(q, k, v)
     if target not in _TARGETS:
@@ -365,16 +491,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     out, lse = torch.ops.b200c.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                 schedule_json, scale, target, causal, return_lse, check_seqlens)
     return (out, lse) if return_lse else out
-
-
-def _set_doc() -> None:
-    import b200c
-
-    attention.__doc__ = b200c.attention.__doc__
-    attention_varlen.__doc__ = b200c.attention_varlen.__doc__
-
-
-_set_doc()
 
 
 def attention_generated(q, k, v, generated, *, causal: bool = False, softmax_scale=None,

@@ -191,6 +191,7 @@ def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000
     mp.setattr(inputs, "_check_devices", lambda ts: None)
     mp.setattr(launcher, "_get_raw_stream", lambda device: 7)
     mp.setattr(launcher, "_current_device", lambda: -1)  # CPU tensors report device -1
+    mp.setattr(launcher, "_empty", lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype))
     mp.setattr(api, "_direct_path_ok", _direct_path_ok_on_cpu)
     mp.setattr(sdpa, "_device_reason", lambda q, k, v: None)
     launcher.clear()

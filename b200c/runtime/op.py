@@ -276,7 +276,7 @@ def _define(name: str, schema: str, impl, fake):
     def autograd_kernel(keyset, *args):
         if _grad_enabled() and (args[0].requires_grad or args[1].requires_grad or args[2].requires_grad):
             return Forward.apply(keyset, *args)
-        if _plain(keyset):
+        if keyset.raw_repr() in _plain_keysets or _plain(keyset):
             return impl(*args)  # what the redispatch below would reach, without the second hop
         with _BELOW_AUTOGRAD():
             return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
@@ -293,7 +293,7 @@ def _attention_impl(q, k, v, schedule_json, softmax_scale, target, causal=False)
     """``b200c::attention`` on logical (B, H, S_q, D) q and (B, H_kv, S_kv, D) k, v (bf16);
     see :func:`b200c.attention`. Returns out, like q. (``b200c::attention_lse`` also returns
     the LSE; two ops because a second output costs every dispatcher call more.)"""
-    return run_schedule(q, k, v, schedule_json, softmax_scale, target, "bhsd", causal, False)[0]
+    return launcher.run(schedule_json, target, "bhsd", q, k, v, softmax_scale, SCHEDULES, causal, False)[0]
 
 
 def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):
@@ -305,7 +305,7 @@ def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False)
 
 def _attention_lse_impl(q, k, v, schedule_json, softmax_scale, target, causal=False):
     """As ``b200c::attention``, returning ``(out, lse)``: lse FP32 (B, H, S_q), natural-log units."""
-    return run_schedule(q, k, v, schedule_json, softmax_scale, target, "bhsd", causal, True)
+    return launcher.run(schedule_json, target, "bhsd", q, k, v, softmax_scale, SCHEDULES, causal, True)
 
 
 def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):

@@ -132,6 +132,43 @@ def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: boo
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False, *, schedule=None, target="auto"):
+    """A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` that runs a b200c kernel when it can.
+
+    Same signature and semantics as torch's function: query (B, H, S_q, D),
+    key and value (B, H_kv, S_kv, D), ``enable_gqa`` for H_kv < H, result
+    (B, H, S_q, D). Swap it into a model with one line::
+
+        torch.nn.functional.scaled_dot_product_attention = b200c.scaled_dot_product_attention
+
+    b200c runs calls with: bfloat16 CUDA tensors, 4-D, D 64, 128 or 256, no
+    ``attn_mask``, ``dropout_p == 0``, ``is_causal`` only when S_q == S_kv
+    (torch aligns a causal mask with S_q != S_kv to the top-left corner,
+    b200c to the bottom-right), ``scale`` None or >= 0 (and not so large
+    that scale * log2(e) overflows FP32), strides the TMA rules accept, a
+    schedule that holds D, no gradients needed (grad mode off or inputs not
+    requiring grad), a device that runs ``target``. Every other call runs
+    torch's own SDPA, with a :class:`b200c.FallbackWarning` once per reason.
+
+    Args:
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa:
+            as ``torch.nn.functional.scaled_dot_product_attention``.
+        schedule: a :class:`b200c.Schedule` or schedule file; None uses the
+            built-in one for D (:mod:`b200c.dsl.presets`: the blog's stage 18,
+            one Q stage at D = 256).
+        target: as :func:`b200c.attention` (on a Hopper GPU ``"auto"`` runs
+            the emulated kernel: correctness only).
+
+    Returns:
+        torch.Tensor (B, H, S_q, D), the dtype of query.
+
+    Raises:
+        ScheduleError / IssueOrderError / ResourceError: ``schedule`` itself
+            is invalid or infeasible (a schedule that only cannot hold the
+            inputs' D falls back instead).
+        BuildError: an unknown ``target`` name.
+        BarrierTimeoutError: an emulated kernel hung.
+        Anything torch's SDPA raises for the calls it runs.
+    """
     compiling = torch.compiler.is_compiling()
     if target not in api._TARGETS:
         api._check_options(target, "bhsd")
@@ -169,10 +206,3 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                        enable_gqa=enable_gqa)
 
 
-def _set_doc() -> None:
-    import b200c
-
-    scaled_dot_product_attention.__doc__ = b200c.scaled_dot_product_attention.__doc__
-
-
-_set_doc()

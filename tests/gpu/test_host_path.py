@@ -153,3 +153,53 @@ def test_driver_version_and_tma_workaround_applied(setup):
     bit = int.from_bytes(maps[0][8:16], "little") >> 21 & 1
     if driver.driver_version() <= driver.TMA_WORKAROUND_MAX_DRIVER:
         assert bit == 0
+
+
+def test_native_kernel_cached_launch_in_every_mode():
+    """The one-step launch of a cached entry (Entry.call: the output from PyTorch's caching
+    allocator on the current device, the pointer written, cuLaunchKernel) with a native sm90a
+    kernel, which takes it (emulated kernels clear TMEM masks first and take the general path):
+    new data at the same pointers, new pointers, bshd views, a side stream, a CUDA graph and
+    torch.compile all match SDPA."""
+    import torch
+
+    import b200c
+    from b200c.runtime import launcher
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the native sm90a kernel needs a compute capability 9.0 GPU")
+    s = b200c.load_schedule_file(str(EX.parent / "hopper" / "h11_persistent.py"))
+
+    def run(q, k, v, **kw):
+        return b200c.attention(q, k, v, schedule=s, target="sm90a", **kw)
+
+    q, k, v = rand(2, 3, 384, 128), rand(2, 3, 512, 128), rand(2, 3, 512, 128)
+    sdpa_close(run(q, k, v), q, k, v)
+    entry = next(e for e in launcher._entries.values() if e.lk.built.target == "sm90a")
+    assert entry._plain  # the kernel the one-step launch is for
+    for _ in range(3):
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t, dtype=torch.float32))
+        sdpa_close(run(q, k, v), q, k, v)
+    sdpa_close(run(q[:, :, 100:], k, v), q[:, :, 100:], k, v)  # another pointer and shape
+    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    out = run(qs, ks, vs, layout="bshd")
+    assert out.shape == qs.shape and out.stride() == qs.stride()
+    sdpa_close(out.transpose(1, 2), q, k, v)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = run(q, k, v)
+    torch.cuda.current_stream().wait_stream(side)
+    sdpa_close(out, q, k, v)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = run(q, k, v)
+    for t in (q, k, v):
+        t.copy_(torch.randn_like(t, dtype=torch.float32))
+    g.replay()
+    torch.cuda.synchronize()
+    sdpa_close(out, q, k, v)
+    pytest.importorskip("triton")  # inductor's GPU backend
+    compiled = torch.compile(lambda q, k, v: run(q, k, v), fullgraph=True)
+    assert torch.equal(compiled(q, k, v), run(q, k, v))
