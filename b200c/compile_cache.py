@@ -1,13 +1,15 @@
 """On-disk caches that make a fresh ``b200c compile`` fast: the compiled
-jinja2 templates (Python bytecode) and the issue-order grammar's LALR tables.
+jinja2 templates (Python bytecode), the issue-order grammar's LALR tables,
+parsed issue orders (:mod:`b200c.dsl.order_cache`) and the protocol
+verifier's verdicts (:mod:`b200c.codegen.verdicts`).
 
-Both live under ``<root>/compile/``, where ``<root>`` is the kernel cache
+All live under ``<root>/compile/``, where ``<root>`` is the kernel cache
 root (``$B200C_CACHE_DIR``, else ``platformdirs.user_cache_dir("b200c")``),
 in a folder per Python version and library versions, so two interpreters or
 an upgrade never read each other's entries. They only save time: every entry
 is checked before use (a damaged, truncated or stale entry is ignored and
 rebuilt), and where the folder cannot be created or written, b200c compiles
-without them. ``B200C_COMPILE_CACHE=0`` turns both off.
+without them. ``B200C_COMPILE_CACHE=0`` turns them all off.
 """
 from __future__ import annotations
 
@@ -52,6 +54,36 @@ def compile_cache_dir(kind: str, *versions: str) -> Path | None:
     return folder
 
 
+def read_entry(folder: Path, name: str) -> bytes | None:
+    """The payload of entry ``name`` in ``folder`` written by :func:`write_entry`,
+    or None when it is absent, unreadable, or its bytes do not match the
+    sha256 stored in front of them (a damaged entry is a miss, never an error)."""
+    try:
+        data = (folder / name).read_bytes()
+    except (OSError, ValueError):
+        return None
+    digest, payload = data[:32], data[32:]
+    if len(digest) != 32 or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload
+
+
+def write_entry(folder: Path, name: str, payload: bytes) -> None:
+    """Write ``payload`` behind its sha256 as entry ``name`` of ``folder``,
+    atomically (temporary file + rename); any OS error skips the write."""
+    path = folder / name
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(hashlib.sha256(payload).digest() + payload)
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+
+
 def template_bytecode_cache(*versions: str):
     """A jinja2 bytecode cache in :func:`compile_cache_dir` ``("templates", ...)``, or None.
 
@@ -69,17 +101,10 @@ def template_bytecode_cache(*versions: str):
     class CheckedBytecodeCache(jinja2.FileSystemBytecodeCache):
         """jinja2's file-system bytecode cache with a sha256 over every entry."""
 
-        def _entry(self, bucket) -> str:
-            return os.path.join(self.directory, self.pattern % (bucket.key,))
-
         def load_bytecode(self, bucket) -> None:
             """Fill ``bucket`` from its file if the file is whole and matches its digest."""
-            try:
-                data = Path(self._entry(bucket)).read_bytes()
-            except OSError:
-                return
-            digest, record = data[:32], data[32:]
-            if len(digest) != 32 or hashlib.sha256(record).digest() != digest:
+            record = read_entry(folder, self.pattern % (bucket.key,))
+            if record is None:
                 return
             try:
                 bucket.bytecode_from_string(record)  # checks jinja2's magic and the template's source checksum
@@ -88,17 +113,6 @@ def template_bytecode_cache(*versions: str):
 
         def dump_bytecode(self, bucket) -> None:
             """Write ``bucket`` atomically (temporary file + rename); skip on any OS error."""
-            name = self._entry(bucket)
-            record = bucket.bytecode_to_string()
-            tmp = f"{name}.{os.getpid()}.tmp"
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(hashlib.sha256(record).digest() + record)
-                os.replace(tmp, name)
-            except OSError:
-                try:
-                    os.remove(tmp)
-                except OSError:
-                    pass
+            write_entry(folder, self.pattern % (bucket.key,), bucket.bytecode_to_string())
 
     return CheckedBytecodeCache(str(folder), pattern="%s.jinja2-bytecode")

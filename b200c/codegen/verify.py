@@ -31,7 +31,9 @@ sm_90a, ``wgmma.wait_group``, order registers inside one warpgroup and are not
 a barrier protocol; they are not modelled here.)
 
 A violation raises :class:`b200c.ProtocolError` naming the barrier, the role
-and the step (the IR path to the node, with loop indices).
+and the step (the IR path to the node, with loop indices). An IR that passed
+once (same content, same verifier code) is not simulated again: its verdict is
+kept in process and in the on-disk compile cache (:mod:`b200c.codegen.verdicts`).
 
 :func:`protocol_trace` runs the same model once and returns what happened, in
 order: each completed wait (with the phase it returned for), each arrival
@@ -626,12 +628,27 @@ def _static_checks(ir: KernelIR):
                                     f"({p.arrivals} per phase), but its program never does")
 
 
-def verify(ir: KernelIR) -> None:
+def verify(ir: KernelIR, cached: bool = True) -> None:
     """Check the IR's barrier protocol against the plan (see the module docstring).
+
+    An IR that passed before (same content, same verifier code; this process or
+    the on-disk compile cache, :mod:`b200c.codegen.verdicts`) is not simulated
+    again unless ``cached`` is False; a failing one always is.
 
     Raises:
         ProtocolError: naming the barrier, the role and the step.
     """
+    from . import verdicts
+
+    key = verdicts.ir_key(ir) if cached else None
+    if key is not None and verdicts.known_good(key):
+        return
+    _check(ir)
+    if key is not None:
+        verdicts.record_good(key)
+
+
+def _check(ir: KernelIR) -> None:
     _static_checks(ir)
     works = WORK_COUNTS if ir.plan.persistent else (1,)
     for n_kv in TILE_COUNTS:
