@@ -1,6 +1,6 @@
 """On-disk caches that make a fresh ``b200c compile`` fast: the compiled
 jinja2 templates (Python bytecode), the issue-order grammar's LALR tables,
-parsed issue orders (:mod:`b200c.dsl.order_cache`) and the protocol
+parsed issue orders (:mod:`b200c.dsl.order_syntax`) and the protocol
 verifier's verdicts (:mod:`b200c.codegen.verdicts`).
 
 All live under ``<root>/compile/``, where ``<root>`` is the kernel cache

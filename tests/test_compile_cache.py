@@ -1,5 +1,5 @@
-"""The compile caches (b200c/compile_cache.py): compiled jinja2 templates and the
-issue-order grammar's tables on disk. They must only save time: output stays
+"""The compile caches (b200c/compile_cache.py): compiled jinja2 templates, the
+issue-order grammar's tables, parsed issue orders and verifier verdicts on disk. They must only save time: output stays
 byte-identical with a cold, warm, damaged, unwritable or disabled cache, and
 `b200c compile` never imports torch. (Timings: scripts/compile_time.py.)"""
 import hashlib
@@ -31,14 +31,21 @@ def _entries(root):
         sorted((root / "compile").glob("grammar-*/issue_order.lark-cache"))
 
 
+def _small_entries(root):
+    """Parsed issue orders and verifier verdicts."""
+    return sorted((root / "compile").glob("orders-*/*")) + sorted((root / "compile").glob("verdicts-*/*"))
+
+
 def test_cache_is_filled_and_used(tmp_path):
     root = tmp_path / "cache"
     assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
     templates, grammar = _entries(root)
+    small = _small_entries(root)
     assert len(templates) >= 10 and len(grammar) == 1
-    stamps = {p: p.stat().st_mtime_ns for p in templates + grammar}
+    assert [p.parent.name.split("-")[0] for p in small] == ["orders", "verdicts"]
+    stamps = {p: p.stat().st_mtime_ns for p in templates + grammar + small}
     assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN  # read, not rewritten
-    assert {p: p.stat().st_mtime_ns for p in templates + grammar} == stamps
+    assert {p: p.stat().st_mtime_ns for p in templates + grammar + small} == stamps
 
 
 def test_damaged_entries_are_ignored_and_rewritten(tmp_path):
@@ -59,8 +66,25 @@ def test_damaged_entries_are_ignored_and_rewritten(tmp_path):
     # lark's own check: a header line (sha256 of grammar, options, versions), then pickles
     grammar[0].write_bytes(before[grammar[0]][:70] + b"\x00garbage")
     assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
-    # the damaged templates were compiled again and their entries rewritten whole
-    assert {p: p.read_bytes() for p in templates} == {p: before[p] for p in templates}
+    # the damaged templates were compiled again and their entries rewritten whole (not always the same
+    # bytes: marshal marks shared objects by reference count, which depends on what else the process loaded)
+    import jinja2
+
+    for p in templates:
+        b = p.read_bytes()
+        assert hashlib.sha256(b[32:]).digest() == b[:32] and b[32:].startswith(jinja2.bccache.bc_magic), p
+    small = _small_entries(root)
+    good = {p: p.read_bytes() for p in small}
+    for i, p in enumerate(small * len(damage)):
+        p.write_bytes(damage[i % len(damage)](good[p]))
+        assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
+        assert p.read_bytes() == good[p]  # parsed / verified again and rewritten
+    # an intact entry for another text (renamed into place) is a miss too
+    order = small[0]
+    order.write_bytes(hashlib.sha256(b'{"text": "P0V(i) Q0K(i+1)", "steps": []}').digest()
+                      + b'{"text": "P0V(i) Q0K(i+1)", "steps": []}')
+    assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
+    assert order.read_bytes() == good[order]
     assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
 
 
@@ -108,6 +132,17 @@ def test_read_only_cache_folder(tmp_path):
         assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
     finally:
         root.chmod(0o700)
+
+
+def test_known_issue_order_does_not_import_lark(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+           "B200C_CACHE_DIR": str(tmp_path / "cache")}
+    code = ("import sys\nfrom b200c.cli import main\n"
+            f"assert main(['compile', {str(EXAMPLE)!r}, '-o', {str(tmp_path / 'k.cu')!r}]) == 0\n"
+            "print('lark' in sys.modules)\n")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                           timeout=120) for _ in range(2)]
+    assert [(r.returncode, r.stdout.split()[-1]) for r in runs] == [(0, "True"), (0, "False")], runs[-1].stderr
 
 
 def test_compile_does_not_import_torch(tmp_path):
