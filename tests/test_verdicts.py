@@ -2,6 +2,7 @@
 not simulated again, a broken one always is, and a damaged on-disk verdict is a
 miss that gets rewritten."""
 import pytest
+from msgspec.structs import replace
 
 import b200c
 from b200c import ProtocolError
@@ -64,18 +65,12 @@ def test_pass_is_remembered_in_process_and_on_disk(fresh, tmp_path):
 def test_broken_protocol_is_simulated_every_time(fresh):
     ir = _ir()
     verify.verify(ir)
-    roles = tuple(r if r.name != "softmax" else type(r)(**{**_fields(r), "body": _drop_arrives(r.body)})
-                  for r in ir.roles)
-    bad = type(ir)(**{**_fields(ir), "roles": roles})
+    roles = tuple(r if r.name != "softmax" else replace(r, body=_drop_arrives(r.body)) for r in ir.roles)
+    bad = replace(ir, roles=roles)
     for _ in range(2):
         with pytest.raises(ProtocolError, match="nobody arrives on barrier p_ready"):
             verify.verify(bad)
     assert len(fresh) == 3
-
-
-def _fields(obj):
-    names = getattr(obj, "__struct_fields__", None) or tuple(obj.__dataclass_fields__)
-    return {n: getattr(obj, n) for n in names}
 
 
 def _drop_arrives(body):
@@ -84,7 +79,7 @@ def _drop_arrives(body):
         if isinstance(n, Arrive) and n.barrier == "p_ready":
             continue
         if getattr(n, "body", ()):
-            n = type(n)(**{**_fields(n), "body": _drop_arrives(n.body)})
+            n = replace(n, body=_drop_arrives(n.body))
         out.append(n)
     return tuple(out)
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+import msgspec
 
 from ..errors import ProtocolError
 from .cexpr import evaluate
@@ -57,8 +57,7 @@ WORK_COUNTS = (1, 2)
 POLICIES = ("in_order", "reverse", "random")
 
 
-@dataclass
-class _Proc:
+class _Proc(msgspec.Struct):
     """One role instance being executed."""
 
     name: str
@@ -69,13 +68,12 @@ class _Proc:
     waiting: tuple | None = None  # (barrier index, parity, Wait node, path)
     nwaiting: tuple | None = None  # (named barrier id, generation, path): blocked in bar.sync
     done: bool = False
-    waits: Counter = field(default_factory=Counter)  # barrier index -> completed waits
-    last_wait: dict = field(default_factory=dict)  # barrier index -> IR path of the last completed wait
+    waits: Counter = msgspec.field(default_factory=Counter)  # barrier index -> completed waits
+    last_wait: dict = msgspec.field(default_factory=dict)  # barrier index -> IR path of the last completed wait
     trace: list | None = None  # the events ``gen`` produced, when recording them
 
 
-@dataclass
-class _Bar:
+class _Bar(msgspec.Struct):
     """State of one mbarrier instance."""
 
     spec: object
@@ -83,7 +81,7 @@ class _Bar:
     pending: int
     tx: int = 0
     completed: int = 0
-    contrib: dict = field(default_factory=dict)  # proc name -> arrivals this phase
+    contrib: dict = msgspec.field(default_factory=dict)  # proc name -> arrivals this phase
     last: tuple = ()  # (proc name, IR path) of the last arrival, formatted by last_step only for messages
     label: str = ""  # e.g. ``kv_full[1]``
     arrivals: int = 0  # spec.arrivals (the count per phase)
@@ -94,8 +92,7 @@ class _Bar:
         return f"role {self.last[0]} at {' > '.join(self.last[1])}" if self.last else ""
 
 
-@dataclass
-class _NamedBar:
+class _NamedBar(msgspec.Struct):
     """State of one hardware named barrier."""
 
     spec: object
@@ -523,8 +520,7 @@ class _Model:
                               f"a missing arrive; its last wait at {' > '.join(w.last_wait[idx]) if idx in w.last_wait else '?'}")
 
 
-@dataclass(frozen=True)
-class TraceEvent:
+class TraceEvent(msgspec.Struct, frozen=True):
     """One barrier event of a :func:`protocol_trace` run.
 
     Attributes:

@@ -18,7 +18,7 @@ The grammar is ``issue_order.lark``; :mod:`b200c.dsl.order_syntax` parses it
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..errors import IssueOrderError
 from .order_syntax import parse_steps
@@ -30,8 +30,7 @@ MAX_KV_STAGES = 8  # the validation limit of kv_stages
 CHECKED_TILE_COUNTS = (1, 2, 3, 5)
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     """One MMA step of the steady-state iteration ``i``.
 
     Attributes:
@@ -62,8 +61,7 @@ class Step:
         return f"Q{self.q}K({idx})" if self.kind == "QK" else f"P{self.q}V({idx})"
 
 
-@dataclass(frozen=True)
-class IssueOrder:
+class IssueOrder(msgspec.Struct, frozen=True):
     """A checked issue order with its derived structure.
 
     Attributes:
