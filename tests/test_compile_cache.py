@@ -68,11 +68,11 @@ def test_damaged_entries_are_ignored_and_rewritten(tmp_path):
     assert _compile(tmp_path, {"B200C_CACHE_DIR": str(root)}) == GOLDEN
     # the damaged templates were compiled again and their entries rewritten whole (not always the same
     # bytes: marshal marks shared objects by reference count, which depends on what else the process loaded)
-    import jinja2
+    from b200c import compile_cache
 
     for p in templates:
         b = p.read_bytes()
-        assert hashlib.sha256(b[32:]).digest() == b[:32] and b[32:].startswith(jinja2.bccache.bc_magic), p
+        assert hashlib.sha256(b[32:]).digest() == b[:32] and b[32:].startswith(compile_cache._TEMPLATE_RECORD), p
     small = _small_entries(root)
     good = {p: p.read_bytes() for p in small}
     for i, p in enumerate(small * len(damage)):
@@ -89,8 +89,9 @@ def test_damaged_entries_are_ignored_and_rewritten(tmp_path):
 
 
 def test_record_with_valid_digest_but_broken_payload_is_a_miss(tmp_path, monkeypatch):
-    """In-process: jinja2's own record behind a correct sha256 but with a broken pickle/marshal
-    part (a cache written by a buggy writer) loads as a miss, never raises."""
+    """In-process: a record behind a correct sha256 but with a broken marshal part, a stale
+    source checksum, or another format (a cache written by a buggy or older writer) loads as a
+    miss, never raises."""
     import jinja2
 
     from b200c import compile_cache
@@ -107,8 +108,11 @@ def test_record_with_valid_digest_but_broken_payload_is_a_miss(tmp_path, monkeyp
     assert render() == "0,1,2,"
     (entry,) = (tmp_path / "compile").glob("templates-*/*.jinja2-bytecode")
     record = entry.read_bytes()[32:]
-    magic = jinja2.bccache.bc_magic
-    for broken in (record[: len(magic)] + b"\x80\x05not a pickle", record[:-8], magic):
+    head = compile_cache._TEMPLATE_RECORD
+    checksum, _, code = record[len(head):].partition(b"\n")
+    old_format = jinja2.bccache.bc_magic + b"\x80\x02X\x28\x00\x00\x00" + checksum + b"." + code
+    for broken in (head + checksum + b"\nnot marshal", record[:-8], head, head + checksum,
+                   head + b"0" * len(checksum) + b"\n" + code, old_format):
         entry.write_bytes(hashlib.sha256(broken).digest() + broken)
         assert render() == "0,1,2,"
         assert entry.read_bytes()[32:] == record  # rewritten
@@ -157,3 +161,26 @@ def test_compile_does_not_import_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "k.cu").read_text() == GOLDEN
+
+
+@pytest.mark.parametrize("xdg,home", [(None, "/home/u"), ("", "/home/u/"), ("/x/cache", "/home/u"),
+                                      ("rel/cache", "/home/u"), ("  ", "/home/u"), (None, "relative"), (None, None)])
+def test_cache_root_matches_platformdirs(monkeypatch, xdg, home):
+    """compile_cache finds the user cache folder without importing platformdirs where the answer is plain."""
+    import platformdirs
+
+    from b200c import compile_cache
+
+    monkeypatch.delenv("B200C_CACHE_DIR", raising=False)
+    for name, value in (("XDG_CACHE_HOME", xdg), ("HOME", home)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    try:
+        want = platformdirs.user_cache_dir("b200c")
+    except RuntimeError:  # no usable home: platformdirs refuses, and so does cache_root
+        with pytest.raises(RuntimeError):
+            compile_cache.cache_root()
+        return
+    assert str(compile_cache.cache_root()) == want
