@@ -116,7 +116,7 @@ def template_bytecode_cache(*versions: str):
     third of the time jinja2's own record format, read through a file object,
     takes.)
     """
-    folder = compile_cache_dir("templates", *versions)
+    folder = compile_cache_dir("templates", *versions, _TEMPLATE_RECORD.decode())  # apart from other formats
     if folder is None:
         return None
     import marshal
