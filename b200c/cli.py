@@ -264,10 +264,14 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+_parsers: list = []  # the parser main() uses, built on its first call (building it takes ~2 ms)
+
+
 def main(argv=None) -> int:
     """Run the ``b200c`` command; returns the exit status (see the module docstring)."""
-    parser = make_parser()
-    args = parser.parse_args(argv)
+    if not _parsers:
+        _parsers.append(make_parser())
+    args = _parsers[0].parse_args(argv)
     try:
         return args.func(args)
     except B200cError as e:

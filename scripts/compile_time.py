@@ -20,11 +20,19 @@ or over ``--warm`` in-process repetitions; milliseconds):
                         after a first call (templates and modules already loaded);
                         it still reads and runs the schedule file each time.
     warm generate()     ``b200c.generate(schedule, target)`` repeated in one process
-                        on the loaded schedule: validate, plan, lower, verify, emit.
-    empty cache (b)     (b) once, in a fresh process whose template bytecode
-                        cache folder is new and empty (``B200C_CACHE_DIR``
-                        pointed at a temporary folder): the first compile after
-                        installing or upgrading b200c.
+                        on the loaded schedule: validate, plan, lower, verify, emit
+                        (the protocol verifier's verdict for this kernel is already
+                        known after the first call: it is not simulated again).
+    new schedule        ``b200c.generate()`` in the same warm process of a schedule
+                        it has not compiled before (the loaded one renamed, a new
+                        name each repetition, so its IR and verdict key are new and
+                        the verifier simulates it; no on-disk entry exists for it).
+    empty cache (b)     (b) once, in a fresh process whose compile cache folder
+                        is new and empty (``B200C_CACHE_DIR`` pointed at a
+                        temporary folder: no template bytecode, parsed issue
+                        orders or verifier verdicts): the first compile after
+                        installing or upgrading b200c, or of a schedule never
+                        compiled before.
 
 Every fresh process but the empty-cache one uses the normal cache folder; one
 unmeasured run per example fills it first. The script also checks that every
@@ -68,7 +76,7 @@ f, target, out, warm = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 args = ["compile", f, "-o", out, "--target", target]
 rc = main(args)
 t2 = time.perf_counter()
-times, gen = [], []
+times, gen, new = [], [], []
 for _ in range(warm):
     s = time.perf_counter()
     rc |= main(args)
@@ -79,9 +87,15 @@ if warm:
         s = time.perf_counter()
         b200c.generate(schedule, target)
         gen.append(time.perf_counter() - s)
+    for i in range(warm):
+        fresh = schedule.replace(name=f"{schedule.name}_new_{i}_{time.time_ns()}")
+        s = time.perf_counter()
+        b200c.generate(fresh, target)
+        new.append(time.perf_counter() - s)
 print(json.dumps({"rc": rc, "import": t1 - t0, "cold": t2 - t1,
                   "warm": statistics.median(times) if times else None,
                   "generate": statistics.median(gen) if gen else None,
+                  "new": statistics.median(new) if new else None,
                   "torch": "torch" in sys.modules}))
 """
 
@@ -141,7 +155,7 @@ def measure(example: str, target: str, runs: int, warm: int, work: Path) -> dict
     if len(digests) != 1:
         sys.exit(f"compile_time: {example} gave different outputs across runs")
     return {"total": statistics.median(total), "import": statistics.median(imp), "cold": statistics.median(cold),
-            "warm": w["warm"], "generate": w["generate"], "empty": e["cold"], "torch": torch_loaded or w["torch"] or e["torch"]}
+            "warm": w["warm"], "generate": w["generate"], "new": w["new"], "empty": e["cold"], "torch": torch_loaded or w["torch"] or e["torch"]}
 
 
 def main(argv=None) -> int:
@@ -167,7 +181,8 @@ def main(argv=None) -> int:
               f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, bytecode: {pyc}")
         print(f"python -c pass (bare start-up): {bare * 1e3:.1f} ms")
         head = (f"{'example':<24} {'target':<6} {'process total (a)':>17} {'import b200c':>12} "
-                f"{'cold compile (b)':>16} {'warm compile':>12} {'warm generate()':>15} {'empty cache (b)':>15}")
+                f"{'cold compile (b)':>16} {'warm compile':>12} {'warm generate()':>15} {'new schedule':>12} "
+                f"{'empty cache (b)':>15}")
         print(head)
         print("-" * len(head))
         worst_cold = worst_warm = 0.0
@@ -177,7 +192,7 @@ def main(argv=None) -> int:
             worst_cold, worst_warm = max(worst_cold, r["cold"]), max(worst_warm, r["warm"])
             print(f"{Path(example).stem:<24} {target or 'sm100a':<6} {r['total'] * 1e3:>14.1f} ms "
                   f"{r['import'] * 1e3:>9.1f} ms {r['cold'] * 1e3:>13.1f} ms {r['warm'] * 1e3:>9.1f} ms "
-                  f"{r['generate'] * 1e3:>12.1f} ms {r['empty'] * 1e3:>12.1f} ms"
+                  f"{r['generate'] * 1e3:>12.1f} ms {r['new'] * 1e3:>9.1f} ms {r['empty'] * 1e3:>12.1f} ms"
                   + ("   (torch was imported!)" if r["torch"] else ""))
     ok_cold, ok_warm = worst_cold < 0.050, worst_warm < 0.005
     print(f"goal: cold compile (b) < 50 ms: {'met' if ok_cold else 'NOT met'} (worst {worst_cold * 1e3:.1f} ms); "

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 import b200c
 from b200c import IssueOrderError, ProtocolError, ResourceError, ScheduleError, TargetError
@@ -201,13 +202,13 @@ def _map(body, fn):
     out = []
     for n in body:
         if getattr(n, "body", ()):
-            n = dataclasses.replace(n, body=tuple(_map(n.body, fn)))
+            n = replace(n, body=tuple(_map(n.body, fn)))
         out.extend(fn(n))
     return tuple(out)
 
 
 def _edit(ir, role, fn):
-    return dataclasses.replace(ir, roles=tuple(dataclasses.replace(r, body=_map(r.body, fn)) if r.name == role else r
+    return replace(ir, roles=tuple(replace(r, body=_map(r.body, fn)) if r.name == role else r
                                                for r in ir.roles))
 
 

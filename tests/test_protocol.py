@@ -1,7 +1,7 @@
 """The barrier-protocol verifier (runs in every generate()): it accepts every
 example and rejects deliberately broken protocols at compile time, naming the
 barrier, the role and the step."""
-import dataclasses
+from msgspec.structs import replace
 
 import pytest
 
@@ -24,15 +24,15 @@ def _map(body, fn):
     out = []
     for n in body:
         if getattr(n, "body", ()):
-            n = dataclasses.replace(n, body=tuple(_map(n.body, fn)))
+            n = replace(n, body=tuple(_map(n.body, fn)))
         out.extend(fn(n))
     return tuple(out)
 
 
 def _edit_role(ir, role, fn):
-    roles = tuple(dataclasses.replace(r, body=_map(r.body, fn)) if r.name == role else r for r in ir.roles)
+    roles = tuple(replace(r, body=_map(r.body, fn)) if r.name == role else r for r in ir.roles)
     assert roles != ir.roles, f"role {role} unchanged"
-    return dataclasses.replace(ir, roles=roles)
+    return replace(ir, roles=roles)
 
 
 @pytest.mark.parametrize("path", EXAMPLES + VARIANTS, ids=lambda p: p.stem)
@@ -77,7 +77,7 @@ def test_doubled_arrive_is_rejected(stage):
                                             ("07_compute_pipeline", "mma", "kv_full_ph"),
                                             ("14_persistent", "load", "q_free_ph")])
 def test_wrong_parity_is_rejected(stage, role, var):
-    flip = lambda n: [dataclasses.replace(n, init=1 - n.init)] if isinstance(n, PhaseDecl) and n.var == var else [n]
+    flip = lambda n: [replace(n, init=1 - n.init)] if isinstance(n, PhaseDecl) and n.var == var else [n]
     ir = _edit_role(_ir(ROOT / f"examples/{stage}.py"), role, flip)
     with pytest.raises(ProtocolError) as e:
         verify(ir)
@@ -87,7 +87,7 @@ def test_wrong_parity_is_rejected(stage, role, var):
 
 def test_wait_on_a_barrier_the_role_does_not_consume():
     ir = _ir(ROOT / "examples/06_load_pipeline.py")
-    extra = lambda n: [n, dataclasses.replace(n, barrier="s_full", index="0")] if (
+    extra = lambda n: [n, replace(n, barrier="s_full", index="0")] if (
         isinstance(n, Wait) and n.barrier == "kv_empty") else [n]
     with pytest.raises(ProtocolError, match="role load waits on barrier s_full"):
         verify(_edit_role(ir, "load", extra))

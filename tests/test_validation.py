@@ -1,7 +1,7 @@
 """One expected-error case per validation rule (Halide style): the error type
 and that the message names the knob or budget and the numbers. Knob rules run
 in ``Schedule.validate()``; budgets in ``b200c.plan()`` (which runs both)."""
-import dataclasses
+from msgspec.structs import replace
 from pathlib import Path
 
 import pytest
@@ -91,7 +91,7 @@ def test_knob_rules_do_not_need_the_plan():
 def test_thread_budget(monkeypatch):
     """No knob combination reaches 1024 threads today, so lower the limit to
     exercise the rule's arithmetic and message."""
-    monkeypatch.setattr(hardware, "SM100", dataclasses.replace(hardware.SM100, max_threads=256))
+    monkeypatch.setattr(hardware, "SM100", replace(hardware.SM100, max_threads=256))
     with pytest.raises(ResourceError, match="320 of 256 threads"):
         b200c.plan(TWO_Q)
 

@@ -8,11 +8,10 @@ roles' programs against these declarations in every ``generate()``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class Party:
+class Party(msgspec.Struct, frozen=True):
     """One producer of a barrier.
 
     Attributes:
@@ -38,8 +37,7 @@ class Party:
     per_instance: bool = False
 
 
-@dataclass(frozen=True)
-class Barrier:
+class Barrier(msgspec.Struct, frozen=True):
     """A family of ``count`` mbarriers (index ``first`` .. ``first + count - 1``).
 
     Attributes:
@@ -104,8 +102,7 @@ class BarrierTable:
         return tuple(self._items)
 
 
-@dataclass(frozen=True)
-class NamedBarrier:
+class NamedBarrier(msgspec.Struct, frozen=True):
     """A family of ``count`` hardware named barriers (``bar.sync`` /
     ``bar.arrive``, PTX ISA 9.7.13.1), ids ``first_id`` .. ``first_id + count - 1``
     (id 0 is ``__syncthreads``).

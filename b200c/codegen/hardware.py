@@ -8,11 +8,10 @@ same), 1024 threads per CTA, at most 255 registers per thread.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     """Per-CTA budgets of one GPU architecture.
 
     Attributes:

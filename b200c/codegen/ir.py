@@ -11,32 +11,33 @@ protocol verifier (:mod:`b200c.codegen.verify`) evaluates the integer ones.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import msgspec
 from typing import Optional
 
 
-@dataclass(frozen=True)
-class Node:
-    """Base of every IR statement."""
+class Node(msgspec.Struct, frozen=True):
+    """Base of every IR statement. IR classes are frozen ``msgspec.Struct`` s
+    (subclasses inherit ``frozen``): compared and hashed by type and fields,
+    ``repr`` names every field, ``msgspec.structs.replace`` makes edited copies."""
 
     def children(self) -> tuple:
+        """The nested statements (a node's ``body``; () for a leaf)."""
         return getattr(self, "body", ())
 
     def describe(self) -> str:
         """One-line text of the node for ``--emit ir``."""
         parts = []
-        for f in fields(self):
-            if f.name == "body" or f.name == "params":
+        for name in self.__struct_fields__:
+            if name == "body" or name == "params":
                 continue
-            v = getattr(self, f.name)
+            v = getattr(self, name)
             if v is None or v == () or v is False:
                 continue
-            parts.append(f"{f.name}={v}")
+            parts.append(f"{name}={v}")
         return f"{type(self).__name__.lower()} " + " ".join(parts)
 
 
-@dataclass(frozen=True)
-class PhaseRef:
+class PhaseRef(msgspec.Struct, frozen=True):
     """Phase-parity state of a barrier as seen by one role: variable ``var``,
     one bit per barrier instance (``index`` expression selects it), flipped
     after each completed wait. ``storage``: ``scalar``, ``array`` or
@@ -52,7 +53,6 @@ class PhaseRef:
         return self.var if self.index is None else f"{self.var}[{self.index}]"
 
 
-@dataclass(frozen=True)
 class Comment(Node):
     text: str
 
@@ -60,7 +60,6 @@ class Comment(Node):
         return f"// {self.text}"
 
 
-@dataclass(frozen=True)
 class Decl(Node):
     """Role-local variable: ``ctype name[array] = init``. ``model``: the
     expression the protocol verifier uses instead of ``init`` for an integer
@@ -77,7 +76,6 @@ class Decl(Node):
         return f"decl {self.ctype} {self.name}{arr} = {self.init}"
 
 
-@dataclass(frozen=True)
 class PhaseDecl(Node):
     """Phase bits of one barrier family for this role, all starting at ``init``
     (0 for consumers of full barriers, 1 for producers waiting on empty ones)."""
@@ -91,7 +89,6 @@ class PhaseDecl(Node):
         return f"phase {self.var}[{self.count}] = {self.init} ({self.storage})"
 
 
-@dataclass(frozen=True)
 class Assign(Node):
     target: str
     expr: str
@@ -100,7 +97,6 @@ class Assign(Node):
         return f"{self.target} = {self.expr}"
 
 
-@dataclass(frozen=True)
 class WorkLoop(Node):
     """Work items of this CTA: one (``blockIdx.x``) or, persistent, a
     grid-stride loop (blog ch.14). Binds ``w`` (WorkItem) in the body."""
@@ -112,7 +108,6 @@ class WorkLoop(Node):
         return "for work = blockIdx.x; work < num_work; work += gridDim.x" if self.persistent else "work = blockIdx.x"
 
 
-@dataclass(frozen=True)
 class Loop(Node):
     """``for (int var = start; var < stop; ++var)``."""
 
@@ -126,7 +121,6 @@ class Loop(Node):
         return f"for {self.var} in [{self.start}, {self.stop})" + (f"   // {self.note}" if self.note else "")
 
 
-@dataclass(frozen=True)
 class If(Node):
     cond: str
     body: tuple = ()
@@ -135,7 +129,6 @@ class If(Node):
         return f"if {self.cond}"
 
 
-@dataclass(frozen=True)
 class Single(Node):
     """Body run by one thread: ``thread0`` (thread 0 of the CTA) or ``elect``
     (``elect.sync`` lane of the warp, then ``__syncwarp``); or ``warp``: the
@@ -150,7 +143,6 @@ class Single(Node):
         return f"single {self.who}"
 
 
-@dataclass(frozen=True)
 class Wait(Node):
     """Wait for a phase of mbarrier ``barrier[index]``; flip the phase bit.
     ``fence_after`` adds ``tcgen05.fence::after_thread_sync`` (the reader of
@@ -169,7 +161,6 @@ class Wait(Node):
         return f"wait {self.barrier}{idx} parity {self.phase} (site {self.site}){f}"
 
 
-@dataclass(frozen=True)
 class Arrive(Node):
     """Arrive on ``barrier[index]``. ``by``: ``warp`` (``__syncwarp`` then lane
     0; one arrival per warp) or ``thread``. ``tx_bytes`` makes it
@@ -189,7 +180,6 @@ class Arrive(Node):
         return f"{fb}arrive {self.barrier}{idx} by {self.by}{tx}"
 
 
-@dataclass(frozen=True)
 class AsyncArrive(Node):
     """Base of nodes after which the hardware arrives once on ``barrier[index]``
     when earlier asynchronous work completes (e.g. ``tcgen05.commit``); the
@@ -199,7 +189,6 @@ class AsyncArrive(Node):
     index: Optional[str] = None
 
 
-@dataclass(frozen=True)
 class TmaLoadTile(Node):
     """TMA-load one tile of ``tensor`` (q/k/v; its bytes are the plan's tile
     bytes): ``rows`` rows starting at row ``row`` of head ``head`` (batch
@@ -220,7 +209,6 @@ class TmaLoadTile(Node):
                 f"(complete_tx {self.barrier}{idx})")
 
 
-@dataclass(frozen=True)
 class Scope(Node):
     """A braced block with a comment (one MMA step, one K/V token)."""
 
@@ -231,7 +219,6 @@ class Scope(Node):
         return f"{{ {self.note}"
 
 
-@dataclass(frozen=True)
 class RingAdvance(Node):
     """Move a ring position to the next slot: ``slot`` += 1, wrapping to 0
     after ``stages`` slots, where ``phase`` (the parity to wait for) flips."""
@@ -244,7 +231,6 @@ class RingAdvance(Node):
         return f"ring advance {self.slot} (mod {self.stages}, flip {self.phase} on wrap)"
 
 
-@dataclass(frozen=True)
 class NamedBarSync(Node):
     """``bar.sync`` on named barrier ``barrier[index]`` (PTX ISA 9.7.13.1):
     add this role instance's threads to the current generation and block until
@@ -259,7 +245,6 @@ class NamedBarSync(Node):
         return f"bar.sync {self.barrier}{idx}" + (f"   // {self.note}" if self.note else "")
 
 
-@dataclass(frozen=True)
 class NamedBarArrive(Node):
     """``bar.arrive`` on named barrier ``barrier[index]``: add this role
     instance's threads to the current generation without waiting."""
@@ -273,7 +258,6 @@ class NamedBarArrive(Node):
         return f"bar.arrive {self.barrier}{idx}" + (f"   // {self.note}" if self.note else "")
 
 
-@dataclass(frozen=True)
 class Stamp(Node):
     """Profiling builds: record ``%globaltimer`` (PTX ISA 10.x special register,
     ns) with event ``event`` into this role instance's trace track; ``edge``
@@ -290,7 +274,6 @@ class Stamp(Node):
         return f"stamp {self.edge} {self.name!r} (event {self.event})"
 
 
-@dataclass(frozen=True)
 class SetMaxNReg(Node):
     """``setmaxnreg.inc/dec`` for this warpgroup (PTX 9.7.19.5)."""
 
@@ -301,8 +284,7 @@ class SetMaxNReg(Node):
         return f"setmaxnreg.{'inc' if self.inc else 'dec'} {self.regs}"
 
 
-@dataclass(frozen=True)
-class RoleIR:
+class RoleIR(msgspec.Struct, frozen=True):
     """One warp role's program.
 
     Attributes:
@@ -323,17 +305,16 @@ class RoleIR:
     blog: str = ""
 
 
-@dataclass(frozen=True)
-class KernelIR:
+class KernelIR(msgspec.Struct, frozen=True):
     """The whole kernel: plan + role programs + wait-site table (+ the trace
     tracks and events of a profiling build)."""
 
     plan: object
     roles: tuple
-    wait_sites: tuple = field(default=())
-    trace_tracks: tuple = field(default=())
-    trace_events: tuple = field(default=())
-    functions: tuple = field(default=())  # backend nodes that define device functions the roles call
+    wait_sites: tuple = ()
+    trace_tracks: tuple = ()
+    trace_events: tuple = ()
+    functions: tuple = ()  # backend nodes that define device functions the roles call
 
     def text(self) -> str:
         """Printable IR (``b200c compile --emit ir``)."""

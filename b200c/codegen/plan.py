@@ -10,15 +10,14 @@ never see the Schedule. ``str(plan)`` is ``b200c compile --emit plan``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 from typing import Optional
 
 from .hardware import Limits
 from .tile import TileShape
 
 
-@dataclass(frozen=True)
-class SmemRegion:
+class SmemRegion(msgspec.Struct, frozen=True):
     """One SMEM buffer: byte offset from the 1024-aligned base, size, alignment."""
 
     name: str
@@ -28,8 +27,7 @@ class SmemRegion:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class TmemArray:
+class TmemArray(msgspec.Struct, frozen=True):
     """One TMEM buffer per Q stage (all 128 lanes): stage q occupies columns
     ``base + q * stride`` .. ``+ ncols - 1``.
 
@@ -58,8 +56,7 @@ class TmemArray:
         return f"{self.base}u + (uint32_t)q * {self.stride}u"
 
 
-@dataclass(frozen=True)
-class RoleSpec:
+class RoleSpec(msgspec.Struct, frozen=True):
     """Warps of one warp role (one entry per instance).
 
     Attributes:
@@ -75,8 +72,7 @@ class RoleSpec:
     regs: Optional[int] = None
 
 
-@dataclass(frozen=True)
-class TmaBoxes:
+class TmaBoxes(msgspec.Struct, frozen=True):
     """How one tile is loaded by TMA (docs/sm100-facts.md §6).
 
     Attributes:
@@ -96,8 +92,7 @@ class TmaBoxes:
     l2_promotion: str
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """Frozen resource plan of one kernel (see the module docstring).
 
     ``descriptors`` holds the backend's MMA operand constants (for tcgen05:
@@ -125,7 +120,7 @@ class Plan:
     tma: TmaBoxes
     descriptors: object
     issue: object = None
-    flags: frozenset = field(default_factory=frozenset)
+    flags: frozenset = msgspec.field(default_factory=frozenset)
     named_barriers: tuple = ()
     tma_kv: Optional[TmaBoxes] = None
 

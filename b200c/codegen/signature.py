@@ -3,7 +3,7 @@ kernel (the entry point and its comment) and packed by the runtime's launcher
 in the same order (b200c/runtime/driver.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 KERNEL_NAME = "b200c_attention"
 
@@ -19,8 +19,7 @@ _CTYPES = {
 }
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(msgspec.Struct, frozen=True):
     """One kernel parameter.
 
     Attributes:

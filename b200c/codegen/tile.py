@@ -1,11 +1,10 @@
 """The tile shape of one attention kernel: one object instead of literals."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True)
-class TileShape:
+class TileShape(msgspec.Struct, frozen=True):
     """Tile of one Q stage and one K/V iteration (blog ch.1: 128 x 128 tiles).
 
     Attributes:

@@ -31,7 +31,9 @@ sm_90a, ``wgmma.wait_group``, order registers inside one warpgroup and are not
 a barrier protocol; they are not modelled here.)
 
 A violation raises :class:`b200c.ProtocolError` naming the barrier, the role
-and the step (the IR path to the node, with loop indices).
+and the step (the IR path to the node, with loop indices). An IR that passed
+once (same content, same verifier code) is not simulated again: its verdict is
+kept in process and in the on-disk compile cache (:mod:`b200c.codegen.verdicts`).
 
 :func:`protocol_trace` runs the same model once and returns what happened, in
 order: each completed wait (with the phase it returned for), each arrival
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+import msgspec
 
 from ..errors import ProtocolError
 from .cexpr import evaluate
@@ -55,8 +57,7 @@ WORK_COUNTS = (1, 2)
 POLICIES = ("in_order", "reverse", "random")
 
 
-@dataclass
-class _Proc:
+class _Proc(msgspec.Struct):
     """One role instance being executed."""
 
     name: str
@@ -67,13 +68,12 @@ class _Proc:
     waiting: tuple | None = None  # (barrier index, parity, Wait node, path)
     nwaiting: tuple | None = None  # (named barrier id, generation, path): blocked in bar.sync
     done: bool = False
-    waits: Counter = field(default_factory=Counter)  # barrier index -> completed waits
-    last_wait: dict = field(default_factory=dict)  # barrier index -> IR path of the last completed wait
+    waits: Counter = msgspec.field(default_factory=Counter)  # barrier index -> completed waits
+    last_wait: dict = msgspec.field(default_factory=dict)  # barrier index -> IR path of the last completed wait
     trace: list | None = None  # the events ``gen`` produced, when recording them
 
 
-@dataclass
-class _Bar:
+class _Bar(msgspec.Struct):
     """State of one mbarrier instance."""
 
     spec: object
@@ -81,7 +81,7 @@ class _Bar:
     pending: int
     tx: int = 0
     completed: int = 0
-    contrib: dict = field(default_factory=dict)  # proc name -> arrivals this phase
+    contrib: dict = msgspec.field(default_factory=dict)  # proc name -> arrivals this phase
     last: tuple = ()  # (proc name, IR path) of the last arrival, formatted by last_step only for messages
     label: str = ""  # e.g. ``kv_full[1]``
     arrivals: int = 0  # spec.arrivals (the count per phase)
@@ -92,8 +92,7 @@ class _Bar:
         return f"role {self.last[0]} at {' > '.join(self.last[1])}" if self.last else ""
 
 
-@dataclass
-class _NamedBar:
+class _NamedBar(msgspec.Struct):
     """State of one hardware named barrier."""
 
     spec: object
@@ -521,8 +520,7 @@ class _Model:
                               f"a missing arrive; its last wait at {' > '.join(w.last_wait[idx]) if idx in w.last_wait else '?'}")
 
 
-@dataclass(frozen=True)
-class TraceEvent:
+class TraceEvent(msgspec.Struct, frozen=True):
     """One barrier event of a :func:`protocol_trace` run.
 
     Attributes:
@@ -626,12 +624,27 @@ def _static_checks(ir: KernelIR):
                                     f"({p.arrivals} per phase), but its program never does")
 
 
-def verify(ir: KernelIR) -> None:
+def verify(ir: KernelIR, cached: bool = True) -> None:
     """Check the IR's barrier protocol against the plan (see the module docstring).
+
+    An IR that passed before (same content, same verifier code; this process or
+    the on-disk compile cache, :mod:`b200c.codegen.verdicts`) is not simulated
+    again unless ``cached`` is False; a failing one always is.
 
     Raises:
         ProtocolError: naming the barrier, the role and the step.
     """
+    from . import verdicts
+
+    key = verdicts.ir_key(ir) if cached else None
+    if key is not None and verdicts.known_good(key):
+        return
+    _check(ir)
+    if key is not None:
+        verdicts.record_good(key)
+
+
+def _check(ir: KernelIR) -> None:
     _static_checks(ir)
     works = WORK_COUNTS if ir.plan.persistent else (1,)
     for n_kv in TILE_COUNTS:

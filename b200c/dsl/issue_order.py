@@ -13,21 +13,16 @@ epilogue, and rejects any order that breaks a dependency:
   refilled only after the last consumer of the previous token, issued later.
   Tokens are loaded in the order of their first use.
 
-The grammar is ``issue_order.lark`` (parsed with lark; its LALR tables are
-cached on disk by lark's own ``cache`` option, see :mod:`b200c.compile_cache`).
+The grammar is ``issue_order.lark``; :mod:`b200c.dsl.order_syntax` parses it
+(with lark, its results cached so a known text is not parsed again).
 """
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-from pathlib import Path
+import msgspec
 
-import lark
-
-from ..compile_cache import compile_cache_dir
 from ..errors import IssueOrderError
+from .order_syntax import parse_steps
 
-_GRAMMAR = Path(__file__).with_name("issue_order.lark").read_text()
 MAX_KV_STAGES = 8  # the validation limit of kv_stages
 # the dependency check replays the order for these K/V tile counts: 1 and 2 cover
 # the peeled prologue/epilogue alone and touching, 3 and 5 a steady state of 1 and 3
@@ -35,17 +30,7 @@ MAX_KV_STAGES = 8  # the validation limit of kv_stages
 CHECKED_TILE_COUNTS = (1, 2, 3, 5)
 
 
-@functools.lru_cache(maxsize=1)
-def _parser() -> lark.Lark:
-    # lark's cache file starts with a sha256 of the grammar, the options, lark's and Python's
-    # versions; a mismatching or unreadable file is rebuilt, a failed write skipped
-    folder = compile_cache_dir("grammar", lark.__version__)
-    cache = str(folder / "issue_order.lark-cache") if folder is not None else False
-    return lark.Lark(_GRAMMAR, parser="lalr", cache=cache)
-
-
-@dataclass(frozen=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     """One MMA step of the steady-state iteration ``i``.
 
     Attributes:
@@ -76,8 +61,7 @@ class Step:
         return f"Q{self.q}K({idx})" if self.kind == "QK" else f"P{self.q}V({idx})"
 
 
-@dataclass(frozen=True)
-class IssueOrder:
+class IssueOrder(msgspec.Struct, frozen=True):
     """A checked issue order with its derived structure.
 
     Attributes:
@@ -185,25 +169,7 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int,
             step, lead over one iteration, or a broken dependency; the message
             names the offending step.
     """
-    try:
-        tree = _parser().parse(text)
-    except lark.exceptions.UnexpectedInput as e:
-        col = getattr(e, "column", "?")
-        raise IssueOrderError(
-            f"issue order {text!r} does not parse at column {col}: steps look like "
-            f"'Q0K(i)', 'P1V(i+1)' (QqK = S_q = Q_q K^T, PqV = O_q += P_q V)"
-        ) from None
-    raw = []
-    for node in tree.children:
-        q = int(node.children[0])
-        idx = node.children[1].children
-        off = 0
-        if idx:
-            off = int(idx[1]) * (1 if str(idx[0]) == "+" else -1)
-        kind = "QK" if node.data == "qk" else "PV"
-        sign = "" if off == 0 else (f"+{off}" if off > 0 else str(off))
-        src = f"Q{q}K(i{sign})" if kind == "QK" else f"P{q}V(i{sign})"
-        raw.append((kind, q, off, src))
+    raw = parse_steps(text)
 
     for kind, q, _, src in raw:
         if q >= q_stages:

@@ -7,10 +7,11 @@ notice an edit to any of them.
 """
 from __future__ import annotations
 
+import io
 import os
-import runpy
 import sys
 import threading
+import types
 from pathlib import Path
 
 from ..errors import ScheduleError
@@ -66,7 +67,7 @@ def _load(p: Path) -> Schedule:
     # named 'jinja2'", seen once in CI)
     sys.path = [str(folder), *sys.path]
     try:
-        ns = runpy.run_path(str(p), run_name="__b200c_schedule__")
+        ns = _run_file(str(p))
     except ScheduleError as e:  # e.g. a base schedule it loads: say which file asked (and its line)
         raise type(e)(f"in schedule file {str(p)!r}{_line_in(e, p)}: {e}") from None
     except SyntaxError as e:
@@ -95,6 +96,45 @@ def _load(p: Path) -> Schedule:
             f"schedule file {str(p)!r}: 'schedule' is a {type(s).__name__}, expected b200c.Schedule"
         )
     return s
+
+
+_RUN_NAME = "__b200c_schedule__"
+_compiled: dict = {}  # (file name, source bytes) -> code object: a file read again unchanged is not recompiled
+
+
+def _run_file(fname: str) -> dict:
+    """Run the Python file ``fname`` as ``runpy.run_path(fname, run_name=_RUN_NAME)`` does
+    for a plain .py file (a temporary module in ``sys.modules`` and ``sys.argv[0]`` set
+    while it runs; its globals returned), without runpy's zip-importer probe of the path."""
+    with io.open_code(fname) as f:
+        source = f.read()
+    code = _compiled.get((fname, source))
+    if code is None:
+        code = compile(source, fname, "exec")
+        if len(_compiled) > 256:
+            _compiled.clear()
+        _compiled[(fname, source)] = code
+    mod = types.ModuleType(_RUN_NAME)
+    mod.__dict__.update(__file__=fname, __cached__=None, __doc__=None, __loader__=None, __package__="",
+                        __spec__=None)
+    saved_mod = sys.modules.get(_RUN_NAME, _MISSING)
+    saved_argv0 = sys.argv[0] if sys.argv else _MISSING
+    sys.modules[_RUN_NAME] = mod
+    if saved_argv0 is not _MISSING:
+        sys.argv[0] = fname
+    try:
+        exec(code, mod.__dict__)
+        return mod.__dict__.copy()
+    finally:
+        if saved_argv0 is not _MISSING:
+            sys.argv[0] = saved_argv0
+        if saved_mod is _MISSING:
+            sys.modules.pop(_RUN_NAME, None)
+        else:
+            sys.modules[_RUN_NAME] = saved_mod
+
+
+_MISSING = object()
 
 
 def _line_in(e: BaseException, p: Path) -> str:

@@ -20,7 +20,7 @@ tile is ``head_dim / 64`` column chunks of ``rows x 128`` bytes, each made of
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..plan import TmaBoxes
 from ..tile import TileShape
@@ -28,8 +28,7 @@ from ..tile import TileShape
 SW128_ATOM = 1024  # bytes of one 8-row x 128-B swizzle atom
 
 
-@dataclass(frozen=True)
-class WgmmaDescriptors:
+class WgmmaDescriptors(msgspec.Struct, frozen=True):
     """Constants of the wgmma descriptors (bytes) and k-step offsets (C expressions of ``kk``).
 
     Attributes:

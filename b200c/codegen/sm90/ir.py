@@ -8,13 +8,11 @@ already made in Python.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from ..ir import Node
 
 
-@dataclass(frozen=True)
 class WgmmaQK(Node):
     """S = Q K^T: head_dim / 16 SS wgmmas (m64 n{block_n} k16) into the ``s``
     registers, then ``wgmma.commit_group`` (PTX ISA 9.7.15.5.2, 9.7.15.7).
@@ -27,7 +25,6 @@ class WgmmaQK(Node):
         return f"wgmma.qk  s = Q[{self.q_addr}] . K[{self.k_addr}]^T   (SS, commit group)"
 
 
-@dataclass(frozen=True)
 class WgmmaPV(Node):
     """O += P V: block_n / 16 RS wgmmas (A = P from the ``p`` registers, B = V
     N-major), then ``wgmma.commit_group``."""
@@ -38,7 +35,6 @@ class WgmmaPV(Node):
         return f"wgmma.pv  o += p . V[smem {self.v_buf}]   (RS, commit group)"
 
 
-@dataclass(frozen=True)
 class WgmmaWait(Node):
     """``wgmma.wait_group pending`` (at most ``pending`` groups still in flight),
     then a compiler fence on the registers the completed groups wrote
@@ -52,7 +48,6 @@ class WgmmaWait(Node):
         return f"wgmma.wait_group {self.pending}; fence {self.regs}" + (f"   // {self.note}" if self.note else "")
 
 
-@dataclass(frozen=True)
 class Softmax(Node):
     """Online softmax of the ``s`` registers in place (S -> unnormalised P,
     FP32); ``last``: C condition of the partial last K/V tile (its columns >=
@@ -64,7 +59,6 @@ class Softmax(Node):
         return f"softmax(s) in place; mask columns >= seq_kv if {self.last}"
 
 
-@dataclass(frozen=True)
 class RescaleO(Node):
     """O *= the row factors of the last softmax (before the next PV accumulates)."""
 
@@ -72,7 +66,6 @@ class RescaleO(Node):
         return "rescale o by the last softmax's row factors"
 
 
-@dataclass(frozen=True)
 class PackP(Node):
     """``p`` = bf16x2 pairs of ``s``: the A fragments of the next PV."""
 
@@ -80,7 +73,6 @@ class PackP(Node):
         return "p = bf16x2(s)  (the A fragments of PV)"
 
 
-@dataclass(frozen=True)
 class ConsumerInit(Node):
     """New work item: running max -inf, row sums 0, O = 0."""
 
@@ -88,7 +80,6 @@ class ConsumerInit(Node):
         return "row max = -inf, row sums = 0, o = 0"
 
 
-@dataclass(frozen=True)
 class StoreO(Node):
     """Epilogue: quad-reduce the row sums, O / l, BF16, store this warpgroup's
     64 rows (Q stage ``q`` of the work item; rows >= S_q skipped)."""
@@ -99,7 +90,6 @@ class StoreO(Node):
         return f"store o / rowsum -> out rows of Q stage {self.q}"
 
 
-@dataclass(frozen=True)
 class SoftmaxFn(Node):
     """Defines ``softmax_tile``: tile row max (4 independent chains + 2 quad
     shuffles), rebase of the running max (only past ``threshold`` log2 units
@@ -123,7 +113,6 @@ class SoftmaxFn(Node):
         return f"fn softmax_tile: {self.mode}{sw}; {thr}"
 
 
-@dataclass(frozen=True)
 class RescaleFn(Node):
     """Defines ``rescale_o``; with ``skip`` the warp skips it when none of its
     rows rebased (blog ch.11)."""

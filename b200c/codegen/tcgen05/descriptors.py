@@ -3,7 +3,7 @@ descriptors (LBO/SBO/swizzle, K-step offsets), instruction descriptors, and
 the TMA boxes that write those layouts (docs/sm100-facts.md §3, §4, §6)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ..plan import TmaBoxes
 from ..tile import TileShape
@@ -18,8 +18,7 @@ def idesc_f16(m: int, n: int, a_mn_major: bool, b_mn_major: bool) -> int:
         ((n >> 3) << 17) | ((m >> 4) << 24)
 
 
-@dataclass(frozen=True)
-class Descriptors:
+class Descriptors(msgspec.Struct, frozen=True):
     """SMEM-descriptor and instruction-descriptor constants of one plan.
 
     Attributes:

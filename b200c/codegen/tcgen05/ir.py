@@ -2,13 +2,11 @@
 TMEM loads/stores of the softmax, correction and epilogue blocks."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 from ..ir import AsyncArrive, Node
 
 
-@dataclass(frozen=True)
 class Commit(AsyncArrive):
     """``tcgen05.commit`` to ``barrier[index]``: one arrival once every MMA this
     thread issued so far has completed (PTX ISA 9.7.16.12.1). ``elect``: the
@@ -20,7 +18,6 @@ class Commit(AsyncArrive):
         idx = f"[{self.index}]" if self.index is not None else ""
         return f"tcgen05.commit -> {self.barrier}{idx}"
 
-@dataclass(frozen=True)
 class MmaQK(Node):
     """S[tmem s_col] = Q[smem q] . K[smem k]^T: HEAD_DIM/16 MMAs of K=16 (blog
     ch.1 §A). ``q_desc``/``k_desc``: C expressions of the tiles' SMEM
@@ -37,7 +34,6 @@ class MmaQK(Node):
         return f"mma.qk  S{self.q_stage}[tmem {self.s_col}] = Q{self.q_stage}[smem {self.q_desc}] . K[smem {self.k_desc}]^T   (tcgen05.mma K=16 steps)"
 
 
-@dataclass(frozen=True)
 class MmaPV(Node):
     """O[tmem o_col] (+)= P . V for K steps [k_lo, k_hi) (blog ch.1 §C, ch.2,
     ch.13). P from TMEM column ``p_col`` or SMEM buffer ``p_buf``; ``v_desc``:
@@ -59,7 +55,6 @@ class MmaPV(Node):
                 f"[{self.k_lo},{self.k_hi}) accumulate={self.accumulate}")
 
 
-@dataclass(frozen=True)
 class RowmaxPass(Node):
     """Pass 1 over S (blog ch.1 §B): tile rowmax of this thread's row; columns
     from ``cache_from`` on are kept in the register array ``s_cache`` (ch.10).
@@ -109,7 +104,6 @@ class RowmaxPass(Node):
         return f"softmax.rowmax S[tmem {self.s_col}] columns [0,{self.ncols}): " + ", ".join(bits)
 
 
-@dataclass(frozen=True)
 class Rebase(Node):
     """New running rowmax and rescale factor; rowsum *= rescale (blog ch.1, 8,
     11). ``mode``: ``expf`` (natural-log units) or ``ex2`` (log2 units, scale
@@ -141,7 +135,6 @@ class Rebase(Node):
         return f"softmax.rebase ({self.mode}) {when}" + ("; pairs for f32x2" if self.packed else "") + extra
 
 
-@dataclass(frozen=True)
 class TopPRound(Node):
     """After the P pass of a tile: ``row_adj += bf16(p_top) - p_top`` for the
     tile's largest P (blog ch.11's threshold lets P reach 2^threshold, and PV
@@ -160,7 +153,6 @@ class TopPRound(Node):
         return f"softmax.top_p  row_adj += bf16(p_top) - p_top, p_top {how}"
 
 
-@dataclass(frozen=True)
 class ColumnLoop(Node):
     """Unrolled loop over S/P columns: ``c0`` from ``start`` by ``step`` while
     it stays in [lo, hi) (descending when ``step`` < 0)."""
@@ -175,7 +167,6 @@ class ColumnLoop(Node):
         return f"for c0 = {self.start}; c0 {'<' if self.step > 0 else '>='} {self.stop}; c0 += {self.step}  // {self.note}"
 
 
-@dataclass(frozen=True)
 class ScoresFromCache(Node):
     """``float s[width]`` = S columns c0.. from the register cache (ch.10)."""
 
@@ -186,7 +177,6 @@ class ScoresFromCache(Node):
         return f"s[0:{self.width}] = s_cache[c0 - {self.cache_from} ...]"
 
 
-@dataclass(frozen=True)
 class ScoresFromTmem(Node):
     """``float s[width]`` = S columns c0.. read again from TMEM in loads of
     ``load_width`` columns, each waited (blog ch.1 §B)."""
@@ -201,7 +191,6 @@ class ScoresFromTmem(Node):
         return f"s[0:{self.width}] = tcgen05.ld x{self.load_width} S[tmem {self.s_col} + c0]; wait::ld{m}"
 
 
-@dataclass(frozen=True)
 class ExpScores(Node):
     """``float p[width]`` = exp of the scaled scores minus the row max.
 
@@ -225,7 +214,6 @@ class ExpScores(Node):
                 f"of every {self.group} columns {parts}")
 
 
-@dataclass(frozen=True)
 class PackP(Node):
     """``uint32_t pk[width / 2]`` = P as BF16 pairs (``cvt.rn.bf16x2.f32``)."""
 
@@ -235,7 +223,6 @@ class PackP(Node):
         return f"pk[0:{self.width // 2}] = bf16x2(p)"
 
 
-@dataclass(frozen=True)
 class RowsumAdd(Node):
     """Rowsum += this chunk's P. ``kind``: ``fp32`` (P before rounding, as
     FlashAttention-4) or ``bf16`` (the rounded P that PV consumes).
@@ -253,7 +240,6 @@ class RowsumAdd(Node):
         return f"{self.acc} ({self.acc_type}{', f32x2' if self.packed else ''}) += sum of {self.kind} P[0:{self.width}]"
 
 
-@dataclass(frozen=True)
 class StoreP(Node):
     """Store ``pk`` to TMEM (``tcgen05.st``, P over dead S columns, ch.2) at
     ``p_col + c0 / 2`` or into the K-major P tile in SMEM (ch.1)."""
@@ -267,7 +253,6 @@ class StoreP(Node):
         return f"store P[0:{self.width}] -> {dst}"
 
 
-@dataclass(frozen=True)
 class TmemWait(Node):
     """``tcgen05.wait::ld`` or ``::st`` (PTX ISA 9.7.16.8.5)."""
 
@@ -278,7 +263,6 @@ class TmemWait(Node):
         return f"tcgen05.wait::{self.kind}" + (f"  // {self.note}" if self.note else "")
 
 
-@dataclass(frozen=True)
 class RescaleO(Node):
     """O *= rescale over this warp's 32 lanes of O (blog ch.1 §B, 11, 12).
 
@@ -313,7 +297,6 @@ class RescaleO(Node):
         return f"rescale.o O[tmem {self.o_col}] *= factor from {self.source} ({waits}{', f32x2' if self.packed else ''}){s}"
 
 
-@dataclass(frozen=True)
 class StoreStats(Node):
     """Softmax publishes a per-row value to SMEM for the correction warps:
     ``what`` = ``scale`` (this tile's rescale factor), ``rowsum`` (final) or
@@ -331,7 +314,6 @@ class StoreStats(Node):
         return f"stats.store {self.what}[q={self.q}][row]"
 
 
-@dataclass(frozen=True)
 class Epilogue(Node):
     """O / rowsum -> BF16 -> global memory for this warp's 32 rows (blog ch.1),
     rows past S_q not stored. ``rowsum``: ``reg`` (softmax warps) or ``smem``
@@ -357,7 +339,6 @@ class Epilogue(Node):
         return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})")
 
 
-@dataclass(frozen=True)
 class CtaSync(Node):
     """Named barrier 1 over the role threads (not the emulator warp), with the
     writers' fences before it (``fence.proxy.async`` for P in SMEM,
@@ -375,7 +356,6 @@ class CtaSync(Node):
         return f"{pre}bar.sync 1, {self.threads}{post}"
 
 
-@dataclass(frozen=True)
 class IssueEnd(Node):
     """The MMA issuer issues nothing more (emulator STOP; nothing natively).
     ``elect``: the whole warp reaches it, one elected lane ends the issue."""
