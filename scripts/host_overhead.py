@@ -202,7 +202,8 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
     cu, stream = entry._cu, torch.cuda.current_stream().cuda_stream
     row("cuLaunchKernel alone (cuda-bindings)",
         lambda: cu.cuLaunchKernel(entry.lk.function, entry.grid, 1, 1, entry.block, 1, 1, entry.smem, stream,
-                                  entry.params_addr, 0), "the driver call itself", S)
+                                  entry.params_addr, 0),
+        "the driver call itself (the parameter block as the last call left it: same stream, same output size)", S)
 
     # every row timed in each of --reps rounds, rows interleaved within a round (a slow
     # moment of the machine hits every row alike); the median round per row is reported

@@ -365,3 +365,48 @@ def test_compiled_function_compiles_once_when_b200c_attention_is_first_used_insi
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split()[-1] == "1", r.stdout
+
+
+def test_schedule_made_inside_a_compiled_function(fd100):
+    """json.dumps cannot be traced: a Schedule made while torch.compile traces has no JSON of its
+    own (the traced call reads its fields), so building or replacing one inside the compiled
+    function still gives one graph."""
+    q = t()
+    base = b200c.Schedule(name="inside")
+    for make in (lambda: b200c.Schedule(name="inside"), lambda: base.replace(s_load_cols=16)):
+        torch._dynamo.reset()
+        f = torch.compile(lambda q: b200c.attention(q, q, q, schedule=make()), fullgraph=True, backend="aot_eager")
+        out = f(q)
+        assert out.shape == q.shape and fd100.launches[-1].out_ptr == out.data_ptr()
+
+
+def test_schedule_without_its_json_attribute(fd100):
+    """A Schedule unpickled from before Schedule._json existed (no instance attribute) works."""
+    s = b200c.Schedule(name="old_pickle")
+    object.__delattr__(s, "_json")
+    assert s._json is None  # the class default
+    q = t()
+    b200c.attention(q, q, q, schedule=s)
+    f = torch.compile(lambda q: b200c.attention(q, q, q, schedule=s), fullgraph=True, backend="aot_eager")
+    f(q)
+    assert len(fd100.launches) == 2
+
+
+def test_failed_one_step_launch_retries_only_a_context_error(fd100, monkeypatch):
+    from cuda.bindings import driver as real
+
+    q = t()
+    b200c.attention(q, q, q, schedule=SCHED)
+    b200c.attention(q, q, q, schedule=SCHED)  # the context is bound now: the next call is one step
+    e = next(iter(launcher._entries.values()))
+    assert e._plain
+    tries = []
+    monkeypatch.setattr(e, "_launch", lambda *a: tries.append(1) or (real.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,))
+    with pytest.raises(LaunchError, match="CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+        b200c.attention(q, q, q, schedule=SCHED)
+    assert len(tries) == 1
+    tries.clear()
+    monkeypatch.setattr(e, "_launch", lambda *a: tries.append(1) or (real.CUresult.CUDA_ERROR_INVALID_CONTEXT,))
+    with pytest.raises(LaunchError, match="CUDA_ERROR_INVALID_CONTEXT"):
+        b200c.attention(q, q, q, schedule=SCHED)
+    assert len(tries) == 2  # bound again once, then given up

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -141,14 +142,21 @@ class Schedule:
     correction_regs: Optional[int] = None
     other_regs: Optional[int] = None
 
+    # The canonical JSON (to_json()), made once per Schedule: b200c.attention under torch.compile
+    # reads this one attribute (one guard on the compiled function) instead of every field (one
+    # guard each). None when a knob is not JSON-serialisable (validate() reports it), for a
+    # Schedule made while torch.compile traces (json.dumps cannot be traced; the fields are read
+    # then) and for one unpickled from before the attribute existed (this class default).
+    _json = None
+
     def __post_init__(self) -> None:
-        # The canonical JSON, computed once: b200c.attention under torch.compile reads this one
-        # attribute (one guard on the compiled function) instead of every field (one guard each).
-        # None when a knob is not JSON-serialisable (validate() reports it).
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.compiler.is_compiling():
+            return
         try:
             text = self.to_json()
         except (TypeError, ValueError):
-            text = None
+            return
         object.__setattr__(self, "_json", text)
 
     def replace(self, **changes) -> "Schedule":

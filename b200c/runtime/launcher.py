@@ -138,7 +138,7 @@ class Entry:
         self.out_size = None if out_like is None else tuple(out_like.shape)
         self.out_stride = None if out_like is None else out_like.stride()
         self.out_dtype = None if out_like is None else out_like.dtype
-        self.lse_stride = None if lse_shape is None else (lse_shape[1] * lse_shape[2], lse_shape[2], 1)
+        self.lse_stride = None if lse_shape is None else _contiguous_strides(lse_shape)
         self.default_scale = values["softmax_scale"]
         block = ParamBlock(info.params, values)
         self.block_params = block
@@ -184,9 +184,11 @@ class Entry:
             self.scale.value = self.default_scale if scale is None else scale
             (err,) = self._launch(self.lk.function, self.grid, 1, 1, self.block, 1, 1, self.smem, stream,
                                   self.params_addr, 0)
-        if err != self._ok:  # e.g. another library made its context current: bind ours again and retry
-            _bound.ctx = None  # once in launch(), which raises LaunchError if that fails too
-            self.launch(out, lse, scale)
+        if err != self._ok:
+            if err not in self._ctx_errors:
+                self._raise("cuLaunchKernel", err)
+            # another library made its context current: bind ours and launch once more (raises if that fails)
+            self._enqueue(out, lse, scale, True)
         return out, lse
 
     def _alloc(self):
@@ -235,17 +237,30 @@ class Entry:
                     continue
                 break
         if err != self._ok:
-            from ..errors import LaunchError
+            self._raise(what, err)
 
-            driver.check_hang(self.lk)
-            info = self.lk.built.launch
-            raise LaunchError(
-                f"{what} of {info.name!r} (grid {self.grid}, block {self.block}, {self.smem} B SMEM) "
-                f"failed: {driver._err_name(err)}"
-            )
+    def _raise(self, what: str, err) -> None:
+        """Raise the LaunchError of failed driver call ``what`` (a hang of an earlier launch first)."""
+        from ..errors import LaunchError
+
+        driver.check_hang(self.lk)
+        info = self.lk.built.launch
+        raise LaunchError(
+            f"{what} of {info.name!r} (grid {self.grid}, block {self.block}, {self.smem} B SMEM) "
+            f"failed: {driver._err_name(err)}"
+        )
 
 
 _F32 = torch.float32
+
+
+def _contiguous_strides(shape) -> tuple:
+    """Row-major strides (elements) of a tensor of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def check_sm90a_call(lk, causal: bool, return_lse: bool, gqa: bool, varlen: bool) -> None:

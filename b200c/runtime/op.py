@@ -186,7 +186,8 @@ GENERATED = _Generated()
 
 def run_schedule(q, k, v, schedule_json: str, softmax_scale: float | None, target: str, layout: str = "bhsd",
                  causal: bool = False, return_lse: bool = False):
-    """Launch the kernel of a (validated) schedule JSON on CUDA tensors; the op's real impl.
+    """Launch the kernel of a (validated) schedule JSON on CUDA tensors (the SDPA drop-in's direct path;
+    the ops' impls call :func:`b200c.runtime.launcher.run` themselves).
 
     ``layout`` says whether q, k, v (and the result) are (B, H, S, D) or
     (B, S, H, D); see :func:`b200c.runtime.launcher.run`. Returns ``(out, lse)``,

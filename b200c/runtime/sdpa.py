@@ -35,7 +35,7 @@ def _warn(key: str, message: str) -> bool:
         _warned.add(key)
     warnings.warn(
         f"b200c.scaled_dot_product_attention fell back to torch's scaled_dot_product_attention: {message} "
-        "(said once per reason)", FallbackWarning, stacklevel=4)
+        "(said once per reason)", FallbackWarning, stacklevel=3)
     return True
 
 
