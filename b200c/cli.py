@@ -66,6 +66,22 @@ def _output_path(output: str) -> Path:
     return out
 
 
+_WRITES = {"plan": "the plan (text)", "ir": "the IR (text)", "cu": "CUDA source", "ptx": "PTX",
+           "cubin": "a cubin (binary)"}
+_EXTENSIONS = {".cu": "cu", ".cuh": "cu", ".ptx": "ptx", ".cubin": "cubin"}
+
+
+def _warn_extension(out: Path | None, emit: str) -> None:
+    """One line on stderr when ``-o``'s extension names another format than ``--emit`` writes
+    (``--emit ptx -o k.cu`` writes PTX into k.cu); the file is written as asked."""
+    if out is None:
+        return
+    named = _EXTENSIONS.get(out.suffix.lower())
+    if named is not None and named != emit:
+        print(f"b200c: note: --emit {emit} writes {_WRITES[emit]} into {str(out)!r}, whose extension "
+              f"{out.suffix!r} suggests {_WRITES[named]}; pass --emit {named} for that", file=sys.stderr)
+
+
 def _check_schedule_paths(files: list[str]) -> None:
     for f in files:
         p = Path(f)
@@ -92,6 +108,7 @@ def _compile(args) -> int:
     to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
     out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
+    _warn_extension(out, args.emit)
     schedule = load_schedule_file(args.file)
     if args.target == "auto":
         from .codegen.targets import schedule_target

@@ -296,3 +296,21 @@ def test_loading_never_mutates_sys_path_in_place(monkeypatch):
     s = b200c.load_schedule_file(EXAMPLES[17])  # loads the 17 files before it, each with its folder on sys.path
     assert s.blog_stage == 18
     assert list(watched) == list(sys.path)  # restored, and the list another thread held is untouched
+
+
+def test_extension_that_names_another_format_gets_a_note(tmp_path):
+    r = run("compile", str(EXAMPLES[6]), "--emit", "plan", "-o", str(tmp_path / "k.cu"))
+    assert r.returncode == 0 and (tmp_path / "k.cu").read_text().startswith("plan for 'compute_pipeline'")
+    assert "b200c: note: --emit plan writes the plan (text) into" in r.stderr and "pass --emit cu" in r.stderr
+    r = run("compile", str(EXAMPLES[6]), "-o", str(tmp_path / "k2.cu"))
+    assert r.returncode == 0 and "note" not in r.stderr
+
+
+def test_a_schedule_outside_the_blog_has_no_stage_in_headers(tmp_path):
+    f = tmp_path / "mine.py"
+    f.write_text("import b200c\nschedule = b200c.Schedule(name='mine')\n")
+    plan = run("compile", str(f), "--emit", "plan")
+    assert plan.stdout.splitlines()[0] == "plan for 'mine' (backend tcgen05)"
+    cu = run("compile", str(f), "-o", "-")
+    assert "// b200c generated kernel: mine\n" in cu.stdout
+    assert "(blog stage 7)" in run("compile", str(EXAMPLES[6]), "-o", "-").stdout

@@ -178,7 +178,8 @@ class Plan(msgspec.Struct, frozen=True):
 
     # ---- text --------------------------------------------------------------------
     def __str__(self) -> str:
-        out = [f"plan for {self.name!r} (blog stage {self.blog_stage}, backend {self.backend})", "",
+        stage = f"blog stage {self.blog_stage}, " if self.blog_stage else ""
+        out = [f"plan for {self.name!r} ({stage}backend {self.backend})", "",
                f"tile: block_m {self.tile.block_m}, block_n {self.tile.block_n}, head_dim {self.tile.head_dim} "
                f"(Q tile {self.tile.q_tile_bytes} B, K tile {self.tile.k_tile_bytes} B, V tile "
                f"{self.tile.v_tile_bytes} B; QK {self.tile.qk_k_steps} and PV {self.tile.pv_k_steps} MMA k-steps)",
