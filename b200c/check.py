@@ -26,8 +26,9 @@ def _is_sm90(target: str) -> bool:
     return target in ("sm90a", "sm_90a")
 
 
-def check_one(path: str, workdir: Path, sass: bool = True, target: str = "sm100a") -> dict:
-    """Check one schedule file for ``target``; returns a row dict (``error`` set on failure).
+def check_one(path: str, workdir: Path, sass: bool = True, target: str = "auto") -> dict:
+    """Check one schedule file for ``target`` (``"auto"``: its own); returns a row dict (``error`` set on
+    failure; ``target``: the target it was checked for).
 
     With ``sass`` on sm100a the kernel is compiled with ``-lineinfo`` (which leaves the
     SASS as it is; tests/test_sass_loops.py checks that on every example) and
@@ -45,6 +46,11 @@ def check_one(path: str, workdir: Path, sass: bool = True, target: str = "sm100a
     try:
         s = load_schedule_file(path)
         row.update(stage=s.blog_stage, name=s.name)
+        if target == "auto":
+            from .codegen.targets import schedule_target
+
+            target = schedule_target(s)
+        row["target"] = target
         plan = make_plan(s, target)
         roles = {}
         for r in plan.roles:
@@ -95,8 +101,8 @@ def format_table(rows: list, sass: bool = True, target: str = "sm100a") -> str:
         cols += [(c, c) for c in (SASS_COLS_SM90 if sm90 else SASS_COLS)]
     table = [[h for _, h in cols]]
     for r in rows:
-        if "error" in r and "registers" not in r:
-            table.append([str(r.get("stage", "?")), r.get("name", r["file"]), "FAILED: " + r["error"]])
+        if "error" in r and "registers" not in r:  # failed before compiling: named by its file
+            table.append([str(r.get("stage", "?")), r["file"], "FAILED: " + r["error"]])
             continue
         line = [str(r.get(k, "")) for k, _ in cols]
         if "error" in r:
@@ -131,11 +137,12 @@ LOOP_TABLE_TITLE = ("steady-state K/V loop of each warp role: static SASS instru
 
 
 def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = False,
-                target: str = "sm100a") -> int:
-    """Check schedule files for ``target``, print the tables (or with
-    ``as_json`` a JSON list of the row dicts on stdout, notes on stderr),
-    return the exit status (0 ok, 1 if any schedule failed validation or
-    compilation, spilled, or has a wgmma register hazard)."""
+                target: str = "auto") -> int:
+    """Check schedule files for ``target`` (``"auto"``: each schedule's own,
+    :func:`b200c.codegen.targets.schedule_target`), print the tables, one per
+    target (or with ``as_json`` a JSON list of the row dicts on stdout, notes on
+    stderr), return the exit status (0 ok, 1 if any schedule failed validation
+    or compilation, spilled, or has a wgmma register hazard)."""
     if sass:
         from .sass import find_cuobjdump
 
@@ -148,10 +155,15 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         rows = list(ex.map(lambda f: check_one(f, Path(d), sass, target), files))
     notes = sys.stderr if as_json else sys.stdout
+    targets = sorted({r["target"] for r in rows if "target" in r}) or [target if target != "auto" else "sm100a"]
     if as_json:
         print(json.dumps(rows, indent=1))
     else:
-        print(format_table(rows, sass, target))
+        for i, t in enumerate(targets):  # rows that failed before their target was known: in the first table
+            group = [r for r in rows if r.get("target") == t or ("target" not in r and i == 0)]
+            if len(targets) > 1:
+                print(f"{'' if i == 0 else chr(10)}target {t}:")
+            print(format_table(group, sass, t))
         entries = [(r.get("name", r["file"]), role, c) for r in rows for role, c in r.get("loops", {}).items()]
         if entries:
             print(f"\n{LOOP_TABLE_TITLE}\n{format_loop_table(entries)}\n")
@@ -159,12 +171,17 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
         if "loops_error" in r:
             print(f"note: {r.get('name', r['file'])}: no steady-state loops ({r['loops_error']})", file=sys.stderr)
     if any(r.get("stack_frame") for r in rows):
-        print("stack B / LDL/STL: local memory of runtime-indexed phase-bit arrays (not spills); "
+        print(f"stack B{' / LDL/STL' if sass else ''}: local memory of runtime-indexed phase-bit arrays (not spills); "
               "phase_tracking='bitmask' removes it (minor 17)", file=notes)
     bad = [r for r in rows if "error" in r]
+    kept = any(Path(d).iterdir())
+    if not (bad and kept):
+        shutil.rmtree(d, ignore_errors=True)
     if bad:
-        print(f"b200c: {len(bad)} of {len(rows)} schedules failed the check; generated sources kept in {d}", file=sys.stderr)
+        where = f"; generated sources kept in {d}" if kept else ""
+        print(f"b200c: {len(bad)} of {len(rows)} schedule{'s' if len(rows) != 1 else ''} failed the check{where}",
+              file=sys.stderr)
         return 1
-    shutil.rmtree(d, ignore_errors=True)
-    print(f"{len(rows)} schedules ok ({'sm_90a' if _is_sm90(target) else 'sm_100a'}, 0 spill bytes)", file=notes)
+    arch = ", ".join("sm_90a" if _is_sm90(t) else "sm_100a" for t in targets)
+    print(f"{len(rows)} schedule{'s' if len(rows) != 1 else ''} ok ({arch}, 0 spill bytes)", file=notes)
     return 0

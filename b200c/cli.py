@@ -234,9 +234,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help="auto: the schedule's own target (default: sm90a for examples/hopper, else sm100a); "
                         "sm100a: B200, tcgen05; sm90a: Hopper, wgmma")
     c.set_defaults(func=_compile)
-    k = sub.add_parser("check", help="validate, emit and compile schedules for sm_100a; print a resource table "
-                                        "and each warp role's steady-state loop",
-                       description="Validate, emit and compile each schedule for sm_100a (nvcc/ptxas), then print "
+    k = sub.add_parser("check", help="validate, emit and compile schedules for their target; print a resource "
+                                        "table and each warp role's steady-state loop",
+                       description="Validate, emit and compile each schedule for its target (nvcc/ptxas), then print "
                                    "one row per schedule (warps per role, threads, SMEM, TMEM, registers, spills, "
                                    "SASS counts) and each warp role's steady-state K/V loop (instruction count and "
                                    "mix).", epilog=EXIT_STATUS, formatter_class=fmt)
@@ -245,8 +245,9 @@ def make_parser() -> argparse.ArgumentParser:
     k.add_argument("-j", "--jobs", type=_jobs, default=2, help="parallel nvcc runs, >= 1 (default 2)")
     k.add_argument("--json", action="store_true",
                    help="print the rows (with each role's steady-state loop counts) as JSON instead of tables")
-    k.add_argument("--target", type=_target, default="sm100a",
-                   help="sm100a (default; role loops from the SASS) or sm90a (hot loop and wgmma hazards)")
+    k.add_argument("--target", type=_target_or_auto, default="auto",
+                   help="auto: each schedule's own target (default: sm90a for examples/hopper, else sm100a; one "
+                        "table per target); sm100a (role loops from the SASS) or sm90a (hot loop and wgmma hazards)")
     k.set_defaults(func=_check)
     b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)",
                        description="Build schedules into the on-disk kernel cache ($B200C_CACHE_DIR) in one "

@@ -314,3 +314,15 @@ def test_a_schedule_outside_the_blog_has_no_stage_in_headers(tmp_path):
     cu = run("compile", str(f), "-o", "-")
     assert "// b200c generated kernel: mine\n" in cu.stdout
     assert "(blog stage 7)" in run("compile", str(EXAMPLES[6]), "-o", "-").stdout
+
+
+def test_schedule_files_loading_each_other_in_a_cycle(tmp_path):
+    load = "from pathlib import Path\nimport b200c\nschedule = b200c.load_schedule_file(Path(__file__).with_name({!r}))\n"
+    (tmp_path / "a.py").write_text(load.format("b.py"))
+    (tmp_path / "b.py").write_text(load.format("a.py"))
+    (tmp_path / "me.py").write_text(load.format("me.py"))
+    r = run("compile", "a.py", "--emit", "plan", cwd=tmp_path)
+    assert r.returncode != 0 and len(r.stderr.splitlines()) == 1 and "RecursionError" not in r.stderr
+    assert "schedule files load each other in a cycle: 'a.py' -> 'b.py' -> 'a.py'" in r.stderr
+    r = run("compile", "me.py", "--emit", "plan", cwd=tmp_path)
+    assert "schedule file 'me.py' loads itself" in r.stderr and len(r.stderr) < 300

@@ -48,7 +48,7 @@ def test_check_json():
     assert list(row["loops"]) == ["softmax", "correction", "load", "mma"]
     assert row["loops"]["correction"]["LDTM"] > 0 and row["loops"]["load"]["UTMALDG"] > 0
     assert all(c["static"] > 0 and c["line"] > 0 for c in row["loops"].values())
-    assert "1 schedules ok" in r.stderr
+    assert "1 schedule ok" in r.stderr
 
 
 @pytest.mark.nvcc
@@ -74,3 +74,18 @@ def test_build_examples_twice(tmp_path):
                             cwd=ROOT, env=env)
     assert second.returncode == 0
     assert second.stdout.count("cached") == len(files) and "built" not in second.stdout, second.stdout
+
+
+@pytest.mark.nvcc
+def test_check_each_file_for_its_own_target_and_failed_rows_by_file(tmp_path):
+    bad = tmp_path / "bad_knob.py"
+    bad.write_text(f"import b200c\nschedule = b200c.load_schedule_file({str(EXAMPLES[6])!r}).replace(kv_stages=9)\n")
+    hopper = ROOT / "examples" / "hopper" / "h11_persistent.py"
+    r = subprocess.run([sys.executable, "-m", "b200c.cli", "check", "--no-sass", str(EXAMPLES[6]), str(hopper), str(bad)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "target sm100a:" in r.stdout and "target sm90a:" in r.stdout
+    assert "hopper_persistent" in r.stdout.split("target sm90a:")[1]
+    failed = [l for l in r.stdout.splitlines() if "FAILED" in l]
+    assert len(failed) == 1 and str(bad) in failed[0]  # named by its file, not the schedule name it inherits
+    assert "1 of 3 schedules failed the check" in r.stderr

@@ -265,3 +265,19 @@ def test_readme_schedule_example_from_another_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(elsewhere)
     s = b200c.load_schedule_file(checkout / "my_schedule.py")
     assert s.name == "ring4" and s.kv_stages == 4
+
+
+def test_explicit_target_the_schedule_cannot_take_is_a_schedule_error_before_the_tensors():
+    from conftest import ROOT
+
+    q = torch.randn(1, 1, 128, 128).to(torch.bfloat16)  # CPU: the tensor rule would fail next
+    hopper = str(ROOT / "examples" / "hopper" / "h11_persistent.py")
+    for target in ("sm100a", "emulate"):
+        with pytest.raises(ScheduleError, match="block_m=64: target sm100a"):
+            b200c.attention(q, q, q, schedule=hopper, target=target)
+    with pytest.raises(ScheduleError, match="on target sm90a"):
+        b200c.attention(q, q, q, schedule=b200c.Schedule(), target="sm_90a")
+    with pytest.raises(LaunchError, match="tensor q is on cpu"):  # the schedule's own target: the tensors next
+        b200c.attention(q, q, q, schedule=hopper, target="sm90a")
+    with pytest.raises(b200c.TargetError, match="unknown target 'gpu'"):
+        b200c.attention(q, q, q, schedule=hopper, target="gpu")

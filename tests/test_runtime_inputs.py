@@ -272,7 +272,7 @@ def test_target_aliases_and_unknown():
     assert driver.resolve_target("sm_90", (9, 0)) == "sm90a"
     with pytest.raises(BuildError, match="allowed: 'sm_100a' .*'emulate', 'sm_90a'"):
         driver.resolve_target("sm_80", (8, 0))
-    with pytest.raises(BuildError, match="unknown target 'cpu'"):
+    with pytest.raises(b200c.TargetError, match="unknown target 'cpu'"):
         b200c.attention(t(), t(), t(), schedule=b200c.Schedule(), target="cpu")
 
 

@@ -94,7 +94,7 @@ def test_explicit_schedule(fd):
 def test_invalid_schedule_raises_instead_of_falling_back():
     with pytest.raises(ScheduleError, match="Schedule has no field"):
         b200c.scaled_dot_product_attention(t(), t(), t(), schedule=b200c.Schedule(q_stage=2))
-    with pytest.raises(b200c.BuildError, match="unknown target 'cpu'"):
+    with pytest.raises(b200c.TargetError, match="unknown target 'cpu'"):
         b200c.scaled_dot_product_attention(t(), t(), t(), target="cpu")
 
 

@@ -50,7 +50,29 @@ def load_schedule_file(path: str | os.PathLike) -> Schedule:
         return _load(p)
 
 
+_loading = threading.local()  # .files: the resolved paths of the schedule files this thread is running, outermost first
+
+
 def _load(p: Path) -> Schedule:
+    resolved_p = str(p.resolve())
+    running = getattr(_loading, "files", None)
+    if running is None:
+        running = _loading.files = []
+    if resolved_p in running:  # a file that (through others) loads itself would recurse until Python gives up
+        names = [repr(os.path.relpath(f)) if not os.path.relpath(f).startswith("..") else repr(f)
+                 for f in running[running.index(resolved_p):] + [resolved_p]]
+        if len(names) == 2:
+            raise ScheduleError(f"schedule file {names[0]} loads itself")
+        raise ScheduleError("schedule files load each other in a cycle: " + " -> ".join(names)
+                            + "; one of them must build its schedule without loading the other")
+    running.append(resolved_p)
+    try:
+        return _load_file(p)
+    finally:
+        running.pop()
+
+
+def _load_file(p: Path) -> Schedule:
     folder = p.parent.resolve()
     stack = getattr(_tracking, "stack", ())
     if stack:

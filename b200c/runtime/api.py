@@ -20,7 +20,7 @@ import time
 import torch
 
 from ..dsl import Schedule
-from ..errors import BuildError, LaunchError, ScheduleError
+from ..errors import BuildError, LaunchError, ScheduleError, TargetError
 from . import launcher, op  # op: registers torch.ops.b200c.attention
 from . import watch as _watch
 from .inputs import check_tensor_types, flag_value, softmax_scale_value
@@ -248,9 +248,31 @@ def _traced_schedule_json(schedule) -> str:
 # ---- arguments ----------------------------------------------------------------------
 
 
+_fits: set = set()  # (schedule JSON, target) pairs that _check_target_fits passed
+
+
+def _check_target_fits(schedule_json: str, target: str) -> None:
+    """A target named explicitly must be one the schedule can be generated for, checked before the
+    tensors: e.g. a Hopper schedule (block_m=64) with ``target="sm100a"`` raises the ScheduleError
+    that ``b200c compile --target sm100a`` gives, not a tensor or device error.
+
+    Raises:
+        ScheduleError / ResourceError: the schedule breaks a rule or budget of that target.
+    """
+    from ..codegen import make_plan
+    from ..codegen.targets import schedule_target
+
+    t = target.replace("_", "").lower()
+    plan_target = "sm90a" if t.startswith("sm90") else "sm100a"  # emulate: the sm100a kernel
+    s = Schedule.from_json(schedule_json)
+    if schedule_target(s) != plan_target:  # its own target was checked with the schedule
+        make_plan(s, plan_target)
+    _fits.add((schedule_json, target))
+
+
 def _check_options(target, layout) -> None:
     if target not in _TARGETS:
-        raise BuildError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), "
+        raise TargetError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), "
                          f"'sm_90a' (also 'sm90a', 'sm_90'), 'emulate'")
     if layout not in _LAYOUTS:
         raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
@@ -345,11 +367,13 @@ def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, re
 
     Raises:
         ScheduleError / ResourceError / IssueOrderError: invalid or infeasible
-            schedule (checked before the tensors), or a schedule that cannot
+            schedule, also for a ``target`` named explicitly (checked before
+            the tensors), or a schedule that cannot
             hold the inputs' head dim (ResourceError naming the budget, e.g.
             two Q stages at D = 256 need 768 of 512 TMEM columns).
         LaunchError: a tensor or argument rule is broken (names the tensor or
             argument, the rule and the value).
+        TargetError: an unknown ``target`` name.
         UnsupportedDeviceError: the GPU cannot run the target.
         BuildError: nvcc missing or compilation failed.
         BarrierTimeoutError: an earlier emulated launch timed out (see
@@ -392,6 +416,8 @@ def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, re
         return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
     schedule_json = _schedule_json(schedule)  # the schedule first: its errors come before tensor/device ones
+    if target != "auto" and (schedule_json, target) not in _fits:
+        _check_target_fits(schedule_json, target)
     if _direct_path_ok(q, k, v):
         out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
         return (out, lse) if return_lse else out
@@ -479,6 +505,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         schedule_json = _traced_schedule_json(schedule)
     else:
         schedule_json = _schedule_json(schedule)
+        if target != "auto" and (schedule_json, target) not in _fits:
+            _check_target_fits(schedule_json, target)
         if (_direct_path_ok(q, k, v) and type(cu_seqlens_q) is _Tensor and type(cu_seqlens_k) is _Tensor):
             out, lse = op.run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               schedule_json, scale, target, causal, return_lse, check_seqlens)

@@ -185,6 +185,7 @@ def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000
 
     mp.setattr(driver, "_cu", lambda: mod)
     mp.setattr(driver, "_driver_version", None)
+    mp.setattr(driver, "_note_emulation", lambda: None)  # no GPU here: "running on a Hopper GPU" would be false
     mp.setattr(op, "kernel_for_generated", load)
     mp.setattr(op, "_kernels", {})
     mp.setattr(op, "device_capability", lambda dev: ((10, 0) if target == "sm100a" else (9, 0), "fake GPU"))

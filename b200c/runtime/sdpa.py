@@ -165,7 +165,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         ScheduleError / IssueOrderError / ResourceError: ``schedule`` itself
             is invalid or infeasible (a schedule that only cannot hold the
             inputs' D falls back instead).
-        BuildError: an unknown ``target`` name.
+        TargetError: an unknown ``target`` name.
         BarrierTimeoutError: an emulated kernel hung.
         Anything torch's SDPA raises for the calls it runs.
     """
