@@ -55,16 +55,15 @@ def generate(schedule, target: str = "sm100a", profile: bool = False):
 # (PEP 562), so `import b200c` and `b200c compile` stay free of torch. After that first
 # use they are plain attributes of this module: no wrapper frame per call, and nothing
 # that torch.compile would guard on or recompile for.
-_RUNTIME = {"attention": "api", "attention_varlen": "api", "scaled_dot_product_attention": "sdpa"}
+_RUNTIME = ("attention", "attention_varlen", "scaled_dot_product_attention")
 
 
 def __getattr__(name: str):
-    module = _RUNTIME.get(name)
-    if module is None:
+    if name not in _RUNTIME:
         raise AttributeError(f"module 'b200c' has no attribute {name!r}")
-    import importlib
+    from . import runtime  # its own lazy attributes import the module that defines each
 
-    value = getattr(importlib.import_module(f".runtime.{module}", __name__), name)
+    value = getattr(runtime, name)
     globals()[name] = value
     return value
 

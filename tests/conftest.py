@@ -19,6 +19,22 @@ VARIANTS = sorted((ROOT / "examples" / "variants").glob("*.py"))
 HOPPER_EXAMPLES = sorted((ROOT / "examples/hopper").glob("h[0-9][0-9]_*.py"))
 
 
+def op_recording_mode():
+    """A torch TorchDispatchMode that records the name of every op it sees (``.ops``) and runs it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    return Seen()
+
+
 def schedule_key(path: Path) -> str:
     """``18_tma_l2_promotion`` or ``variants/ring4``: a schedule file's name under examples/."""
     return path.relative_to(ROOT / "examples").with_suffix("").as_posix()

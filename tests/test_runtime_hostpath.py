@@ -48,19 +48,10 @@ def test_plain_op_call_runs_the_impl_from_the_autograd_kernel(fd, monkeypatch):
 
 
 def test_op_keeps_dispatch_modes_and_autograd(fd):
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
+    from conftest import op_recording_mode
 
     q = t()
-    with Seen() as mode:
+    with op_recording_mode() as mode:
         torch.ops.b200c.attention(q, q, q, JS, 0.5, "auto")
     assert "b200c.attention.default" in mode.ops and len(fd.launches) == 1  # the mode saw it, then it ran
     qg = t().requires_grad_()

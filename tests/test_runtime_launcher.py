@@ -213,19 +213,10 @@ def test_inputs_requiring_grad_go_through_the_op(fd, op_calls):
 
 
 def test_dispatch_modes_and_subclasses_go_through_the_op(fd, op_calls):
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
+    from conftest import op_recording_mode
 
     q = t()
-    with Seen() as mode:
+    with op_recording_mode() as mode:
         b200c.attention(q, q, q, schedule=SCHED)
     assert len(op_calls) == 1 and "b200c.attention.default" in mode.ops  # the mode saw the op
     b200c.attention(torch.nn.Parameter(q, requires_grad=False), q, q, schedule=SCHED)

@@ -67,16 +67,16 @@ def _load(p: Path) -> Schedule:
                             + "; one of them must build its schedule without loading the other")
     running.append(resolved_p)
     try:
-        return _load_file(p)
+        return _load_file(p, resolved_p)
     finally:
         running.pop()
 
 
-def _load_file(p: Path) -> Schedule:
-    folder = p.parent.resolve()
+def _load_file(p: Path, resolved: str) -> Schedule:
+    """Run schedule file ``p`` (``resolved``: its resolved path) and return its ``schedule``."""
+    folder = p.parent.resolve()  # the folder as named (a symlinked file's helpers sit next to the link)
     stack = getattr(_tracking, "stack", ())
     if stack:
-        resolved = str(p.resolve())
         try:
             st = os.stat(resolved)  # taken before the file runs: an edit during the run shows as a change later
         except OSError as e:

@@ -176,18 +176,23 @@ def _load_file(path: str) -> str:
     return text
 
 
-def _schedule_json(schedule) -> str:
-    """Validated ``Schedule.to_json()`` of a Schedule or a schedule file path (eager; cached).
+def _schedule_json(schedule, target: str = "auto") -> str:
+    """Validated ``Schedule.to_json()`` of a Schedule or a schedule file path (eager; cached), also
+    for ``target`` when one is named (:func:`_check_target_fits`).
 
     Raises:
         ScheduleError / ResourceError / IssueOrderError: not a Schedule or a
             path, or the file or schedule is invalid or infeasible.
     """
     if isinstance(schedule, Schedule):
-        return _json_of_schedule(schedule)
-    if isinstance(schedule, (str, os.PathLike)):
-        return _json_of_file(os.fspath(schedule))
-    raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
+        text = _json_of_schedule(schedule)
+    elif isinstance(schedule, (str, os.PathLike)):
+        text = _json_of_file(os.fspath(schedule))
+    else:
+        raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
+    if target != "auto" and (text, target) not in _fits:
+        _check_target_fits(text, target)
+    return text
 
 
 # ---- schedule identity under torch.compile -----------------------------------------
@@ -415,9 +420,7 @@ def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, re
     if return_lse is not False and return_lse is not True:
         return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
-    schedule_json = _schedule_json(schedule)  # the schedule first: its errors come before tensor/device ones
-    if target != "auto" and (schedule_json, target) not in _fits:
-        _check_target_fits(schedule_json, target)
+    schedule_json = _schedule_json(schedule, target)  # the schedule first: its errors come before tensor/device ones
     if _direct_path_ok(q, k, v):
         out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
         return (out, lse) if return_lse else out
@@ -504,9 +507,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if torch.compiler.is_compiling():
         schedule_json = _traced_schedule_json(schedule)
     else:
-        schedule_json = _schedule_json(schedule)
-        if target != "auto" and (schedule_json, target) not in _fits:
-            _check_target_fits(schedule_json, target)
+        schedule_json = _schedule_json(schedule, target)
         if (_direct_path_ok(q, k, v) and type(cu_seqlens_q) is _Tensor and type(cu_seqlens_k) is _Tensor):
             out, lse = op.run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                               schedule_json, scale, target, causal, return_lse, check_seqlens)

@@ -138,7 +138,7 @@ class Entry:
         self.out_size = None if out_like is None else tuple(out_like.shape)
         self.out_stride = None if out_like is None else out_like.stride()
         self.out_dtype = None if out_like is None else out_like.dtype
-        self.lse_stride = None if lse_shape is None else _contiguous_strides(lse_shape)
+        self.lse_stride = None if lse_shape is None else torch.empty(lse_shape, device="meta").stride()
         self.default_scale = values["softmax_scale"]
         block = ParamBlock(info.params, values)
         self.block_params = block
@@ -213,7 +213,7 @@ class Entry:
             self._enqueue(out, lse, scale, False)
 
     def _enqueue(self, out, lse, scale, force_ctx: bool) -> None:
-        ctx = self.lk.context
+        ctx = self.context
         if force_ctx or getattr(_bound, "ctx", None) is not ctx:
             driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
             _bound.ctx = ctx
@@ -252,15 +252,6 @@ class Entry:
 
 
 _F32 = torch.float32
-
-
-def _contiguous_strides(shape) -> tuple:
-    """Row-major strides (elements) of a tensor of ``shape``."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def check_sm90a_call(lk, causal: bool, return_lse: bool, gqa: bool, varlen: bool) -> None:
