@@ -22,11 +22,14 @@ SASS_COLS = ("MUFU.EX2", "FMUL", "FSETP.GEU", "predicated", "LDL/STL", "UTC*MMA"
 SASS_COLS_SM90 = ("MUFU.EX2", "FFMA", "FMUL", "LDL/STL", "HGMMA", "loop", "steady", "hazards")
 
 
-def _is_sm90(target: str) -> bool:
-    return target in ("sm90a", "sm_90a")
+def _hot_loop(target) -> bool:
+    """Whether ``target``'s SASS analysis is the consumer's hot loop (sm90a) rather than the per-role loops."""
+    from .codegen.targets import resolve
+
+    return resolve(target).sass == "hot_loop"
 
 
-def check_one(path: str, workdir: Path, sass: bool = True, target: str = "auto") -> dict:
+def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dict:
     """Check one schedule file for ``target`` (``"auto"``: its own); returns a row dict (``error`` set on
     failure; ``target``: the target it was checked for).
 
@@ -42,15 +45,16 @@ def check_one(path: str, workdir: Path, sass: bool = True, target: str = "auto")
     from .nvcc import compile_cuda
     from .role_loops import LINEINFO
 
+    from .codegen.targets import AUTO, resolve_or_auto, schedule_target
+
     row = {"file": path}
     try:
+        target = resolve_or_auto(target)
         s = load_schedule_file(path)
         row.update(stage=s.blog_stage, name=s.name)
-        if target == "auto":
-            from .codegen.targets import schedule_target
-
+        if target == AUTO:
             target = schedule_target(s)
-        row["target"] = target
+        row["target"] = target.name
         plan = make_plan(s, target)
         roles = {}
         for r in plan.roles:
@@ -59,9 +63,9 @@ def check_one(path: str, workdir: Path, sass: bool = True, target: str = "auto")
         row.update(threads=plan.threads, smem=plan.smem_bytes, tmem=plan.tmem_alloc_cols)
         kernel = generate(s, target)
         out = workdir / f"{Path(path).stem}.cubin"
-        sm90 = plan.backend == "sm90"
-        res = compile_cuda(kernel.source, out, "cubin", "sm_90a" if sm90 else "sm_100a",
-                           extra=LINEINFO if sass and not sm90 else ())
+        sm90 = target.sass == "hot_loop"
+        roles = target.sass == "role_loops"
+        res = compile_cuda(kernel.source, out, "cubin", target, extra=LINEINFO if sass and roles else ())
         row.update(res.resources())
         if sass:
             from .sass import count, disassemble
@@ -77,7 +81,7 @@ def check_one(path: str, workdir: Path, sass: bool = True, target: str = "auto")
                     row.update(loop=loop["instructions"], steady=loop["steady"], hazards=len(hz))
                     if hz:
                         row["error"] = f"{len(hz)} wgmma register hazard(s), first: {hz[0]}"
-            else:
+            elif roles:
                 from .role_loops import cubin_role_loops
 
                 try:
@@ -91,9 +95,9 @@ def check_one(path: str, workdir: Path, sass: bool = True, target: str = "auto")
     return row
 
 
-def format_table(rows: list, sass: bool = True, target: str = "sm100a") -> str:
-    """The check table (one row per schedule)."""
-    sm90 = _is_sm90(target)
+def format_table(rows: list, sass: bool = True, target="sm100a") -> str:
+    """The check table (one row per schedule) of ``target``'s rows."""
+    sm90 = _hot_loop(target)
     cols = [("stage", "stage"), ("name", "schedule"), ("warps", "warps per role"), ("threads", "threads"),
             ("smem", "dyn SMEM B")] + ([] if sm90 else [("tmem", "TMEM cols")]) + [
             ("registers", "regs"), ("spill_bytes", "spill B"), ("stack_frame", "stack B")]
@@ -137,7 +141,7 @@ LOOP_TABLE_TITLE = ("steady-state K/V loop of each warp role: static SASS instru
 
 
 def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = False,
-                target: str = "auto") -> int:
+                target="auto") -> int:
     """Check schedule files for ``target`` (``"auto"``: each schedule's own,
     :func:`b200c.codegen.targets.schedule_target`), print the tables, one per
     target (or with ``as_json`` a JSON list of the row dicts on stdout, notes on
@@ -155,7 +159,11 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         rows = list(ex.map(lambda f: check_one(f, Path(d), sass, target), files))
     notes = sys.stderr if as_json else sys.stdout
-    targets = sorted({r["target"] for r in rows if "target" in r}) or [target if target != "auto" else "sm100a"]
+    from .codegen.targets import AUTO, native_targets, resolve, resolve_or_auto
+
+    given = resolve_or_auto(target)
+    targets = sorted({r["target"] for r in rows if "target" in r}) or [
+        (native_targets()[0] if given == AUTO else given).name]
     if as_json:
         print(json.dumps(rows, indent=1))
     else:
@@ -182,6 +190,6 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
         print(f"b200c: {len(bad)} of {len(rows)} schedule{'s' if len(rows) != 1 else ''} failed the check{where}",
               file=sys.stderr)
         return 1
-    arch = ", ".join("sm_90a" if _is_sm90(t) else "sm_100a" for t in targets)
+    arch = ", ".join(resolve(t).arch for t in targets)
     print(f"{len(rows)} schedule{'s' if len(rows) != 1 else ''} ok ({arch}, 0 spill bytes)", file=notes)
     return 0

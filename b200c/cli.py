@@ -1,9 +1,9 @@
 """The ``b200c`` command line (also ``python -m b200c``).
 
     b200c compile FILE [-o OUT|-] [--emit plan|ir|cu|ptx|cubin] [--target auto|sm100a|sm90a]
-    b200c check FILE... [--no-sass] [-j N] [--json] [--target sm100a|sm90a]   validate + nvcc/ptxas +
+    b200c check FILE... [--no-sass] [-j N] [--json] [--target auto|sm100a|sm90a]   validate + nvcc/ptxas +
                         SASS counts, one row per schedule, + each warp role's steady-state loop
-    b200c build FILE... [--target sm_100a|emulate|sm_90a] [-j N]   build into the on-disk kernel cache
+    b200c build FILE... [--target auto|sm100a|emulate|sm90a] [-j N]   build into the on-disk kernel cache
     b200c bench FILE... [--shapes ...] [--csv/--json/--png/--md OUT] [--profile]   TFLOPS next to torch SDPA
     b200c draw FILE [-o OUT.svg|OUT.png] [--iterations N] [--target auto|sm100a|sm90a]   picture of the pipeline
     b200c --version
@@ -91,28 +91,35 @@ def _check_schedule_paths(files: list[str]) -> None:
             raise UsageError(f"schedule file {f!r} does not exist (relative to {Path.cwd()})")
 
 
-def _target(text: str) -> str:
-    from .codegen.targets import canonical_target
+def _target_or_auto(text: str):
+    """``--target``: :data:`~b200c.codegen.targets.AUTO` or the Target record of a name."""
+    from .codegen.targets import resolve_or_auto
 
     try:
-        return canonical_target(text)
+        return resolve_or_auto(text)
     except B200cError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _target_help(what: str) -> str:
+    """Help text of ``--target``: auto, then every registered target (name: summary)."""
+    from .codegen.targets import REGISTRY
+
+    return (f"auto: {what} (default); " + "; ".join(f"{t.name}: {t.summary}" for t in REGISTRY)
+            + " (also spelled " + ", ".join(s for t in REGISTRY for s in t.spellings) + ")")
 
 
 def _compile(args) -> int:
     from . import load_schedule_file
     from .codegen import generate
-    from .codegen.targets import backend_name
+    from .codegen.targets import AUTO, schedule_target
 
     to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
     out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
     _warn_extension(out, args.emit)
     schedule = load_schedule_file(args.file)
-    if args.target == "auto":
-        from .codegen.targets import schedule_target
-
+    if args.target == AUTO:
         args.target = schedule_target(schedule)
     if args.emit == "plan":
         from .codegen import make_plan
@@ -129,10 +136,10 @@ def _compile(args) -> int:
 
     from .nvcc import compile_cuda
 
-    arch = "sm_90a" if backend_name(args.target) == "sm90" else "sm_100a"
+    arch = args.target.arch
     work = Path(tempfile.mkdtemp(prefix="b200c_"))
     target = work / f"kernel.{args.emit}" if out is None else out
-    res = compile_cuda(kernel.source, target, fmt=args.emit, target=arch, keep_source=work / "kernel.cu")
+    res = compile_cuda(kernel.source, target, fmt=args.emit, target=args.target, keep_source=work / "kernel.cu")
     # success: the temporary folder goes (on failure it stays: the error names its kernel.cu)
     if out is None:
         sys.stdout.flush()
@@ -185,10 +192,6 @@ def _iterations(text: str) -> int:
     return n
 
 
-def _target_or_auto(text: str) -> str:
-    return "auto" if text.strip().lower() == "auto" else _target(text)
-
-
 def _draw(args) -> int:
     from . import load_schedule_file
     from .draw import draw_schedule
@@ -231,8 +234,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help="plan: SMEM/TMEM/barrier/warp-role plan; ir: what each warp role does; cu: CUDA source "
                         "(default); ptx, cubin: nvcc output for the target")
     c.add_argument("--target", type=_target_or_auto, default="auto",
-                   help="auto: the schedule's own target (default: sm90a for examples/hopper, else sm100a); "
-                        "sm100a: B200, tcgen05; sm90a: Hopper, wgmma")
+                   help=_target_help("the schedule's own target (sm90a for examples/hopper, else sm100a)"))
     c.set_defaults(func=_compile)
     k = sub.add_parser("check", help="validate, emit and compile schedules for their target; print a resource "
                                         "table and each warp role's steady-state loop",
@@ -246,17 +248,16 @@ def make_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", action="store_true",
                    help="print the rows (with each role's steady-state loop counts) as JSON instead of tables")
     k.add_argument("--target", type=_target_or_auto, default="auto",
-                   help="auto: each schedule's own target (default: sm90a for examples/hopper, else sm100a; one "
-                        "table per target); sm100a (role loops from the SASS) or sm90a (hot loop and wgmma hazards)")
+                   help=_target_help("each schedule's own target (sm90a for examples/hopper, else sm100a; one table "
+                                     "per target)"))
     k.set_defaults(func=_check)
     b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)",
                        description="Build schedules into the on-disk kernel cache ($B200C_CACHE_DIR) in one "
                                    "parallel ninja run; prints 'built' or 'cached' per file.",
                        epilog=EXIT_STATUS, formatter_class=fmt)
     b.add_argument("files", nargs="+", metavar="FILE", help="schedule files")
-    b.add_argument("--target", default="sm_100a", choices=("sm_100a", "sm100a", "emulate", "sm_90a", "sm90a"),
-                   help="sm_100a: the native B200 kernel (default); emulate: the sm_100a kernel emulated on "
-                        "Hopper; sm_90a: the native Hopper kernel")
+    b.add_argument("--target", type=_target_or_auto, default="auto",
+                   help=_target_help("each schedule's own target (sm90a for examples/hopper, else sm100a)"))
     b.add_argument("-j", "--jobs", type=_jobs, default=None, help="parallel nvcc runs, >= 1 (default: CPU count)")
     b.set_defaults(func=_build)
     from .bench.cli import add_parser as _add_bench
@@ -276,8 +277,7 @@ def make_parser() -> argparse.ArgumentParser:
     d.add_argument("--iterations", type=_iterations, default=3, metavar="N",
                    help="K/V tiles to unroll, 1-6 (default 3: prologue, two steady-state iterations, epilogue)")
     d.add_argument("--target", type=_target_or_auto, default="auto",
-                   help="auto: the schedule's own target (default; sm90a for examples/hopper); sm100a: B200, "
-                        "tcgen05; sm90a: Hopper, wgmma")
+                   help=_target_help("the schedule's own target (sm90a for examples/hopper, else sm100a)"))
     d.set_defaults(func=_draw)
     return p
 

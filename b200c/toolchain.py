@@ -1,16 +1,14 @@
-"""Build targets, nvcc discovery and nvcc flags.
+"""nvcc discovery and nvcc flags of a target.
 
-Targets:
+What each target builds with is its record's (:mod:`b200c.codegen.targets`):
+``nvcc_flags`` (architecture, defines), ``include_headers`` (``-I`` the
+b200c headers folder; their text joins the cache key) and ``bounded_waits``:
 
-* ``"sm100a"``: the native B200 kernel (``nvcc -arch=sm_100a``).
-* ``"emulate"``: the same source built for Hopper (``-arch=sm_90a``) with the
-  tcgen05 software model (``-DB200C_EMULATE``) and bounded mbarrier waits
-  (``-DB200C_BOUNDED_WAIT``, bound ``$B200C_WAIT_TIMEOUT_MS``, default 4000 ms);
-  correctness only, never speed.
-* ``"sm90a"``: the native Hopper kernel of the sm90 backend
-  (``-gencode=arch=compute_90a,code=sm_90a``: ``-arch=sm_90a`` would also run
-  a plain sm_90 pass, which rejects wgmma). ``B200C_BOUNDED_WAIT=1`` builds it
-  with bounded mbarrier waits (a debug build; part of the cache key).
+* ``"always"`` (the emulation target): every mbarrier wait is bounded, bound
+  ``$B200C_WAIT_TIMEOUT_MS`` (default 4000 ms);
+* ``"debug"`` (sm90a): bounded only in a debug build, ``B200C_BOUNDED_WAIT=1``
+  (part of the cache key);
+* ``"never"`` (sm100a).
 """
 from __future__ import annotations
 
@@ -24,37 +22,7 @@ from .errors import BuildError
 
 log = logging.getLogger("b200c.runtime")
 
-TARGETS = ("sm100a", "emulate", "sm90a")
-# spellings accepted for the native target; the value says whether to log a note
-_NATIVE_ALIASES = {"sm100a": False, "sm_100a": False, "sm_100": True, "sm100": True}
-_HOPPER_ALIASES = {"sm90a": False, "sm_90a": False, "sm_90": True, "sm90": True}
-
 _version_cache: dict[str, str] = {}
-
-
-def normalize_target(target: str) -> str:
-    """Return the canonical target name: ``"sm100a"``, ``"emulate"`` or ``"sm90a"``.
-
-    ``"sm_100"``/``"sm100"`` are upgraded to ``"sm100a"`` (tcgen05 and TMEM
-    exist only in the arch-specific ``sm_100a`` ISA) with a logged note, and
-    ``"sm_90"``/``"sm90"`` to ``"sm90a"`` (wgmma and setmaxnreg are sm_90a-only).
-
-    Raises:
-        BuildError: unknown target (the message lists the allowed ones).
-    """
-    t = str(target).strip().lower()
-    if t == "emulate":
-        return t
-    if t in _NATIVE_ALIASES:
-        if _NATIVE_ALIASES[t]:
-            log.info("b200c: target %r upgraded to 'sm100a' (tcgen05 needs the arch-specific sm_100a ISA)", target)
-        return "sm100a"
-    if t in _HOPPER_ALIASES:
-        if _HOPPER_ALIASES[t]:
-            log.info("b200c: target %r upgraded to 'sm90a' (wgmma needs the arch-specific sm_90a ISA)", target)
-        return "sm90a"
-    raise BuildError(f"unknown build target {target!r}; allowed: 'sm_100a' (also spelled 'sm100a', 'sm_100'), "
-                     f"'emulate', 'sm_90a' (also 'sm90a', 'sm_90')")
 
 
 def find_nvcc() -> str:
@@ -100,49 +68,43 @@ def nvcc_version(nvcc: str) -> str:
     return _version_cache[nvcc]
 
 
-def nvcc_flags(target: str) -> list[str]:
-    """nvcc flags (without input/output) for a canonical target.
+def nvcc_flags(target) -> list[str]:
+    """nvcc flags (without input/output) of a target (a name or a
+    :class:`~b200c.codegen.targets.Target`).
 
     Raises:
-        BuildError: unknown target.
+        TargetError: unknown target.
+        BuildError: ``B200C_WAIT_TIMEOUT_MS`` is not a whole number.
     """
-    target = normalize_target(target)
-    common = ["-cubin", "-O3", "-std=c++17"]
-    if target == "sm100a":
-        return ["-arch=sm_100a", *common]
-    if target == "sm90a":
-        return ["-gencode=arch=compute_90a,code=sm_90a", *common, *_sm90_debug_flags()]
-    from .codegen import cuda_include_dir
+    from .codegen.targets import resolve
 
-    flags = ["-arch=sm_90a", *common, "-DB200C_EMULATE", "-DB200C_BOUNDED_WAIT", "-I", cuda_include_dir()]
-    timeout = os.environ.get("B200C_WAIT_TIMEOUT_MS")
-    if timeout:  # longer bounded waits, e.g. under compute-sanitizer (part of the cache key)
-        if not timeout.isdigit():
-            raise BuildError(f"B200C_WAIT_TIMEOUT_MS={timeout!r} must be a whole number of milliseconds")
-        flags.append(f"-DB200C_WAIT_TIMEOUT_MS={int(timeout)}")
+    t = resolve(target)
+    flags = [t.nvcc_flags[0], "-cubin", "-O3", "-std=c++17", *t.nvcc_flags[1:]]
+    if t.include_headers:
+        from .codegen import cuda_include_dir
+
+        flags += ["-I", cuda_include_dir()]
+    if t.bounded_waits == "debug" and os.environ.get("B200C_BOUNDED_WAIT", "") in ("1", "true", "yes"):
+        flags.append("-DB200C_BOUNDED_WAIT")
+    if t.bounded_waits == "always" or "-DB200C_BOUNDED_WAIT" in flags:
+        timeout = os.environ.get("B200C_WAIT_TIMEOUT_MS")
+        if timeout:  # longer bounded waits, e.g. under compute-sanitizer (part of the cache key)
+            if not timeout.isdigit():
+                raise BuildError(f"B200C_WAIT_TIMEOUT_MS={timeout!r} must be a whole number of milliseconds")
+            flags.append(f"-DB200C_WAIT_TIMEOUT_MS={int(timeout)}")
     return flags
 
 
-def _sm90_debug_flags() -> list[str]:
-    """``B200C_BOUNDED_WAIT=1``: bounded mbarrier waits in sm90a builds (debug)."""
-    if os.environ.get("B200C_BOUNDED_WAIT", "") not in ("1", "true", "yes"):
-        return []
-    flags = ["-DB200C_BOUNDED_WAIT"]
-    timeout = os.environ.get("B200C_WAIT_TIMEOUT_MS")
-    if timeout:
-        if not timeout.isdigit():
-            raise BuildError(f"B200C_WAIT_TIMEOUT_MS={timeout!r} must be a whole number of milliseconds")
-        flags.append(f"-DB200C_WAIT_TIMEOUT_MS={int(timeout)}")
-    return flags
-
-
-def header_digest_text(target: str) -> str:
-    """Contents of the b200c headers a target's build reads (``""`` for sm100a).
+def header_digest_text(target) -> str:
+    """Contents of the b200c headers a target's build reads (``""`` unless its record has
+    ``include_headers``; the generated sources inline their own header).
 
     The emulation target includes headers from :func:`b200c.codegen.cuda_include_dir`;
     their text goes into the cache key so editing them rebuilds.
     """
-    if normalize_target(target) != "emulate":
+    from .codegen.targets import resolve
+
+    if not resolve(target).include_headers:
         return ""
     from .codegen import cuda_include_dir
 

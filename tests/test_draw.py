@@ -107,7 +107,7 @@ def test_every_example_draws_to_svg(path, tmp_path):
     schedule = b200c.load_schedule_file(path)
     t = build_timeline(schedule, iterations=2)
     assert t.steps and t.lanes
-    assert t.backend == ("sm90" if schedule_target(schedule) == "sm90a" else "tcgen05")
+    assert "b200c.codegen." + t.backend == schedule_target(schedule).backend
     out = tmp_path / "p.svg"
     render(t, out)
     text = out.read_text()

@@ -306,12 +306,12 @@ def test_auto_on_hopper_generates_and_builds_sm90a(monkeypatch):
     finally:
         op.generated_kernel.cache_clear()
         op._kernels.clear()
-    assert lk == ("loaded", "built") and seen["target"] == "sm90a" and seen["gen_target"] == "sm90a"
+    assert lk == ("loaded", "built") and seen["target"].name == "sm90a" and seen["gen_target"] == "sm90a"
     assert "wgmma_qk(" in seen["source"]
     # a B200 schedule on Hopper with auto: the emulated sm100a kernel (correctness only)
     op.loaded_kernel(b200c.load_schedule_file(Path(__file__).parents[1] / "examples/14_persistent.py").to_json(),
                      "auto", 0)
-    assert seen["target"] == "emulate" and seen["gen_target"] != "sm90a"
+    assert seen["target"].name == "emulate" and seen["gen_target"] != "sm90a"
     # a Hopper schedule named for the emulation target: refused with the knobs that mean nothing there
     with pytest.raises(ScheduleError, match="sm100a"):
         op.loaded_kernel(_load("h11").to_json(), "emulate", 0)
@@ -385,16 +385,18 @@ def test_sm90a_refuses_what_its_kernel_does_not_compute():
     """causal, LSE, GQA and varlen calls on the native Hopper kernel are refused, naming each."""
     from types import SimpleNamespace
 
+    from b200c.codegen.targets import resolve
     from b200c.errors import LaunchError
-    from b200c.runtime.launcher import check_sm90a_call
+    from b200c.runtime.launcher import check_capabilities
 
-    hopper = SimpleNamespace(built=SimpleNamespace(target="sm90a"))
-    check_sm90a_call(hopper, False, False, False, False)  # dense, non-causal: fine
+    hopper = SimpleNamespace(target=resolve("sm90a"))
+    check_capabilities(hopper, False, False, False, False)  # dense, non-causal: fine
     for args, word in (((True, False, False, False), "causal=True"), ((False, True, False, False), "return_lse"),
                        ((False, False, True, False), "GQA"), ((False, False, False, True), "varlen")):
-        with pytest.raises(LaunchError, match=word):
-            check_sm90a_call(hopper, *args)
-    check_sm90a_call(SimpleNamespace(built=SimpleNamespace(target="emulate")), True, True, True, True)
+        with pytest.raises(LaunchError, match=word) as e:
+            check_capabilities(hopper, *args)
+        assert "target='emulate'" in str(e.value)  # the target of this device that computes it
+    check_capabilities(SimpleNamespace(target=resolve("emulate")), True, True, True, True)
 
 
 def test_attention_runs_a_hopper_schedule_on_sm90a():

@@ -251,12 +251,12 @@ def test_arch_emulate_needs_hopper():
 
 def test_auto_target(caplog):
     driver._emulate_noted = False
-    assert driver.resolve_target("auto", (10, 0)) == "sm100a"
+    assert driver.resolve_target("auto", (10, 0)).name == "sm100a"
     with caplog.at_level(logging.WARNING, logger="b200c.runtime"):
-        assert driver.resolve_target("auto", (9, 0)) == "emulate"  # a B200 schedule on Hopper
-        assert driver.resolve_target("auto", (9, 0), schedule_target="sm90a") == "sm90a"  # a Hopper schedule
-        assert driver.resolve_target("emulate", (9, 0)) == "emulate"
-        assert driver.resolve_target("emulate", (9, 0)) == "emulate"
+        assert driver.resolve_target("auto", (9, 0)).name == "emulate"  # a B200 schedule on Hopper
+        assert driver.resolve_target("auto", (9, 0), schedule_target="sm90a").name == "sm90a"  # a Hopper schedule
+        assert driver.resolve_target("emulate", (9, 0)).name == "emulate"
+        assert driver.resolve_target("emulate", (9, 0)).name == "emulate"
     notes = [r for r in caplog.records if "correctness only" in r.getMessage()]
     assert len(notes) == 1  # said once
     with pytest.raises(UnsupportedDeviceError, match=r"'sm90a' needs compute capability 9\.0 .*has 10\.0"):
@@ -268,9 +268,9 @@ def test_auto_target(caplog):
 
 
 def test_target_aliases_and_unknown():
-    assert driver.resolve_target("sm_100", (10, 0)) == "sm100a"
-    assert driver.resolve_target("sm_90", (9, 0)) == "sm90a"
-    with pytest.raises(BuildError, match="allowed: 'sm_100a' .*'emulate', 'sm_90a'"):
+    assert driver.resolve_target("sm_100", (10, 0)).name == "sm100a"
+    assert driver.resolve_target("sm_90", (9, 0)).name == "sm90a"
+    with pytest.raises(b200c.TargetError, match="unknown target 'sm_80'; targets: 'sm100a' .*'emulate' .*'sm90a'"):
         driver.resolve_target("sm_80", (8, 0))
     with pytest.raises(b200c.TargetError, match="unknown target 'cpu'"):
         b200c.attention(t(), t(), t(), schedule=b200c.Schedule(), target="cpu")

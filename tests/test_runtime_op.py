@@ -136,7 +136,7 @@ def test_schedule_file_path(tmp_path):
 
 def test_generated_kernel_cached_per_json(monkeypatch):
     calls = []
-    monkeypatch.setattr(b200c, "generate", lambda s: calls.append(s) or ("kernel", s.name))
+    monkeypatch.setattr(b200c, "generate", lambda s, t: calls.append(s) or ("kernel", s.name))
     op.generated_kernel.cache_clear()
     try:
         j = SCHED.to_json()

@@ -41,12 +41,15 @@ def validate_args(args) -> tuple:
     """Schedules and shapes of the arguments (everything checkable without a GPU).
 
     Raises:
+        TargetError: an unknown ``--target``.
         ScheduleError: a bad shape or schedule file; the iteration counts out of range.
     """
+    from ..codegen.targets import resolve_or_auto
     from ..dsl import load_schedule_file
     from ..errors import ScheduleError
     from .shapes import parse_shapes
 
+    resolve_or_auto(args.target)  # an unknown name: TargetError before any work
     if args.iters < 1 or args.warmup < 0:
         raise ScheduleError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
     shapes = parse_shapes(args.shapes)

@@ -2,7 +2,8 @@
 
 ``generate(schedule, target)`` is the one entry point the CLI and the runtime
 use; ``make_plan(schedule, target)`` stops after the layout (and its budget
-checks). ``target`` (:mod:`b200c.codegen.targets`) picks the backend:
+checks). ``target`` (a name, resolved by :func:`b200c.codegen.targets.resolve`, or a
+:class:`~b200c.codegen.targets.Target`) picks the backend its record names:
 ``"sm100a"`` (default) and ``"emulate"`` the tcgen05 backend, ``"sm90a"`` the
 Hopper wgmma backend.
 
@@ -29,7 +30,7 @@ class GeneratedKernel:
             ``-I`` :func:`cuda_include_dir` builds the emulated sm_90a target;
             target sm90a: the native Hopper kernel).
         launch: how to launch it (threads, SMEM, TMA maps, grid rule).
-        target: the canonical target it was generated for.
+        target: the canonical name of the target it was generated for.
     """
 
     source: str
@@ -44,24 +45,19 @@ def cuda_include_dir() -> str:
     return str(Path(__file__).with_name("cuda"))
 
 
-def backend(target: str = "sm100a"):
-    """The backend module serving ``target`` (``tcgen05`` or ``sm90``).
+def backend(target="sm100a"):
+    """The backend package serving ``target`` (its record's ``backend``: ``codegen/tcgen05``,
+    ``codegen/sm90``).
 
     Raises:
         TargetError: unknown target.
     """
-    from .targets import backend_name
+    from .targets import resolve
 
-    if backend_name(target) == "sm90":
-        from . import sm90
-
-        return sm90
-    from . import tcgen05
-
-    return tcgen05
+    return resolve(target).backend_module()
 
 
-def make_plan(schedule, target: str = "sm100a"):
+def make_plan(schedule, target="sm100a"):
     """Validate ``schedule`` for ``target`` and plan its layout.
 
     Returns:
@@ -75,12 +71,13 @@ def make_plan(schedule, target: str = "sm100a"):
     """
     from ..dsl.validate import validate_schedule
 
+    _check_schedule_type(schedule)
     be = backend(target)
     issue = validate_schedule(schedule, be.RULES, p_aliases_s=be.P_ALIASES_S)
     return be.make_plan(schedule, issue)
 
 
-def lower(schedule, plan=None, target: str = "sm100a", profile: bool = False):
+def lower(schedule, plan=None, target="sm100a", profile: bool = False):
     """Kernel IR of ``schedule`` for ``target`` (its plan computed unless
     given); verified. ``profile``: insert the trace stamps of a profiling build.
 
@@ -89,32 +86,53 @@ def lower(schedule, plan=None, target: str = "sm100a", profile: bool = False):
         ScheduleError, IssueOrderError, ResourceError: see :func:`make_plan`.
         ProtocolError: the barrier protocol verifier rejected the IR (a bug).
     """
+    from ..errors import TargetError
+    from .targets import resolve
     from .verify import verify
 
-    p = plan if plan is not None else make_plan(schedule, target)
-    ir = backend(target).lower(schedule, p, profile=profile)
+    t = resolve(target)
+    if profile and not t.caps.profile:
+        raise TargetError(f"profiling builds (trace stamps) are generated for {_profiled()} only; the "
+                          f"{t.name} kernels do not stamp their roles yet")
+    p = plan if plan is not None else make_plan(schedule, t)
+    ir = t.backend_module().lower(schedule, p, profile=profile)
     verify(ir)
     return ir
 
 
-def generate(schedule, target: str = "sm100a", profile: bool = False) -> GeneratedKernel:
+def generate(schedule, target="sm100a", profile: bool = False) -> GeneratedKernel:
     """Validate, plan, lower, verify and emit one schedule for ``target``.
 
     Args:
         schedule: a :class:`b200c.Schedule`.
-        target: ``"sm100a"`` (default), ``"emulate"`` (same source) or ``"sm90a"``.
-        profile: a profiling build (sm90a): every role stamps its steps with
+        target: ``"sm100a"`` (default), ``"emulate"`` (same source) or ``"sm90a"``
+            (any spelling :func:`b200c.codegen.targets.resolve` accepts, or a Target).
+        profile: a profiling build (targets whose ``caps.profile`` is set: sm90a): every role stamps its steps with
             ``%globaltimer`` into a trace buffer (``b200c bench --profile``).
 
     Raises:
         TargetError, ScheduleError, ResourceError, IssueOrderError, ProtocolError.
     """
-    from .targets import canonical_target
+    from .targets import resolve
 
-    t = canonical_target(target)
+    t = resolve(target)
     ir = lower(schedule, target=t, profile=profile)
     li = launch_info(ir.plan, ir)
-    return GeneratedKernel(source=backend(t).emit(ir, li), launch=li, target=t)
+    return GeneratedKernel(source=t.backend_module().emit(ir, li), launch=li, target=t.name)
+
+
+def _profiled() -> str:
+    from .targets import REGISTRY
+
+    return ", ".join(t.name for t in REGISTRY if t.caps.profile) or "no target"
+
+
+def _check_schedule_type(schedule) -> None:
+    from ..dsl.schedule import Schedule
+    from ..errors import ScheduleError
+
+    if not isinstance(schedule, Schedule):
+        raise ScheduleError(f"expected a b200c.Schedule, got {type(schedule).__name__}")
 
 
 __all__ = ["GeneratedKernel", "LaunchInfo", "KERNEL_NAME", "generate", "make_plan", "lower", "cuda_include_dir",

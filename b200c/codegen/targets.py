@@ -1,59 +1,251 @@
-"""Code-generation targets and the backend that serves each.
+"""The target registry: one :class:`Target` record per code-generation target.
 
-* ``"sm100a"``: native Blackwell B200, the tcgen05 backend (``codegen/tcgen05``).
-* ``"emulate"``: the same tcgen05 kernel built for Hopper with a software
-  model of tcgen05 (correctness only); same generated source as sm100a.
-* ``"sm90a"``: native Hopper H100/H200, the wgmma backend (``codegen/sm90``).
+A target name is resolved once, where it enters (``b200c.generate``,
+``b200c.plan``, ``b200c.attention``, the CLI's ``--target``), by
+:func:`resolve` into its record; every other module reads the record's fields
+(backend, compute capability, build flags, header, capabilities) instead of
+comparing names. Unknown names raise :class:`~b200c.errors.TargetError`, the
+same error everywhere.
 
-Spellings with an underscore (``"sm_100a"``, ``"sm_90a"``) are accepted.
+Registered targets (:data:`REGISTRY`, in order):
+
+* ``sm100a``: native Blackwell B200 (compute capability 10.0), the tcgen05
+  backend (``codegen/tcgen05``).
+* ``emulate``: the sm100a kernel built for Hopper (9.0) with a software model
+  of tcgen05 (``-DB200C_EMULATE``, bounded mbarrier waits): correctness only.
+* ``sm90a``: native Hopper H100/H200 (9.0), the wgmma backend (``codegen/sm90``).
+
+A new target is its backend folder plus one :class:`Target` entry in
+:data:`REGISTRY` (or a :func:`register` call); docs/new-backend.md lists what
+the folder must provide.
 """
 from __future__ import annotations
 
+import importlib
+from typing import Optional
+
+import msgspec
+
 from ..errors import TargetError
 
-BACKENDS = {"sm100a": "tcgen05", "emulate": "tcgen05", "sm90a": "sm90"}
-_SPELLINGS = {"sm100a": "sm100a", "sm_100a": "sm100a", "emulate": "emulate", "sm90a": "sm90a", "sm_90a": "sm90a"}
-DEFAULT_TARGET = "sm100a"
+AUTO = "auto"  # not a target: "pick one for the device and schedule" (b200c.attention, the CLI)
 
 
-def canonical_target(target: str) -> str:
-    """``"sm100a"``, ``"emulate"`` or ``"sm90a"`` for an accepted spelling.
+class Capabilities(msgspec.Struct, frozen=True):
+    """What the kernels of a target compute (the runtime refuses the rest before launching).
+
+    Attributes:
+        causal: the bottom-right aligned causal mask.
+        gqa: fewer K/V heads than query heads (GQA/MQA).
+        lse: the log-sum-exp output.
+        varlen: packed variable-length batches (``cu_seqlens``).
+        head_dims: head dims the backend generates.
+        profile: profiling builds with trace stamps (``b200c bench --profile``).
+    """
+
+    causal: bool
+    gqa: bool
+    lse: bool
+    varlen: bool
+    head_dims: tuple
+    profile: bool
+
+
+class Target(msgspec.Struct, frozen=True):
+    """One code-generation and build target.
+
+    Attributes:
+        name: canonical name (``"sm100a"``).
+        spellings: other names accepted for it (lower case, e.g. ``"sm_100a"``).
+        summary: what it is, for help texts and errors (``"B200, tcgen05"``).
+        backend: module of the backend package that generates its source
+            (``b200c.codegen.tcgen05``); it provides ``RULES``, ``P_ALIASES_S``,
+            ``make_plan``, ``lower`` and ``emit``.
+        source: the target whose generated source this one builds (itself for
+            a native target; ``emulate`` builds the ``sm100a`` source).
+        compute_capability: (major, minor) of the GPUs it runs on.
+        devices: those GPUs by name, for messages (``"B200"``).
+        arch: the ptxas/cuobjdump architecture (``"sm_100a"``).
+        nvcc_flags: architecture and define flags of its nvcc command line.
+        header: the helper header inlined into its generated source
+            (``b200c/codegen/cuda/<header>``).
+        include_headers: its build reads the headers of
+            :func:`b200c.codegen.cuda_include_dir` (``-I``; their text joins the
+            kernel cache key).
+        bounded_waits: ``"always"`` (every build bounds its mbarrier waits),
+            ``"debug"`` (only with ``B200C_BOUNDED_WAIT=1``) or ``"never"``.
+        emulator_threads: threads added to each CTA for the emulator warp (0: none).
+        native: runs at the hardware's speed (False: an emulation, correctness only).
+        emulates: for an emulation target, the native target whose kernels it runs.
+        sass: the SASS analysis ``b200c check`` runs (``"role_loops"`` per warp
+            role, ``"hot_loop"`` of the consumer with wgmma hazards, ``""`` none).
+        caps: what its kernels compute (:class:`Capabilities`).
+    """
+
+    name: str
+    spellings: tuple
+    summary: str
+    backend: str
+    source: str
+    compute_capability: tuple
+    devices: str
+    arch: str
+    nvcc_flags: tuple
+    header: str
+    caps: Capabilities
+    include_headers: bool = False
+    bounded_waits: str = "never"
+    emulator_threads: int = 0
+    native: bool = True
+    emulates: Optional[str] = None
+    sass: str = ""
+
+    def backend_module(self):
+        """The backend package (imported on first use)."""
+        return importlib.import_module(self.backend)
+
+    def source_target(self) -> "Target":
+        """The record of :attr:`source` (self for a native target)."""
+        return self if self.source == self.name else resolve(self.source)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_TCGEN05_CAPS = Capabilities(causal=True, gqa=True, lse=True, varlen=True, head_dims=(64, 128, 256), profile=False)
+
+REGISTRY: list = [
+    Target(
+        name="sm100a", spellings=("sm_100a", "sm100", "sm_100"), summary="B200, tcgen05",
+        backend="b200c.codegen.tcgen05", source="sm100a", compute_capability=(10, 0), devices="B200",
+        arch="sm_100a", nvcc_flags=("-arch=sm_100a",), header="b200c_ptx.cuh", caps=_TCGEN05_CAPS,
+        sass="role_loops",
+    ),
+    Target(
+        name="emulate", spellings=(), summary="the sm100a kernel emulated on Hopper, correctness only",
+        backend="b200c.codegen.tcgen05", source="sm100a", compute_capability=(9, 0), devices="H100/H200",
+        arch="sm_90a", nvcc_flags=("-arch=sm_90a", "-DB200C_EMULATE", "-DB200C_BOUNDED_WAIT"),
+        header="b200c_ptx.cuh", caps=_TCGEN05_CAPS, include_headers=True, bounded_waits="always",
+        emulator_threads=32, native=False, emulates="sm100a",
+    ),
+    Target(
+        name="sm90a", spellings=("sm_90a", "sm90", "sm_90"), summary="Hopper, wgmma",
+        backend="b200c.codegen.sm90", source="sm90a", compute_capability=(9, 0), devices="H100/H200",
+        # -arch=sm_90a would also run a plain sm_90 pass, which rejects wgmma
+        arch="sm_90a", nvcc_flags=("-gencode=arch=compute_90a,code=sm_90a",), header="b200c_sm90.cuh",
+        caps=Capabilities(causal=False, gqa=False, lse=False, varlen=False, head_dims=(128,), profile=True),
+        bounded_waits="debug", sass="hot_loop",
+    ),
+]
+
+
+def _index() -> dict:
+    out = {}
+    for t in REGISTRY:
+        for spelling in (t.name, *t.spellings):
+            out[spelling] = t
+    return out
+
+
+_by_name: dict = _index()
+
+
+def register(target: Target) -> Target:
+    """Add ``target`` to the registry (after the built-in ones); returns it.
 
     Raises:
-        TargetError: unknown name (the message lists the accepted ones).
+        TargetError: its name or a spelling is already taken.
     """
-    t = str(target).strip().lower()
-    if t not in _SPELLINGS:
-        raise TargetError(f"unknown target {target!r}; code is generated for 'sm100a' (B200, also 'sm_100a'), "
-                          f"'emulate' (the sm100a kernel emulated on Hopper) and 'sm90a' (H100/H200, also 'sm_90a')")
-    return _SPELLINGS[t]
+    taken = [s for s in (target.name, *target.spellings) if s in _by_name]
+    if taken:
+        raise TargetError(f"target name {taken[0]!r} is already registered (by {_by_name[taken[0]].name!r})")
+    REGISTRY.append(target)
+    _by_name.update(_index())
+    return target
 
 
-def backend_name(target: str) -> str:
-    """The backend folder serving ``target``: ``"tcgen05"`` or ``"sm90"``.
+def unregister(name: str) -> None:
+    """Remove the target called ``name`` (tests of :func:`register`)."""
+    t = resolve(name)
+    REGISTRY.remove(t)
+    _by_name.clear()
+    _by_name.update(_index())
+
+
+def names() -> str:
+    """The accepted names, for error messages: ``'sm100a' (B200, tcgen05; also 'sm_100a'), ...``."""
+    parts = []
+    for t in REGISTRY:
+        also = f"; also {', '.join(repr(s) for s in t.spellings)}" if t.spellings else ""
+        parts.append(f"{t.name!r} ({t.summary}{also})")
+    return ", ".join(parts)
+
+
+def resolve(target) -> Target:
+    """The :class:`Target` for a name or spelling (case and surrounding spaces ignored); a Target is
+    returned as it is.
 
     Raises:
-        TargetError: unknown target.
+        TargetError: an unknown name (the message lists the accepted ones); ``"auto"`` is not a
+            target here (the callers that take it pick one first).
     """
-    return BACKENDS[canonical_target(target)]
+    if isinstance(target, Target):
+        return target
+    t = _by_name.get(target) if isinstance(target, str) else None
+    if t is not None:
+        return t
+    key = str(target).strip().lower()
+    t = _by_name.get(key)
+    if t is None:
+        raise TargetError(f"unknown target {target!r}; targets: {names()}")
+    return t
 
 
-def schedule_target(schedule) -> str:
-    """The native target a schedule is written for: ``"sm90a"`` when its knobs
-    pass the Hopper backend's rules but not the tcgen05 ones (block_m=64,
-    ``p_storage='registers'``, ``pingpong``: examples/hopper), else ``"sm100a"``.
-    ``target="auto"`` uses it to pick the kernel on a Hopper GPU. Never raises
-    for bad knobs (generation reports them)."""
+def resolve_or_auto(target):
+    """:data:`AUTO` for ``"auto"`` (any case), else :func:`resolve`."""
+    if isinstance(target, str) and target.strip().lower() == AUTO:
+        return AUTO
+    return resolve(target)
+
+
+def native_targets() -> list:
+    """The registered native targets, in registry order."""
+    return [t for t in REGISTRY if t.native]
+
+
+def for_device(capability) -> list:
+    """Targets whose kernels run on a GPU of compute ``capability`` (native ones first)."""
+    cc = tuple(capability)
+    found = [t for t in REGISTRY if t.compute_capability == cc]
+    return sorted(found, key=lambda t: not t.native)
+
+
+def emulation_of(target: Target, capability) -> Optional[Target]:
+    """The emulation target that runs ``target``'s kernels on compute ``capability``, if one exists."""
+    for t in REGISTRY:
+        if t.emulates == target.name and t.compute_capability == tuple(capability):
+            return t
+    return None
+
+
+def schedule_target(schedule) -> Target:
+    """The native target a schedule is written for: the first registered native target whose
+    backend's knob rules the schedule passes (a Hopper schedule with block_m=64,
+    ``p_storage='registers'`` or ``pingpong`` fails the tcgen05 rules and passes the sm90 ones:
+    examples/hopper), else the first native target. ``target="auto"`` uses it. Never raises for
+    bad knobs (generation reports them)."""
     from ..errors import ScheduleError
-    from .sm90.knobs import RULES as SM90_RULES
-    from .tcgen05.knobs import RULES as TCGEN05_RULES
 
-    def passes(rules) -> bool:
+    natives = native_targets()
+    for t in natives:
         try:
-            for rule in rules:
+            for rule in t.backend_module().RULES:
                 rule(schedule)
         except ScheduleError:
-            return False
-        return True
+            continue
+        return t
+    return natives[0]
 
-    return "sm90a" if not passes(TCGEN05_RULES) and passes(SM90_RULES) else "sm100a"
+
+__all__ = ["Target", "Capabilities", "REGISTRY", "AUTO", "register", "unregister", "resolve", "resolve_or_auto",
+           "names", "native_targets", "for_device", "emulation_of", "schedule_target"]

@@ -166,10 +166,12 @@ def build_timeline(schedule, target: str = "auto", iterations: int = 3) -> Timel
             :func:`b200c.codegen.make_plan`; ProtocolError: as :func:`b200c.codegen.lower`.
     """
     from ..codegen import lower
-    from ..codegen.targets import schedule_target
+    from ..codegen.targets import AUTO, resolve_or_auto, schedule_target
 
     _check_iterations(iterations)
-    t = schedule_target(schedule) if str(target).strip().lower() == "auto" else target
+    t = resolve_or_auto(target)
+    if t == AUTO:
+        t = schedule_target(schedule)
     return timeline_from_ir(lower(schedule, target=t), iterations)
 
 

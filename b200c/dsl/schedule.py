@@ -179,7 +179,7 @@ class Schedule:
             IssueOrderError: ``issue_order`` does not parse or breaks a
                 dependency.
         """
-        from .validate import validate_schedule
+        from .validate import validate_schedule  # below this module (it never imports it); lazy: import time
 
         validate_schedule(self)
         return self

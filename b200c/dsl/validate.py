@@ -15,7 +15,6 @@ import re
 
 from ..errors import ScheduleError
 from .issue_order import MAX_KV_STAGES, default_order, parse_issue_order
-from .schedule import Schedule
 
 _ENUMS = {
     "p_storage": ("smem", "tmem", "registers"),
@@ -36,7 +35,7 @@ _BOOL_FIELDS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rows
 _STR_FIELDS = ("name", "p_storage", "swizzle", "kv_tokens", "exp2", "phase_tracking", "tma_l2_promotion", "rowsum")
 
 
-def _types(s: Schedule) -> None:
+def _types(s) -> None:
     def bad(field, want):
         v = getattr(s, field)
         raise ScheduleError(f"{field}={v!r} is a {type(v).__name__}; expected {want}")
@@ -66,7 +65,7 @@ def _types(s: Schedule) -> None:
         )
 
 
-def _enums(s: Schedule) -> None:
+def _enums(s) -> None:
     for field, allowed in _ENUMS.items():
         v = getattr(s, field)
         if v not in allowed:
@@ -76,7 +75,7 @@ def _enums(s: Schedule) -> None:
 HEAD_DIMS = (64, 128, 256)
 
 
-def _tile_shape(s: Schedule) -> None:
+def _tile_shape(s) -> None:
     if s.head_dim not in HEAD_DIMS:
         raise ScheduleError(
             f"head_dim={s.head_dim} is not one of {', '.join(map(str, HEAD_DIMS))} (multiples of the 64-column "
@@ -93,7 +92,7 @@ def _tile_shape(s: Schedule) -> None:
         )
 
 
-def _needs_specialization(s: Schedule) -> None:
+def _needs_specialization(s) -> None:
     if s.warp_specialized:
         return
     for field, bad, why in (
@@ -112,7 +111,7 @@ def _needs_specialization(s: Schedule) -> None:
             )
 
 
-def _counts(s: Schedule) -> None:
+def _counts(s) -> None:
     if not (1 <= s.q_stages <= 4):
         raise ScheduleError(f"q_stages={s.q_stages} must be in 1..4")
     if not (1 <= s.kv_stages <= MAX_KV_STAGES):
@@ -129,7 +128,7 @@ def _counts(s: Schedule) -> None:
         raise ScheduleError(f"o_load_cols={s.o_load_cols} must be 8, 16 or 32 (tcgen05.ld/st .x8/.x16/.x32 of O)")
 
 
-def _exp2(s: Schedule) -> None:
+def _exp2(s) -> None:
     if s.sw_exp2_per16 and s.exp2 != "ex2.approx.ftz":
         raise ScheduleError(
             f"sw_exp2_per16={s.sw_exp2_per16} needs exp2='ex2.approx.ftz': the software split works on "
@@ -162,7 +161,7 @@ def _exp2(s: Schedule) -> None:
             )
 
 
-def _p_and_cache(s: Schedule) -> None:
+def _p_and_cache(s) -> None:
     if s.p_storage == "smem" and s.warp_specialized:
         raise ScheduleError(
             "p_storage='smem' needs warp_specialized=False: P in SMEM overwrites the K tile, which warp roles "
@@ -200,7 +199,7 @@ def _p_and_cache(s: Schedule) -> None:
         raise ScheduleError("deferred_s_wait=True needs p_storage='tmem': the wait moves before the first P store")
 
 
-def _pingpong(s: Schedule) -> None:
+def _pingpong(s) -> None:
     if s.pingpong and s.q_stages != 2:
         raise ScheduleError(
             f"pingpong=True needs q_stages=2 (got {s.q_stages}): two consumer warpgroups take turns issuing their "
@@ -208,11 +207,11 @@ def _pingpong(s: Schedule) -> None:
         )
 
 
-def _uses_setmaxnreg(s: Schedule) -> bool:
+def _uses_setmaxnreg(s) -> bool:
     return any(r is not None for r in (s.softmax_regs, s.correction_regs, s.other_regs))
 
 
-def _registers(s: Schedule) -> None:
+def _registers(s) -> None:
     for field in ("softmax_regs", "correction_regs", "other_regs"):
         v = getattr(s, field)
         if v is None:
@@ -234,7 +233,7 @@ def _registers(s: Schedule) -> None:
         raise ScheduleError("correction_regs is set but correction_warps=0: set correction_regs=None or correction_warps=4")
 
 
-def _issue_order(s: Schedule, p_aliases_s: bool = True):
+def _issue_order(s, p_aliases_s: bool = True):
     if not s.warp_specialized:
         return None
     text = s.issue_order if s.issue_order is not None else default_order(s.q_stages)
@@ -254,11 +253,12 @@ RULES = (
 )  # the target's rules run after _types and _enums; then _issue_order, whose parse is returned
 
 
-def validate_schedule(s: Schedule, target_rules: tuple = (), p_aliases_s: bool = True):
+def validate_schedule(s, target_rules: tuple = (), p_aliases_s: bool = True):
     """Run the knob rules (types, enums, then ``target_rules``, then the rest); the first violation raises.
 
     Args:
-        s: the schedule.
+        s: the schedule (a :class:`b200c.Schedule`; the callers check the type: this module is
+            below schedule.py, which calls it from :meth:`Schedule.validate`).
         target_rules: a target's own rules (functions of the schedule raising
             ScheduleError), e.g. ``b200c.codegen.sm90.knobs.RULES``.
         p_aliases_s: the target keeps P in the storage of S (tcgen05: P over
@@ -272,8 +272,6 @@ def validate_schedule(s: Schedule, target_rules: tuple = (), p_aliases_s: bool =
     Raises:
         ScheduleError, IssueOrderError.
     """
-    if not isinstance(s, Schedule):
-        raise ScheduleError(f"expected a b200c.Schedule, got {type(s).__name__}")
     # the target's refusals right after the type and enum checks: a knob that means nothing on the
     # target is reported as such, before rules that relate it to other knobs
     for rule in RULES[:2] + tuple(target_rules) + RULES[2:]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Hashable
 
 import torch
 
@@ -26,7 +27,7 @@ from . import watch as _watch
 from .inputs import check_tensor_types, flag_value, softmax_scale_value
 from .varlen import seqlen_value
 
-_TARGETS = frozenset(("auto", "sm100a", "sm_100a", "sm_100", "sm100", "emulate", "sm90a", "sm_90a", "sm_90", "sm90"))
+_TARGETS: set = {"auto"}  # names seen resolving (the fast path's one set lookup); others go through _check_options
 _LAYOUTS = frozenset(("bhsd", "bshd"))
 _Tensor = torch.Tensor
 
@@ -265,20 +266,23 @@ def _check_target_fits(schedule_json: str, target: str) -> None:
         ScheduleError / ResourceError: the schedule breaks a rule or budget of that target.
     """
     from ..codegen import make_plan
-    from ..codegen.targets import schedule_target
+    from ..codegen.targets import resolve, schedule_target
 
-    t = target.replace("_", "").lower()
-    plan_target = "sm90a" if t.startswith("sm90") else "sm100a"  # emulate: the sm100a kernel
+    plan_target = resolve(target).source_target()  # emulate: the sm100a kernel
     s = Schedule.from_json(schedule_json)
-    if schedule_target(s) != plan_target:  # its own target was checked with the schedule
+    if schedule_target(s) is not plan_target:  # its own target was checked with the schedule
         make_plan(s, plan_target)
     _fits.add((schedule_json, target))
 
 
 def _check_options(target, layout) -> None:
-    if target not in _TARGETS:
-        raise TargetError(f"unknown target {target!r}; allowed: 'auto', 'sm_100a' (also 'sm100a', 'sm_100'), "
-                         f"'sm_90a' (also 'sm90a', 'sm_90'), 'emulate'")
+    """Raise for an unknown ``target`` (TargetError, :func:`b200c.codegen.targets.resolve`) or ``layout``;
+    a known target name joins the set the calls' fast path looks it up in."""
+    if not isinstance(target, Hashable) or target not in _TARGETS:
+        from ..codegen.targets import resolve_or_auto
+
+        resolve_or_auto(target)  # raises TargetError naming the targets
+        _TARGETS.add(target)
     if layout not in _LAYOUTS:
         raise LaunchError(f"layout={layout!r}: use 'bhsd' (B, H, S, D) or 'bshd' (B, S, H, D)")
 
@@ -413,7 +417,7 @@ def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, re
         return _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target)
     if not (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor):
         check_tensor_types(q, k, v)  # subclasses (fake tensors, Parameters) pass; anything else raises
-    if target not in _TARGETS or layout not in _LAYOUTS:
+    if type(target) is not str or target not in _TARGETS or layout not in _LAYOUTS:
         _check_options(target, layout)
     if causal is not False and causal is not True:
         causal = flag_value("causal", causal)
@@ -496,7 +500,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """
     if not torch.compiler.is_compiling():
         check_tensor_types(q, k, v)
-    if target not in _TARGETS:
+    if type(target) is not str or target not in _TARGETS:
         _check_options(target, "bhsd")
     max_seqlen_q = seqlen_value("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = seqlen_value("max_seqlen_k", max_seqlen_k)

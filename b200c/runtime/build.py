@@ -23,7 +23,8 @@ from ..codegen import GeneratedKernel, LaunchInfo
 from ..errors import BuildError
 from ..nvcc import first_error_line
 from . import cache
-from ..toolchain import find_nvcc, header_digest_text, normalize_target, nvcc_flags, nvcc_version
+from ..codegen.targets import resolve
+from ..toolchain import find_nvcc, header_digest_text, nvcc_flags, nvcc_version
 
 log = logging.getLogger("b200c.runtime")
 
@@ -90,7 +91,9 @@ def build_many(
 
     Args:
         items: ``(name, generated_kernel)`` pairs; names label progress/errors.
-        target: ``"sm100a"`` (``"sm_100"`` accepted) or ``"emulate"``.
+        target: a target name (``"sm100a"``, ``"emulate"``, ``"sm90a"``, any spelling
+            :func:`b200c.codegen.targets.resolve` accepts) or Target; each kernel must have
+            been generated for the target whose source it builds (``emulate``: ``sm100a``).
         jobs: parallel nvcc processes (default: CPU count).
         progress: let ninja print its ``[k/n]`` lines to stdout.
 
@@ -102,13 +105,19 @@ def build_many(
     rebuilt with a one-line warning on the ``b200c.runtime`` logger.
 
     Raises:
-        BuildError: unknown target, nvcc/ninja missing, the cache folder
-            unusable, or any kernel failed to compile (kernels that compiled
-            are still cached).
+        TargetError: unknown target.
+        BuildError: a kernel generated for another target, nvcc/ninja missing,
+            the cache folder unusable, or any kernel failed to compile
+            (kernels that compiled are still cached).
     """
     from .. import __version__
 
-    target = normalize_target(target)
+    t = resolve(target)
+    target = t.name
+    for name, gk in items:
+        if resolve(gk.target).source != t.source:
+            raise BuildError(f"kernel {name!r} was generated for target {gk.target!r}, which target {t.name!r} does "
+                             f"not build (it builds the {t.source} source); generate it with target={t.name!r}")
     nvcc = find_nvcc()
     version = nvcc_version(nvcc)
     flags = nvcc_flags(target)

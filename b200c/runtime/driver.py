@@ -23,14 +23,13 @@ import struct
 import threading
 from dataclasses import dataclass, field
 
-from ..codegen.launch import EMULATOR_THREADS, KERNEL_NAME
+from ..codegen.launch import KERNEL_NAME
 from ..errors import BarrierTimeoutError, LaunchError, UnsupportedDeviceError
 from .build import BuiltKernel
 from .inputs import tma_strides
 
 log = logging.getLogger("b200c.runtime")
 
-_REQUIRED_CC = {"sm100a": (10, 0), "emulate": (9, 0), "sm90a": (9, 0)}
 _TMEM_SLOT_BYTES = 128 * 512 * 4
 _lock = threading.Lock()
 _loaded: dict[tuple[str, int], "LoadedKernel"] = {}
@@ -56,78 +55,82 @@ class HangReport(ctypes.Structure):
 # ---- target / architecture ---------------------------------------------------------
 
 
-def _note_emulation() -> None:
+def _note_emulation(target) -> None:
     global _emulate_noted
     if not _emulate_noted:
         _emulate_noted = True
         log.warning(
-            "b200c: running the emulated Blackwell kernel (target 'emulate', sm_90a) on a Hopper GPU: "
-            "for correctness only, never for speed"
+            "b200c: running the emulated kernel (target %r, %s) on a %s GPU: for correctness only, never for speed",
+            target.name, target.arch, target.devices,
         )
 
 
-def check_arch(target: str, capability: tuple[int, int], device_name: str = "") -> None:
-    """Check that a device of compute ``capability`` (major, minor) runs ``target``.
-
-    ``"sm100a"`` needs 10.0 (B200); ``"emulate"`` needs 9.0 (H100/H200) and
-    logs once that it is for correctness only; ``"sm90a"`` (native Hopper) needs 9.0.
+def check_arch(target, capability: tuple[int, int], device_name: str = "") -> None:
+    """Check that a device of compute ``capability`` (major, minor) runs ``target`` (a name or a
+    :class:`~b200c.codegen.targets.Target`): its record's ``compute_capability``; an emulation
+    target logs once that it is for correctness only.
 
     Raises:
-        UnsupportedDeviceError: naming both capabilities; for a 9.x device and
-            target sm100a it points to ``target="emulate"``.
+        TargetError: unknown target.
+        UnsupportedDeviceError: naming both capabilities and the targets the device runs.
     """
-    need = _REQUIRED_CC[target]
+    from ..codegen.targets import for_device, resolve
+
+    t = resolve(target)
+    need = t.compute_capability
     have = tuple(capability)
     dev = f" ({device_name})" if device_name else ""
     if have != need:
-        hint = ""
-        if target == "sm100a" and have[0] == 9:
-            hint = '; on Hopper use target="sm90a" (the native Hopper kernel) or target="emulate" (this sm100a kernel, correctness only)'
-        elif target == "sm90a":
-            hint = "; target sm90a runs on compute capability 9.0 (H100/H200) only"
-        elif target == "emulate":
-            hint = "; the emulation target runs on compute capability 9.0 (H100/H200) only"
+        runs = for_device(have)
+        hint = (f"; on this device use {' or '.join(f'target={chr(34)}{r.name}{chr(34)} ({r.summary})' for r in runs)}"
+                if runs else
+                f"; target {t.name!r} runs on compute capability {need[0]}.{need[1]} ({t.devices}) only")
         raise UnsupportedDeviceError(
-            f"target {target!r} needs compute capability {need[0]}.{need[1]} but the device{dev} "
+            f"target {t.name!r} needs compute capability {need[0]}.{need[1]} but the device{dev} "
             f"has {have[0]}.{have[1]}{hint}"
         )
-    if target == "emulate":
-        _note_emulation()
+    if not t.native:
+        _note_emulation(t)
 
 
-def resolve_target(target: str, capability: tuple[int, int], device_name: str = "",
-                   schedule_target: str = "sm100a") -> str:
-    """Canonical target for a device.
+def resolve_target(target, capability: tuple[int, int], device_name: str = "", schedule_target=None):
+    """The :class:`~b200c.codegen.targets.Target` a call runs on a device.
 
     ``"auto"`` picks the schedule's own kernel where the device runs it:
-    ``schedule_target`` (see :func:`b200c.codegen.targets.schedule_target`)
-    ``"sm100a"`` gives sm100a on compute capability 10.0 and the emulated
-    sm100a kernel on 9.0 (correctness only, logged once); ``"sm90a"`` (a
-    Hopper schedule, examples/hopper) gives the native Hopper kernel on 9.0.
+    ``schedule_target`` (the native target the schedule is written for, see
+    :func:`b200c.codegen.targets.schedule_target`; default the first native
+    target) when the device has its compute capability, else the emulation of
+    it that the device runs (a B200 schedule on a Hopper GPU: ``emulate``,
+    correctness only, logged once), else the target itself, so that
+    :func:`check_arch` names the capability it needs.
 
     Raises:
-        BuildError: unknown target name.
+        TargetError: unknown target name.
         UnsupportedDeviceError: the device cannot run the (resolved) target.
     """
-    from ..toolchain import normalize_target
+    from ..codegen.targets import AUTO, emulation_of, for_device, native_targets, resolve, resolve_or_auto
 
-    if target == "auto":
+    t = resolve_or_auto(target)
+    if t == AUTO:
+        own = resolve(schedule_target) if schedule_target is not None else native_targets()[0]
         have = tuple(capability)
-        if schedule_target == "sm90a":
-            target = "sm90a"  # check_arch names the capability it needs
-        elif have == (10, 0):
-            target = "sm100a"
-        elif have == (9, 0):
-            target = "emulate"
-        else:
+        if own.compute_capability == have:
+            t = own
+        elif emulation_of(own, have) is not None:
+            t = emulation_of(own, have)
+        elif not for_device(have):
             dev = f" ({device_name})" if device_name else ""
+            from ..codegen.targets import REGISTRY
+
             raise UnsupportedDeviceError(
                 f"no b200c target for the device{dev} of compute capability {have[0]}.{have[1]}: "
-                "target 'sm100a' needs 10.0 (B200), 'sm90a' and 'emulate' need 9.0 (H100/H200)"
+                + ", ".join(f"target {r.name!r} needs {r.compute_capability[0]}.{r.compute_capability[1]} "
+                            f"({r.devices})" for r in REGISTRY)
             )
-    target = normalize_target(target)
-    check_arch(target, capability, device_name)
-    return target
+        else:
+            t = own  # check_arch names the capability it needs
+    check_arch(t, capability, device_name)
+    return t
 
 
 # ---- driver helpers ------------------------------------------------------------------
@@ -183,7 +186,8 @@ class LoadedKernel:
         built: the cached kernel.
         device: CUDA device ordinal.
         num_sms: SM count of the device.
-        block: threads per CTA (``launch.threads`` + 32 for emulation).
+        block: threads per CTA (``launch.threads`` + the target's ``emulator_threads``).
+        target: the :class:`~b200c.codegen.targets.Target` it was built for.
         hang_report: host view of the hang report (emulation builds), else None.
     """
 
@@ -194,6 +198,7 @@ class LoadedKernel:
     function: object
     num_sms: int
     block: int
+    target: object = None  # the Target record of built.target
     hang_report: HangReport | None = None
     emu_masks: tuple | None = None  # (device pointer, slot count) of the TMEM alloc masks
     _keep: list = field(default_factory=list, repr=False)
@@ -249,7 +254,10 @@ def _load(built: BuiltKernel, device: int) -> LoadedKernel:
     module = _check(cu.cuModuleLoadData(image), f"cuModuleLoadData({built.cubin_path})")
     func = _check(cu.cuModuleGetFunction(module, KERNEL_NAME.encode()), f"cuModuleGetFunction({KERNEL_NAME})")
 
-    block = launch.threads + (EMULATOR_THREADS if built.target == "emulate" else 0)
+    from ..codegen.targets import resolve
+
+    target = resolve(built.target)
+    block = launch.threads + target.emulator_threads
     max_threads = _check(
         cu.cuFuncGetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func), "cuFuncGetAttribute"
     )
@@ -273,17 +281,18 @@ def _load(built: BuiltKernel, device: int) -> LoadedKernel:
         "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
     )
     num_sms = _check(cu.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
-    lk = LoadedKernel(built, device, ctx, module, func, num_sms, block)
-    if built.target == "emulate":
+    lk = LoadedKernel(built, device, ctx, module, func, num_sms, block, target)
+    if target.emulator_threads:
         _wire_emulator(lk)
-    elif built.target == "sm90a":
+    elif target.bounded_waits == "debug":
         _wire_hang_report(lk)
     return lk
 
 
 def _wire_hang_report(lk: LoadedKernel) -> None:
-    """Native sm90a debug builds (``B200C_BOUNDED_WAIT=1``) have the hang report
-    global; release builds do not, and nothing is allocated for them."""
+    """Debug builds of a target whose waits are bounded only on request (``bounded_waits="debug"``,
+    ``B200C_BOUNDED_WAIT=1``: sm90a) have the hang report global; release builds do not, and
+    nothing is allocated for them."""
     cu = _cu()
     err, _, _ = cu.cuModuleGetGlobal(lk.module, b"b200c_hang_report")
     if err != cu.CUresult.CUDA_SUCCESS:

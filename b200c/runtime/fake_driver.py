@@ -170,25 +170,29 @@ def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000
     Yields:
         FakeDriver: the records.
     """
+    from ..codegen.targets import resolve
+
+    record = resolve(target)
     fd = FakeDriver(version=version)
     mod = fd.module()
     mp = _Patches()
 
     def load(generated, tgt, device):
         fd.loads += 1
-        built = BuiltKernel(Path("/fake/kernel.cubin"), generated.launch, target, "f" * 64, False)
-        block = generated.launch.threads + (32 if target == "emulate" else 0)
-        masks = (0, 2 * num_sms) if target == "emulate" else None
-        report = driver.HangReport() if target == "emulate" else None
+        built = BuiltKernel(Path("/fake/kernel.cubin"), generated.launch, record.name, "f" * 64, False)
+        block = generated.launch.threads + record.emulator_threads
+        emulated = record.emulator_threads > 0
+        masks = (0, 2 * num_sms) if emulated else None
+        report = driver.HangReport() if emulated else None
         func = FakeFunction(generated.launch)
-        return driver.LoadedKernel(built, device, object(), None, func, num_sms, block, report, masks)
+        return driver.LoadedKernel(built, device, object(), None, func, num_sms, block, record, report, masks)
 
     mp.setattr(driver, "_cu", lambda: mod)
     mp.setattr(driver, "_driver_version", None)
-    mp.setattr(driver, "_note_emulation", lambda: None)  # no GPU here: "running on a Hopper GPU" would be false
+    mp.setattr(driver, "_note_emulation", lambda t: None)  # no GPU here: "running on a Hopper GPU" would be false
     mp.setattr(op, "kernel_for_generated", load)
     mp.setattr(op, "_kernels", {})
-    mp.setattr(op, "device_capability", lambda dev: ((10, 0) if target == "sm100a" else (9, 0), "fake GPU"))
+    mp.setattr(op, "device_capability", lambda dev: (record.compute_capability, "fake GPU"))
     mp.setattr(inputs, "_check_devices", lambda ts: None)
     mp.setattr(launcher, "_get_raw_stream", lambda device: 7)
     mp.setattr(launcher, "_current_device", lambda: -1)  # CPU tensors report device -1

@@ -254,25 +254,30 @@ class Entry:
 _F32 = torch.float32
 
 
-def check_sm90a_call(lk, causal: bool, return_lse: bool, gqa: bool, varlen: bool) -> None:
-    """Refuse what the native Hopper kernel does not compute yet: the sm90a
-    backend generates dense, non-causal attention without the LSE, one K/V
-    head per query head (b200c/codegen/sm90: its work items are (b, h, Q tile)).
+def check_capabilities(lk, causal: bool, return_lse: bool, gqa: bool, varlen: bool) -> None:
+    """Refuse what the loaded kernel's target does not compute (its record's ``caps``, e.g. the
+    native Hopper kernel's dense non-causal attention without the LSE).
 
     Raises:
-        LaunchError: naming the feature and what to use instead.
+        LaunchError: naming the features, the target and what to use instead.
     """
-    if lk.built.target != "sm90a":
-        return
-    asked = [name for name, on in (("causal=True", causal), ("return_lse=True", return_lse),
-                                   ("GQA/MQA (k, v with fewer heads than q)", gqa), ("varlen", varlen)) if on]
+    caps = lk.target.caps
+    asked = [name for name, on, can in (("causal=True", causal, caps.causal),
+                                        ("return_lse=True", return_lse, caps.lse),
+                                        ("GQA/MQA (k, v with fewer heads than q)", gqa, caps.gqa),
+                                        ("varlen", varlen, caps.varlen)) if on and not can]
     if asked:
+        from ..codegen.targets import REGISTRY
         from ..errors import LaunchError
 
+        others = [t for t in REGISTRY if t.compute_capability == lk.target.compute_capability
+                  and t is not lk.target and all(getattr(t.caps, c) for c, on in (
+                      ("causal", causal), ("lse", return_lse), ("gqa", gqa), ("varlen", varlen)) if on)]
+        alt = f"use target={others[0].name!r} ({others[0].summary}) or torch SDPA" if others else "use torch SDPA"
         raise LaunchError(
-            f"{', '.join(asked)}: the native Hopper kernel (target 'sm90a') computes dense non-causal attention "
-            f"without the LSE so far; use target='emulate' (the sm100a kernel, correctness only) or torch SDPA "
-            f"(b200c.scaled_dot_product_attention falls back by itself)"
+            f"{', '.join(asked)}: the kernels of target {lk.target.name!r} ({lk.target.summary}) do not compute "
+            f"{'it' if len(asked) == 1 else 'them'} yet; {alt} (b200c.scaled_dot_product_attention falls back by "
+            f"itself)"
         )
 
 
@@ -326,7 +331,7 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     inputs._check_devices(dict(zip("qkv", views)))
     device = q.get_device()
     lk = source.load(token, key[1], device)
-    check_sm90a_call(lk, causal, return_lse, problem.heads != problem.heads_kv, False)
+    check_capabilities(lk, causal, return_lse, problem.heads != problem.heads_kv, False)
     info = lk.built.launch
     pack = pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, causal, False)
     n_work = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack)

@@ -34,21 +34,23 @@ _capability: dict[int, tuple[tuple[int, int], str]] = {}
 
 
 @functools.lru_cache(maxsize=256)
-def generated_kernel(schedule_json: str, target: str = "sm100a"):
-    """``b200c.codegen.generate(Schedule.from_json(schedule_json), target)``,
-    cached per (JSON string, target); the emulation target uses the sm100a source.
+def generated_kernel(schedule_json: str, target="sm100a"):
+    """``b200c.codegen.generate(Schedule.from_json(schedule_json), target)``, cached per
+    (JSON string, target); a target that builds another's source (the emulation target:
+    sm100a's) generates that one.
 
     Raises:
-        ScheduleError, ResourceError, IssueOrderError.
+        ScheduleError, ResourceError, IssueOrderError, TargetError.
     """
     import b200c
+    from ..codegen.targets import resolve
 
     schedule = b200c.Schedule.from_json(schedule_json)
-    return b200c.generate(schedule, "sm90a") if target == "sm90a" else b200c.generate(schedule)
+    return b200c.generate(schedule, resolve(target).source_target())
 
 
 @functools.lru_cache(maxsize=256)
-def _schedule_target(schedule_json: str) -> str:
+def _schedule_target(schedule_json: str):
     import b200c
     from ..codegen.targets import schedule_target
 
@@ -73,13 +75,15 @@ def kernel_for_generated(generated, target: str, device: int):
 
     from ..errors import UnsupportedDeviceError
 
+    from ..codegen.targets import resolve
+
     cap, name = device_capability(device)
-    made_for = getattr(generated, "target", "sm100a")
-    resolved = driver.resolve_target(target, cap, name, "sm90a" if made_for == "sm90a" else "sm100a")
-    if (made_for == "sm90a") != (resolved == "sm90a"):
+    made_for = resolve(getattr(generated, "target", "sm100a"))
+    resolved = driver.resolve_target(target, cap, name, made_for.source_target())
+    if resolved.source != made_for.source:
         raise UnsupportedDeviceError(
-            f"kernel {generated.launch.name!r} was generated for target {made_for!r} but the build target is "
-            f"{resolved!r}; generate it with b200c.codegen.generate(schedule, target={resolved!r})"
+            f"kernel {generated.launch.name!r} was generated for target {made_for.name!r} but the build target is "
+            f"{resolved.name!r}; generate it with b200c.codegen.generate(schedule, target={resolved.source!r})"
         )
     return driver.load(build(generated, resolved), device)
 
@@ -133,14 +137,16 @@ def _specialize(schedule_json: str, head_dim: int):
     import b200c
     from ..errors import ScheduleError
 
+    from ..codegen.targets import schedule_target
+
     s = b200c.Schedule.from_json(schedule_json)
     if s.head_dim == head_dim:
         return schedule_json
     t = s.replace(head_dim=head_dim)
     try:
-        from ..codegen.targets import schedule_target
-
-        b200c.plan(t, schedule_target(t))
+        # planned for the target the schedule is written for (a Hopper schedule's rules, not the ones the
+        # specialized copy happens to pass or fail first)
+        b200c.plan(t, schedule_target(s))
     except ScheduleError as e:
         hint = (f"pass a schedule that holds D = {head_dim} (b200c.dsl.presets.default_schedule({head_dim}) does), "
                 "or use torch.nn.functional.scaled_dot_product_attention (b200c.scaled_dot_product_attention "

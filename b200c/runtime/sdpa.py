@@ -170,7 +170,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         Anything torch's SDPA raises for the calls it runs.
     """
     compiling = torch.compiler.is_compiling()
-    if target not in api._TARGETS:
+    if type(target) is not str or target not in api._TARGETS:
         api._check_options(target, "bhsd")
     why = _reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, compiling)
     if why is None and scale is not None:

@@ -225,7 +225,7 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     check_devices(q, k, v, cu_seqlens_q, cu_seqlens_k)
     device = q.get_device()
     lk = source.load(token, key[2], device)
-    launcher.check_sm90a_call(lk, causal, return_lse, False, True)
+    launcher.check_capabilities(lk, causal, return_lse, False, True)
     info = lk.built.launch
     b, h, s = problem.batch, problem.heads, problem.seq_q
     pack = launcher.pack_heads(info.q_stages, h, problem.heads_kv, s, causal, True)

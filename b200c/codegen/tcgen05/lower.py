@@ -10,20 +10,11 @@ from ..roles.load import setmaxnreg
 
 
 def lower(schedule, plan: Plan, profile: bool = False) -> KernelIR:
-    """Build every warp role's program for a plan.
-
-    Raises:
-        TargetError: ``profile`` asked: the tcgen05 templates have no trace
-            stamps yet (the :class:`~b200c.codegen.ir.Stamp` node is shared;
-            adding ``trace_stamp`` to b200c_ptx.cuh and spans to the roles is
-            what remains).
-    """
-    from ...errors import TargetError
+    """Build every warp role's program for a plan. ``profile`` is never set here: the targets of
+    this backend have ``caps.profile`` False (the tcgen05 templates have no trace stamps yet; the
+    :class:`~b200c.codegen.ir.Stamp` node is shared, adding ``trace_stamp`` to b200c_ptx.cuh and
+    spans to the roles is what remains), and :func:`b200c.codegen.lower` refuses it first."""
     from .roles import correction, cta, mma, softmax
-
-    if profile:
-        raise TargetError("profiling stamps are generated for target sm90a only; the tcgen05 (sm100a) templates "
-                          "do not stamp their roles yet")
 
     lw = Lowering(plan, schedule)
     roles = []
