@@ -31,7 +31,7 @@ from .errors import (
 )
 from .dsl import Schedule, load_schedule_file
 
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def plan(schedule, target: str = "sm100a"):

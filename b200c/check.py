@@ -2,9 +2,9 @@
 each schedule for the target, then print one row per schedule (stage, warps
 per role, threads, dynamic SMEM, TMEM columns, registers and spills from
 ptxas, SASS counts). For sm100a a second table gives each warp role's
-steady-state (K/V) loop from the SASS (:mod:`b200c.role_loops`); for sm90a
+steady-state (K/V) loop from the SASS (:mod:`b200c.sass.roles`); for sm90a
 the row has the consumer's hot-loop size and the wgmma register-hazard count
-(:mod:`b200c.sass_hopper`). ``--json`` prints the rows as JSON instead. Exit
+(:mod:`b200c.sass.hopper`). ``--json`` prints the rows as JSON instead. Exit
 status 1 if any schedule fails to validate or compile, spills, or (sm90a)
 has a hazard."""
 from __future__ import annotations
@@ -36,14 +36,14 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
     With ``sass`` on sm100a the kernel is compiled with ``-lineinfo`` (which leaves the
     SASS as it is; tests/test_sass_loops.py checks that on every example) and
     the row also holds ``loops``: {role label: counts of its steady-state
-    loop} (see :func:`b200c.role_loops.role_loops`), or ``loops_error`` when
+    loop} (see :func:`b200c.sass.roles.role_loops`), or ``loops_error`` when
     the loops cannot be attributed (the schedule itself is not failed for it).
     On sm90a the row holds the hot loop's size and its wgmma register hazards.
     """
-    from . import load_schedule_file
+    from .dsl import load_schedule_file
     from .codegen import generate, make_plan
     from .nvcc import compile_cuda
-    from .role_loops import LINEINFO
+    from .sass.roles import LINEINFO
 
     from .codegen.targets import AUTO, resolve_or_auto, schedule_target
 
@@ -73,7 +73,7 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
             text = disassemble(out)
             row.update(count(text))
             if sm90:
-                from .sass_hopper import async_register_hazards, hot_loop
+                from .sass.hopper import async_register_hazards, hot_loop
 
                 loop = hot_loop(text)
                 if loop:
@@ -82,7 +82,7 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
                     if hz:
                         row["error"] = f"{len(hz)} wgmma register hazard(s), first: {hz[0]}"
             elif roles:
-                from .role_loops import cubin_role_loops
+                from .sass.roles import cubin_role_loops
 
                 try:
                     row["loops"] = cubin_role_loops(kernel.source, out)
@@ -125,8 +125,8 @@ def format_table(rows: list, sass: bool = True, target="sm100a") -> str:
 
 def format_loop_table(entries: list) -> str:
     """Text table of steady-state loops: ``entries`` are (kernel, role,
-    counts) triples, counts as from :func:`b200c.sass_loops.mix`; one line each."""
-    from .sass_loops import LOOP_COLS
+    counts) triples, counts as from :func:`b200c.sass.loops.mix`; one line each."""
+    from .sass.loops import LOOP_COLS
 
     cols = ("static", *LOOP_COLS)
     table = [["schedule", "role", *cols]]

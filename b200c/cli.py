@@ -215,7 +215,7 @@ def _bench(args) -> int:
 
 def make_parser() -> argparse.ArgumentParser:
     """The ``b200c`` argument parser (subcommands compile, check, build, bench, draw)."""
-    from . import __version__
+    from .version import __version__
 
     fmt = argparse.RawDescriptionHelpFormatter
     p = _Parser(prog="b200c", description="Compile declarative attention schedules to sm_100a (B200) or sm_90a "

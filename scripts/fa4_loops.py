@@ -16,10 +16,10 @@ again by our nvcc/ptxas (``-arch=sm_100a -cubin``, its ``.version`` lowered
 to 8.8 for ptxas 13.0), so both kernels go through the same ptxas.
 
 Both cubins are counted by b200c's own code: loops from
-:func:`b200c.sass_loops.find_loops`, counts from :func:`b200c.sass_loops.mix`.
+:func:`b200c.sass.loops.find_loops`, counts from :func:`b200c.sass.loops.mix`.
 The b200c kernel's loops are attributed to warp roles through line info and
-its section markers (:mod:`b200c.role_loops`). FA4's kernel has no markers:
-its loops are attributed by instruction mix (:func:`b200c.sass_loops.loops_by_mix`):
+its section markers (:mod:`b200c.sass.roles`). FA4's kernel has no markers:
+its loops are attributed by instruction mix (:func:`b200c.sass.loops.loops_by_mix`):
 a loop with UTC*MMA is the MMA warp's, with UTMALDG the load warp's, with
 MUFU.EX2 softmax's, with LDTM and STTM (and none of those) the correction
 warps'; a role's steady-state loop is its innermost loop of that mix, since
@@ -125,7 +125,7 @@ def assemble(ptx: Path, out: Path) -> Path:
 
 def fa4_rows(cubin: Path):
     """([(role, counts)], [note]) of FA4's steady-state loops, by instruction mix."""
-    from b200c.sass_loops import disassemble_lines, loops_by_mix, mix, parse_listing
+    from b200c.sass.loops import disassemble_lines, loops_by_mix, mix, parse_listing
 
     rows, notes = [], []
     by_role = loops_by_mix(parse_listing(disassemble_lines(cubin)))
@@ -142,7 +142,7 @@ def fa4_rows(cubin: Path):
 def b200c_rows(schedule: Path, work: Path):
     """(schedule name, [(role, counts)]) of a b200c schedule's steady-state loops."""
     import b200c
-    from b200c.role_loops import compile_with_lines, cubin_role_loops
+    from b200c.sass.roles import compile_with_lines, cubin_role_loops
 
     s = b200c.load_schedule_file(schedule)
     source = b200c.generate(s).source

@@ -76,7 +76,7 @@ def worker(files: list, shapes: list, debug: bool) -> int:
 
     import b200c
     from b200c.runtime import synchronize
-    from gpu_job import SHAPES, make_inputs, reference
+    from gpu_inputs import SHAPES, make_inputs, reference
 
     emit({"ev": "start", "device": torch.cuda.get_device_name(0)})
     for shape in shapes:

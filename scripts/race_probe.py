@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpu_job import SHAPES, make_inputs, reference  # noqa: E402
+from gpu_inputs import SHAPES, make_inputs, reference  # noqa: E402
 
 
 def main():

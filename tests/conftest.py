@@ -108,7 +108,7 @@ def sm100a_builds(tmp_path_factory):
     import b200c
     from b200c.errors import B200cError
     from b200c.nvcc import compile_cuda
-    from b200c.role_loops import LINEINFO
+    from b200c.sass.roles import LINEINFO
 
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc on PATH")

@@ -29,7 +29,7 @@ def test_sm90a_zero_spills_no_hazards(example, generated_sm90, tmp_path):
     assert r["spill_bytes"] == 0 and r["stack_frame"] == 0, res.log
     if _sass_tools():
         from b200c.sass import disassemble
-        from b200c.sass_hopper import async_register_hazards, hot_loop
+        from b200c.sass.hopper import async_register_hazards, hot_loop
 
         loop = hot_loop(disassemble(out))
         assert loop and loop["mma"] > 0

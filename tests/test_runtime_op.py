@@ -6,6 +6,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import b200c
+import b200c.codegen
 from b200c.errors import LaunchError, ScheduleError
 from b200c.runtime import api, op
 
@@ -136,7 +137,7 @@ def test_schedule_file_path(tmp_path):
 
 def test_generated_kernel_cached_per_json(monkeypatch):
     calls = []
-    monkeypatch.setattr(b200c, "generate", lambda s, t: calls.append(s) or ("kernel", s.name))
+    monkeypatch.setattr(b200c.codegen, "generate", lambda s, t: calls.append(s) or ("kernel", s.name))
     op.generated_kernel.cache_clear()
     try:
         j = SCHED.to_json()

@@ -1,7 +1,7 @@
 """Each warp role's steady-state loop, from the real sm_100a SASS (issue 9).
 
 tests/golden/sass_loops.json pins the static instruction counts of every
-example's and variant's K/V loops, computed by b200c.role_loops from the
+example's and variant's K/V loops, computed by b200c.sass.roles from the
 cubins that nvcc builds here; regenerate it on purpose with
 ``pytest tests/test_sass_loops.py --update-golden`` and review the diff. The
 counts depend on ptxas: the file records the nvcc release it was made with,
@@ -18,7 +18,7 @@ from b200c.errors import BuildError
 
 GOLDEN = Path(__file__).parent / "golden" / "sass_loops.json"
 ABOUT = ("static SASS instructions of each warp role's steady-state (K/V) loop body per K/V tile, "
-         "sm_100a, from b200c.role_loops; regenerate with: pytest tests/test_sass_loops.py --update-golden")
+         "sm_100a, from b200c.sass.roles; regenerate with: pytest tests/test_sass_loops.py --update-golden")
 
 
 def _need_disassembler():
@@ -39,7 +39,7 @@ def _nvcc_release() -> str:
 @pytest.fixture(scope="session")
 def listings(sm100a_builds):
     """{key: (nvdisasm -gi -hex listing of the -lineinfo cubin, same of the plain cubin)}."""
-    from b200c.sass_loops import disassemble_lines
+    from b200c.sass.loops import disassemble_lines
 
     _need_disassembler()
 
@@ -54,7 +54,7 @@ def listings(sm100a_builds):
 @pytest.fixture(scope="session")
 def measured(sm100a_builds, listings):
     """{key: {role: counts}} of every example and variant, without the source line."""
-    from b200c.role_loops import role_loops
+    from b200c.sass.roles import role_loops
 
     out = {}
     for key, b in sm100a_builds.items():
@@ -100,7 +100,7 @@ def _diff(golden: dict, now: dict) -> list:
 def test_lineinfo_keeps_the_instruction_stream(sm100a_builds, listings):
     """check compiles with -lineinfo; the SASS must be the one the build runs:
     the same instructions (opcodes, guards, operands) with the same encodings."""
-    from b200c.sass_loops import encoding_stream, opcode_stream
+    from b200c.sass.loops import encoding_stream, opcode_stream
 
     bad = []
     for key, b in sm100a_builds.items():
@@ -156,7 +156,7 @@ def test_every_warp_role_with_a_kv_loop_is_reported(measured):
 def test_mix_classifier_finds_the_same_loops(measured, listings):
     """scripts/fa4_loops.py attributes FA4's loops by instruction mix; on our
     warp-specialized kernels that must pick the loops the line info picks."""
-    from b200c.sass_loops import loops_by_mix, parse_listing
+    from b200c.sass.loops import loops_by_mix, parse_listing
 
     for key in ("12_split_correction", "18_tma_l2_promotion", "variants/ring4"):
         by_mix = loops_by_mix(parse_listing(listings[key][0]))

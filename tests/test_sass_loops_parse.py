@@ -3,8 +3,8 @@ import pytest
 
 from conftest import ROOT
 from b200c.errors import BuildError
-from b200c.role_loops import kernel_layout, role_loops
-from b200c.sass_loops import find_loops, is_spin_wait, loops_by_mix, mix, opcode_stream, parse_listing
+from b200c.sass.roles import kernel_layout, role_loops
+from b200c.sass.loops import find_loops, is_spin_wait, loops_by_mix, mix, opcode_stream, parse_listing
 
 # a role dispatch through BRX, a K/V loop whose header is an mbarrier wait with
 # its retry block out of line (the retry jumps back into the loop: not a loop
@@ -97,8 +97,8 @@ def test_bad_inputs_raise_build_errors():
 
 
 def test_missing_disassembler_is_a_build_error(monkeypatch, tmp_path):
-    import b200c.sass as sass
-    from b200c.sass_loops import disassemble_lines
+    import b200c.sass.disasm as sass
+    from b200c.sass.loops import disassemble_lines
 
     monkeypatch.setattr(sass, "_tool_dirs", lambda: [])
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -88,7 +88,7 @@ def measure(schedules, shapes, device, *, target: str = "auto", timer=time_ms, w
     Returns:
         list of :class:`Row`; failures are rows with ``error`` set.
     """
-    import b200c
+    from ..runtime.api import attention
 
     bar = None
     if progress:
@@ -109,7 +109,7 @@ def measure(schedules, shapes, device, *, target: str = "auto", timer=time_ms, w
         for src, sched in schedules:
             if bar is not None:
                 bar.set_postfix_str(f"{sched.name} {shape.label}")
-            fn = lambda s=sched: b200c.attention(q, k, v, schedule=s, target=target)  # noqa: E731
+            fn = lambda s=sched: attention(q, k, v, schedule=s, target=target)  # noqa: E731
             row = Row(sched.name, "b200c", str(src), sched.blog_stage, shape.label, shape.seq)
             try:
                 out = fn()  # builds (cached on disk) and loads on the first call

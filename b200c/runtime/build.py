@@ -110,7 +110,7 @@ def build_many(
             the cache folder unusable, or any kernel failed to compile
             (kernels that compiled are still cached).
     """
-    from .. import __version__
+    from ..version import __version__
 
     t = resolve(target)
     target = t.name

@@ -26,10 +26,9 @@ def run_build(paths: list[str], target="auto", jobs: int | None = None) -> int:
         BuildError: nvcc/ninja missing, or a kernel failed to compile (the
             others are still cached).
     """
-    import b200c
-    from b200c.codegen import generate
-
+    from .. import codegen
     from ..codegen.targets import AUTO, resolve_or_auto, schedule_target
+    from ..dsl import load_schedule_file
     from ..errors import B200cError
     from .build import build_many
 
@@ -38,9 +37,9 @@ def run_build(paths: list[str], target="auto", jobs: int | None = None) -> int:
     failures = []
     for p in paths:
         try:
-            s = b200c.load_schedule_file(p)
+            s = load_schedule_file(p)
             t = schedule_target(s) if wanted == AUTO else wanted
-            groups.setdefault(t.name, (t, []))[1].append((p, generate(s, t.source_target())))
+            groups.setdefault(t.name, (t, []))[1].append((p, codegen.generate(s, t.source_target())))
         except B200cError as e:
             failures.append((p, e))
     if failures:

@@ -42,19 +42,19 @@ def generated_kernel(schedule_json: str, target="sm100a"):
     Raises:
         ScheduleError, ResourceError, IssueOrderError, TargetError.
     """
-    import b200c
+    from .. import codegen
     from ..codegen.targets import resolve
+    from ..dsl import Schedule
 
-    schedule = b200c.Schedule.from_json(schedule_json)
-    return b200c.generate(schedule, resolve(target).source_target())
+    return codegen.generate(Schedule.from_json(schedule_json), resolve(target).source_target())
 
 
 @functools.lru_cache(maxsize=256)
 def _schedule_target(schedule_json: str):
-    import b200c
     from ..codegen.targets import schedule_target
+    from ..dsl import Schedule
 
-    return schedule_target(b200c.Schedule.from_json(schedule_json))
+    return schedule_target(Schedule.from_json(schedule_json))
 
 
 def device_capability(device: int) -> tuple[tuple[int, int], str]:
@@ -134,19 +134,20 @@ def specialized_json(schedule_json: str, head_dim: int) -> str:
 
 
 def _specialize(schedule_json: str, head_dim: int):
-    import b200c
+    from ..codegen import make_plan
+    from ..dsl import Schedule
     from ..errors import ScheduleError
 
     from ..codegen.targets import schedule_target
 
-    s = b200c.Schedule.from_json(schedule_json)
+    s = Schedule.from_json(schedule_json)
     if s.head_dim == head_dim:
         return schedule_json
     t = s.replace(head_dim=head_dim)
     try:
         # planned for the target the schedule is written for (a Hopper schedule's rules, not the ones the
         # specialized copy happens to pass or fail first)
-        b200c.plan(t, schedule_target(s))
+        make_plan(t, schedule_target(s))
     except ScheduleError as e:
         hint = (f"pass a schedule that holds D = {head_dim} (b200c.dsl.presets.default_schedule({head_dim}) does), "
                 "or use torch.nn.functional.scaled_dot_product_attention (b200c.scaled_dot_product_attention "

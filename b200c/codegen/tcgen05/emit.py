@@ -55,7 +55,7 @@ def _where(r) -> str:
 
 def emit(ir: KernelIR, launch) -> str:
     """Render the whole .cu file of a kernel IR (``launch``: its LaunchInfo)."""
-    from ... import __version__
+    from ...version import __version__
 
     plan = ir.plan
     env = _env()

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import BuildError
+from ..errors import BuildError
 
 # counted opcodes: name -> regex over one SASS instruction line
 COUNTERS = {

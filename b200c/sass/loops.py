@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import BuildError
+from ..errors import BuildError
 
 # mix columns (see mix()): these match the opcode without its modifiers
 _BASE_COLS = ("FFMA", "FFMA2", "FADD", "FADD2", "FMUL", "FMUL2", "FMNMX", "FMNMX3", "F2FP", "LDTM", "STTM",
@@ -101,7 +101,7 @@ def disassemble_lines(cubin: Path, encodings: bool = False) -> str:
     """
     import shutil
 
-    from .sass import find_cuobjdump
+    from .disasm import find_cuobjdump
 
     _, path = find_cuobjdump()
     exe = shutil.which("nvdisasm", path=path)

@@ -14,7 +14,7 @@ stream unchanged; tests/test_sass_loops.py checks it on every example) and
 disassembled with ``nvdisasm -gi``: each instruction carries its inlining
 chain, whose frame inside a role section gives the source line in the role
 function and whose next frame out gives the entry call site, i.e. the role
-copy. A SASS loop (see :mod:`b200c.sass_loops`) belongs to a K/V ``for``
+copy. A SASS loop (see :mod:`b200c.sass.loops`) belongs to a K/V ``for``
 statement when its last back edge maps to a line of that statement in that
 role copy; the largest such loop is the steady-state loop (mbarrier retry
 loops inside it are smaller and merge into it when they share its header).
@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BuildError
-from .sass_loops import find_loops, is_spin_wait, mix, parse_listing
+from ..errors import BuildError
+from .loops import find_loops, is_spin_wait, mix, parse_listing
 
 _SECTION = re.compile(r"^// ==== (end )?section: (.+?) ====\s*$")
 _KV_FOR = re.compile(r"^\s*for \(int [ij] = [^;]*;([^;]*);[^)]*\)\s*\{?\s*(?://\s*(.*))?$")
@@ -143,7 +143,7 @@ def role_loops(source: str, listing: str, src_name: str | None = None) -> dict:
     the role names, with ``[k]`` per copy when the entry calls a role more
     than once (``softmax[0]``, ``softmax[1]``); rows follow the entry's call
     order (a role with two K/V loops would get a second row ``label@line``).
-    Each mix is :func:`b200c.sass_loops.mix` of the loop body plus ``line``,
+    Each mix is :func:`b200c.sass.loops.mix` of the loop body plus ``line``,
     the K/V ``for`` line in the source.
 
     Raises:
@@ -191,7 +191,7 @@ def cubin_role_loops(source: str, cubin: Path) -> dict:
     Raises:
         BuildError: nvdisasm missing or failing, or as :func:`role_loops`.
     """
-    from .sass_loops import disassemble_lines
+    from .loops import disassemble_lines
 
     return role_loops(source, disassemble_lines(cubin))
 
@@ -207,6 +207,6 @@ def compile_with_lines(source: str, out: Path):
     Raises:
         BuildError: nvcc missing or failing.
     """
-    from .nvcc import compile_cuda
+    from ..nvcc import compile_cuda
 
     return compile_cuda(source, out, "cubin", "sm_100a", extra=LINEINFO)
