@@ -145,8 +145,10 @@ class Single(Node):
 
 class Wait(Node):
     """Wait for a phase of mbarrier ``barrier[index]``; flip the phase bit.
-    ``fence_after`` adds ``tcgen05.fence::after_thread_sync`` (the reader of
-    TMEM or the MMA issuer after a hand-off, PTX 9.7.16.6.4)."""
+    ``fence_after``: the waiting thread's later asynchronous-unit operations are
+    ordered after the wait (the backend's ``fence_after_sync`` text; tcgen05:
+    ``tcgen05.fence::after_thread_sync`` for the reader of TMEM or the MMA issuer
+    after a hand-off, PTX 9.7.16.6.4)."""
 
     barrier: str
     index: Optional[str]
@@ -157,15 +159,18 @@ class Wait(Node):
 
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""
-        f = "; tcgen05.fence::after_thread_sync" if self.fence_after else ""
+        f = "; fence after sync" if self.fence_after else ""
         return f"wait {self.barrier}{idx} parity {self.phase} (site {self.site}){f}"
 
 
 class Arrive(Node):
-    """Arrive on ``barrier[index]``. ``by``: ``warp`` (``__syncwarp`` then lane
-    0; one arrival per warp) or ``thread``. ``tx_bytes`` makes it
-    ``arrive.expect_tx``. ``fence_before`` = ``tcgen05.wait::st`` +
-    ``tcgen05.fence::before_thread_sync`` (TMEM writers, PTX 9.7.16.6.4)."""
+    """Arrive on ``barrier[index]``. ``by``: ``warp`` (one arrival per warp, from
+    lane 0 once the warp's threads are done: the backend's ``warp_arrive`` text)
+    or ``thread``. ``tx_bytes`` makes it ``arrive.expect_tx``. ``fence_before``:
+    the arriving threads' asynchronous-unit writes are ordered before the
+    arrival (the backend's ``fence_before_sync`` text; tcgen05:
+    ``tcgen05.wait::st`` + ``tcgen05.fence::before_thread_sync`` for TMEM
+    writers, PTX 9.7.16.6.4)."""
 
     barrier: str
     index: Optional[str] = None
@@ -176,7 +181,7 @@ class Arrive(Node):
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""
         tx = f" expect_tx {self.tx_bytes}" if self.tx_bytes else ""
-        fb = "tcgen05.fence::before_thread_sync; " if self.fence_before else ""
+        fb = "fence before sync; " if self.fence_before else ""
         return f"{fb}arrive {self.barrier}{idx} by {self.by}{tx}"
 
 
@@ -191,9 +196,12 @@ class AsyncArrive(Node):
 
 class TmaLoadTile(Node):
     """TMA-load one tile of ``tensor`` (q/k/v; its bytes are the plan's tile
-    bytes): ``rows`` rows starting at row ``row`` of head ``head`` (batch
-    coordinate ``w.tma_b``), into SMEM offset ``dst``; completes the bytes on
-    ``barrier[index]`` (slices per the swizzle mode, blog ch.1/3)."""
+    bytes): ``rows`` rows starting at row ``row`` of head ``head``, batch
+    coordinate ``batch``, into SMEM offset ``dst``; completes the bytes on
+    ``barrier[index]``, one box of ``box_cols`` columns per slice of
+    ``slice_bytes`` (per the swizzle mode, blog ch.1/3). ``rows``,
+    ``box_cols`` and ``slice_bytes`` are the backend plan's constants (text:
+    a number or a constant's name)."""
 
     tensor: str
     dst: str
@@ -201,7 +209,10 @@ class TmaLoadTile(Node):
     barrier: str
     index: Optional[str] = None
     head: str = "w.h"
-    rows: int = 128
+    rows: str = "128"
+    batch: str = "w.tma_b"
+    box_cols: str = "TMA_BOX_INNER"
+    slice_bytes: str = "TMA_SLICE_BYTES"
 
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""

@@ -1,9 +1,15 @@
 """Rendering IR nodes to CUDA text through jinja2 templates.
 
 Each backend has a template folder (``b200c/codegen/<backend>/templates``)
-searched before the shared one (``b200c/codegen/templates``); a node type
-``Foo`` renders with ``stmt/Foo.j2``. Templates only print: every decision is
-made in Python (plan, lowering) and arrives as node fields.
+for its own node types and file skeleton, beside the shared one
+(``b200c/codegen/templates``) of the shared nodes; a node type ``Foo``
+renders with ``stmt/Foo.j2``. A backend template never has the name of a
+shared one (:func:`environment` refuses it): a backend that prints a node
+differently has its own node type, named as such. What a shared node means
+on a target (a fence, a warp's arrival) comes from the backend's renderer
+table (``<backend>/text.py``), printed as ``tt.<intent>``. Templates only
+print: every decision is made in Python (plan, lowering) and arrives as node
+fields.
 """
 from __future__ import annotations
 
@@ -20,8 +26,9 @@ _OPTIONS = dict(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=Fals
 
 
 @functools.lru_cache(maxsize=None)
-def environment(backend_templates: str) -> jinja2.Environment:
-    """The jinja2 environment of a backend (its folder first, then the shared one).
+def environment(backend_templates: str, text: tuple = ()) -> jinja2.Environment:
+    """The jinja2 environment of a backend: its template folder and the shared one, and its
+    renderer table ``text`` (``(intent, text)`` pairs, the templates' ``tt``).
 
     Compiled templates are kept on disk (:func:`b200c.compile_cache.template_bytecode_cache`),
     so a fresh process loads their bytecode instead of compiling them again. A
@@ -29,7 +36,11 @@ def environment(backend_templates: str) -> jinja2.Environment:
     its file on every use; a template edited while a process runs is seen by
     the next process).
     """
-    return jinja2.Environment(
+    shadowed = shadowed_templates(backend_templates)
+    if shadowed:
+        raise RuntimeError(f"backend templates {backend_templates} shadow shared ones: {', '.join(shadowed)}; give "
+                           f"the backend's node its own type (and template name)")
+    env = jinja2.Environment(
         loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(backend_templates),
                                     jinja2.FileSystemLoader(str(_HERE / "templates"))]),
         undefined=jinja2.StrictUndefined,
@@ -37,6 +48,15 @@ def environment(backend_templates: str) -> jinja2.Environment:
         auto_reload=False,
         **_OPTIONS,
     )
+    env.globals["tt"] = dict(text)
+    return env
+
+
+def shadowed_templates(backend_templates: str) -> list:
+    """Templates of a backend folder that have the name of a shared template (there should be none)."""
+    shared = {p.relative_to(_HERE / "templates") for p in (_HERE / "templates").rglob("*.j2")}
+    return sorted(str(p.relative_to(backend_templates)) for p in Path(backend_templates).rglob("*.j2")
+                  if p.relative_to(backend_templates) in shared)
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,9 +79,9 @@ def indent(text: str, n: int = 2) -> str:
 def render_node(template: jinja2.Template, node, body: str) -> str:
     """``template.render(n=node, body=body)`` without merging the environment's globals into a new
     context for every node (``new_context(..., shared=True)``, jinja2's documented way to pass a
-    context as is; ``range`` is the one global the node templates use): ~5 us per node instead of
+    context as is; ``range`` and the renderer table ``tt`` are the globals the node templates use): ~5 us per node instead of
     ~14 on the CPU machine, and a kernel renders ~200 nodes."""
-    ctx = template.new_context({"n": node, "body": body, "range": range}, shared=True)
+    ctx = template.new_context({"n": node, "body": body, "range": range, "tt": template.globals.get("tt")}, shared=True)
     try:
         return template.environment.concat(template.root_render_func(ctx))
     except Exception:

@@ -37,7 +37,7 @@ def _token(lw, tensors, note):
     for n, t in enumerate(tensors):
         dst = "SMEM_KV + slot * KV_SLOT_BYTES" + (" + TILE_BYTES" if n == 1 else "")
         loads.append(TmaLoadTile(t, dst, "w.kv_row0 + j * BLOCK_N", "kv_full", "slot", "w.h_kv",
-                                 lw.plan.tile.block_n))
+                                 str(lw.plan.tile.block_n)))
     return Scope(note, (
         Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", plan.kv_stages), lw.site(name, "kv_empty"), "j"),
         Arrive("kv_full", "slot", by="thread", tx_bytes=tx),
@@ -56,7 +56,7 @@ def build(lw) -> RoleIR:
     else:
         tokens = (_token(lw, ("k",), "token K(j) (blog ch.6)"), _token(lw, ("v",), "token V(j)"))
     q_loads = tuple(TmaLoadTile("q", q_buf(q), f"w.q_row0 + q_tile_of(c, w, {q}) * BLOCK_M", "q_full", None,
-                                f"q_head_of(c, w, {q})", plan.tile.block_m) for q in range(plan.q_stages))
+                                f"q_head_of(c, w, {q})", str(plan.tile.block_m)) for q in range(plan.q_stages))
     item = []
     if plan.persistent:
         item.append(Comment("blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed"))

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..ir import KernelIR
 from ..render import environment, indent, render_block
 from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
+from .text import TEXT
 from .wgmma import wrappers
 
 _HERE = Path(__file__).parent
@@ -22,7 +23,7 @@ _CUDA = _HERE.parent / "cuda"
 
 
 def _env():
-    return environment(str(_HERE / "templates"))
+    return environment(str(_HERE / "templates"), tuple(sorted(TEXT.items())))
 
 
 def helper_header() -> str:

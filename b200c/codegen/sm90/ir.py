@@ -10,7 +10,21 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir import Node
+from ..ir import Node, TmaLoadTile, WorkLoop
+
+
+class DenseWorkLoop(WorkLoop):
+    """The sm_90a kernel's work loop over dense (b, h, Q tile) items (``c.num_work``, no varlen
+    items to skip); the shared :class:`~b200c.codegen.ir.WorkLoop` walks the shared work
+    decomposition's items."""
+
+
+def tma_tile(tensor: str, dst: str, row: str, barrier: str, index: Optional[str] = None) -> TmaLoadTile:
+    """A TMA tile load of this backend's dense context (head ``w.h``, batch ``w.b``): boxes of 64
+    columns by BLOCK_M (Q) or BLOCK_N (K, V) rows, each box TMA_Q/KV_SLICE_BYTES."""
+    kind = "Q" if tensor == "q" else "KV"
+    return TmaLoadTile(tensor, dst, row, barrier, index, head="w.h", rows="BLOCK_M" if tensor == "q" else "BLOCK_N",
+                       batch="w.b", box_cols="64", slice_bytes=f"TMA_{kind}_SLICE_BYTES")
 
 
 class WgmmaQK(Node):

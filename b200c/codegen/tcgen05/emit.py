@@ -14,13 +14,14 @@ from pathlib import Path
 from ..ir import KernelIR, SetMaxNReg
 from ..render import environment, indent, render_block
 from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
+from .text import TEXT
 
 _HERE = Path(__file__).parent
 _CUDA = _HERE.parent / "cuda"
 
 
 def _env():
-    return environment(str(_HERE / "templates"))
+    return environment(str(_HERE / "templates"), tuple(sorted(TEXT.items())))
 
 
 def _ptx_helpers() -> str:

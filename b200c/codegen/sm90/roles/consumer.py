@@ -26,8 +26,8 @@ use, which is the load warp's order; each consumer warp releases a token
 from __future__ import annotations
 
 from ...ir import (Arrive, Comment, Decl, If, Loop, NamedBarArrive, NamedBarSync, PhaseDecl, PhaseRef, RingAdvance,
-                   RoleIR, Scope, Wait, WorkLoop)
-from ..ir import ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+                   RoleIR, Scope, Wait)
+from ..ir import DenseWorkLoop, ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
 
 KV_BUF = "SMEM_KV + {slot} * KV_SLOT_BYTES"  # SMEM offset of a ring slot
 Q_BUF = "SMEM_Q + q * TILE_BYTES"  # this consumer's Q rows (``q``: the role's Q stage)
@@ -197,6 +197,6 @@ def build(lw) -> RoleIR:
     ]
     if b.pingpong:
         body.append(If("q == 1", (NamedBarArrive("turn", "0", "consumer 0 takes the first turn"),)))
-    body.append(WorkLoop(lw.plan.persistent, item))
+    body.append(DenseWorkLoop(lw.plan.persistent, item))
     return RoleIR("consumer", roles[0].warps, tuple(body), instances=tuple((r.q_stage, r.warps) for r in roles),
                   regs=roles[0].regs, blog="FA3 §3.1 (ping-pong), §3.2 (overlap); blog ch.8, 9, 11")

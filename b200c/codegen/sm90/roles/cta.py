@@ -6,8 +6,8 @@ every warp's PV finished reading the slot before it is refilled.
 """
 from __future__ import annotations
 
-from ...ir import Comment, Loop, NamedBarSync, PhaseDecl, RoleIR, Single, TmaLoadTile, Wait, WorkLoop, Arrive
-from ..ir import ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from ...ir import Comment, Loop, NamedBarSync, PhaseDecl, RoleIR, Single, Wait, Arrive
+from ..ir import DenseWorkLoop, tma_tile, ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
 
 
 def build(lw) -> RoleIR:
@@ -17,8 +17,8 @@ def build(lw) -> RoleIR:
         Comment("load K(j) and V(j) into the one K/V slot"),
         Single("thread0", (
             Arrive("kv_full", by="thread", tx_bytes="KV_SLOT_BYTES"),
-            TmaLoadTile("k", "SMEM_KV", "j * BLOCK_N", "kv_full"),
-            TmaLoadTile("v", "SMEM_KV + KV_TILE_BYTES", "j * BLOCK_N", "kv_full"),
+            tma_tile("k", "SMEM_KV", "j * BLOCK_N", "kv_full"),
+            tma_tile("v", "SMEM_KV + KV_TILE_BYTES", "j * BLOCK_N", "kv_full"),
         )),
         *lw.span("wait K/V", (Wait("kv_full", None, lw.phase("kv_full_ph"), lw.site(name, "kv_full"), "j"),)),
         *lw.span("issue", (WgmmaQK("c.smem + SMEM_Q", "c.smem + SMEM_KV"),)),
@@ -34,11 +34,11 @@ def build(lw) -> RoleIR:
         Comment("one warpgroup: thread 0 issues TMA, the warpgroup issues wgmma and waits on every hand-off"),
         PhaseDecl("q_full_ph", 1, 0, "scalar"),
         PhaseDecl("kv_full_ph", 1, 0, "scalar"),
-        WorkLoop(False, (
+        DenseWorkLoop(False, (
             ConsumerInit(),
             Single("thread0", (
                 Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),
-                TmaLoadTile("q", "SMEM_Q", "w.q_tile * BLOCK_M", "q_full"),
+                tma_tile("q", "SMEM_Q", "w.q_tile * BLOCK_M", "q_full"),
             )),
             *lw.span("wait Q", (Wait("q_full", None, lw.phase("q_full_ph"), lw.site(name, "q_full"), "-1"),)),
             Loop("j", "0", "c.n_kv", kv_loop, "K/V tiles"),

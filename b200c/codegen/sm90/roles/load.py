@@ -21,8 +21,8 @@ that order, so ring slots are taken in the order the consumers use them.
 from __future__ import annotations
 
 from ...roles.load import q_buf, setmaxnreg
-from ...ir import (Arrive, Assign, Comment, Decl, Loop, PhaseDecl, RoleIR, Scope, Single,
-                  TmaLoadTile, Wait, WorkLoop)
+from ...ir import Arrive, Assign, Comment, Decl, Loop, PhaseDecl, RoleIR, Scope, Single, Wait
+from ..ir import DenseWorkLoop, tma_tile
 
 
 def _token(lw, tensors, note, tile="j"):
@@ -34,7 +34,7 @@ def _token(lw, tensors, note, tile="j"):
     loads = []
     for n, t in enumerate(tensors):
         dst = "SMEM_KV + slot * KV_SLOT_BYTES" + (f" + {one}" if n == 1 else "")
-        loads.append(TmaLoadTile(t, dst, row, "kv_full", "slot"))
+        loads.append(tma_tile(t, dst, row, "kv_full", "slot"))
     wait = Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", plan.kv_stages), lw.site(name, "kv_empty"), tile)
     return Scope(note, (
         Decl("const uint32_t", "slot", "kv_token % KV_STAGES"),
@@ -77,7 +77,7 @@ def _q_loads_per_stage(lw, name) -> list:
     for q in range(plan.q_stages):
         row = f"(w.q_tile + {q}) * BLOCK_M" if q else "w.q_tile * BLOCK_M"
         load_q = (Single("elect", (Arrive("q_full", str(q), by="thread", tx_bytes="TILE_BYTES"),
-                                   TmaLoadTile("q", q_buf(q), row, "q_full", str(q)))),)
+                                   tma_tile("q", q_buf(q), row, "q_full", str(q)))),)
         if plan.persistent:
             wait = Wait("q_free", str(q), lw.phase("q_free_ph", str(q), plan.q_stages, True),
                         lw.site(name, "q_free"), "-1")
@@ -107,7 +107,7 @@ def build(lw, own_setmaxnreg: bool = True) -> RoleIR:
     if per_stage_q:
         item += _q_loads_per_stage(lw, name)
     else:
-        q_loads = tuple(TmaLoadTile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M" if q else "w.q_tile * BLOCK_M",
+        q_loads = tuple(tma_tile("q", q_buf(q), f"(w.q_tile + {q}) * BLOCK_M" if q else "w.q_tile * BLOCK_M",
                                     "q_full") for q in range(plan.q_stages))
         if plan.persistent:
             item.append(Comment("blog ch.14: reuse Q SMEM once the last QK of the previous work item has completed"))
@@ -128,5 +128,5 @@ def build(lw, own_setmaxnreg: bool = True) -> RoleIR:
             body.append(PhaseDecl("q_free_ph", plan.q_stages, 1, lw.storage(plan.q_stages, True)))
         else:
             body.append(PhaseDecl("q_free_ph", 1, 1, "scalar"))
-    body += [Decl("uint32_t", "kv_token", "0"), WorkLoop(plan.persistent, tuple(item))]
+    body += [Decl("uint32_t", "kv_token", "0"), DenseWorkLoop(plan.persistent, tuple(item))]
     return RoleIR(name, role.warps, tuple(body), regs=role.regs, blog="ch.4, ch.6 (ring), ch.14 (q_free), minor 17")

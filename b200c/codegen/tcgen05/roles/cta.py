@@ -26,9 +26,9 @@ def build(lw) -> RoleIR:
         Comment("load K(j) and V(j) into the one K/V slot (blog ch.1: wait on every hand-off)"),
         Single("thread0", (
             Arrive("kv_full", by="thread", tx_bytes="2 * TILE_BYTES"),
-            TmaLoadTile("k", "SMEM_KV", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv", lw.plan.tile.block_n),
+            TmaLoadTile("k", "SMEM_KV", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv", str(lw.plan.tile.block_n)),
             TmaLoadTile("v", "SMEM_KV + TILE_BYTES", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv",
-                        lw.plan.tile.block_n),
+                        str(lw.plan.tile.block_n)),
         )),
         Wait("kv_full", None, ph["kv_full"], lw.site(name, "kv_full"), "j", fence_after=True),
         Comment("S = Q K(j)^T"),
@@ -55,7 +55,7 @@ def build(lw) -> RoleIR:
             *((Decl("float", "s_cache", "{}", array=s.s_cache_cols),) if s.s_cache_cols else ()),
             Single("thread0", (
                 Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),
-                TmaLoadTile("q", "SMEM_Q", "w.q_row0 + w.q_tile * BLOCK_M", "q_full", None, "w.h", lw.plan.tile.block_m),
+                TmaLoadTile("q", "SMEM_Q", "w.q_row0 + w.q_tile * BLOCK_M", "q_full", None, "w.h", str(lw.plan.tile.block_m)),
             )),
             Wait("q_full", None, ph["q_full"], lw.site(name, "q_full"), "-1"),
             Comment("every tile may be masked (the partial last tile, the causal diagonal): stages 1-3 keep one copy"),
