@@ -95,18 +95,19 @@ class LaunchInfo:
         """Rows per TMA box of K and V."""
         return self.tma_kv_box_rows or self.tma_box_rows
 
-    def num_work_items(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False) -> int:
-        """Work items of a problem (the kernel's ``num_work``).
+    def work(self):
+        """The kernel's :class:`~b200c.codegen.work.WorkDecomposition` (its Python model)."""
+        from .work import WorkDecomposition
 
-        ``B * (H / q_stages if pack_heads else H) * q_groups`` with
-        ``q_groups = ceil(S_q / block_m)`` when ``pack_heads``, else
-        ``ceil(ceil(S_q / block_m) / q_stages)``; ``seq_q`` is the longest
+        return WorkDecomposition(self.block_m, self.block_n, self.q_stages)
+
+    def num_work_items(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False) -> int:
+        """Work items of a problem (the kernel's ``num_work``; :meth:`b200c.codegen.work.WorkDecomposition.num_work`):
+        ``B * (H / q_stages if pack_heads else H) * q_groups`` with ``q_groups = ceil(S_q / block_m)``
+        when ``pack_heads``, else ``ceil(ceil(S_q / block_m) / q_stages)``; ``seq_q`` is the longest
         query sequence for varlen calls.
         """
-        q_tiles = -(-seq_q // self.block_m)
-        if pack_heads:
-            return batch * (heads // self.q_stages) * q_tiles
-        return batch * heads * (-(-q_tiles // self.q_stages))
+        return self.work().num_work(batch, heads, seq_q, pack_heads)
 
     def grid(self, batch: int, heads: int, seq_q: int, num_sms: int, pack_heads: bool = False) -> int:
         """CTAs to launch: one per work item, or min(work items, SMs) if persistent."""

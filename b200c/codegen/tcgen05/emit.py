@@ -14,6 +14,7 @@ from pathlib import Path
 from ..ir import KernelIR, SetMaxNReg
 from ..render import environment, indent, render_block
 from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
+from ..work import decomposition, template_args
 from .text import TEXT
 
 _HERE = Path(__file__).parent
@@ -78,6 +79,7 @@ def emit(ir: KernelIR, launch) -> str:
         roles=roles,
         dispatch=_dispatch(ir),
         alloc_warp=0,
+        work=template_args(decomposition(plan)),
         kernel_name=KERNEL_NAME,
         entry_params=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("),
         params=ATTENTION_PARAMS,
