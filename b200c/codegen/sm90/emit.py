@@ -84,6 +84,13 @@ def _blocks(ir: KernelIR) -> list:
     return blocks
 
 
+def _scale_units(ir: KernelIR) -> dict:
+    """The softmax scale in the exponent's units (blog ch.8: log2 units for ex2), as the entry computes it."""
+    if ir.functions[0].mode == "ex2":
+        return dict(note="log2: scale * log2(e), blog ch.8", expr="softmax_scale * 1.4426950408889634f")
+    return dict(note="natural log", expr="softmax_scale")
+
+
 def emit(ir: KernelIR, launch) -> str:
     """Render the whole .cu file of a kernel IR (``launch``: its LaunchInfo)."""
     from ...version import __version__
@@ -106,6 +113,7 @@ def emit(ir: KernelIR, launch) -> str:
         blocks=_blocks(ir),
         entry_regs=plan.limits.entry_registers(plan.threads),
         traced=bool(ir.trace_tracks),
+        scale_units=_scale_units(ir),
         kernel_name=KERNEL_NAME,
         entry_params=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("),
     )

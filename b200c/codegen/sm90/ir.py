@@ -105,21 +105,22 @@ class StoreO(Node):
 
 
 class SoftmaxFn(Node):
-    """Defines ``softmax_tile``: tile row max (4 independent chains + 2 quad
-    shuffles), rebase of the running max (only past ``threshold`` log2 units
-    if set, blog ch.11), P = exp(S c - m c) with ``mode`` ``expf`` (natural-log
-    units, ``__expf``) or ``ex2`` (``ex2.approx.ftz``, scale folded into log2
-    units, blog ch.8), the last ``sw_per16`` of every 16 registers through the
-    FMA-pipe polynomial (blog ch.9), per-thread partial row sums."""
+    """Defines ``softmax_tile`` (its lines ``code``, written by :mod:`b200c.codegen.sm90.softmax`
+    from these decisions): tile row max (4 independent chains + 2 quad shuffles), rebase of the
+    running max (only past ``threshold`` log2 units if set, blog ch.11), P = exp(S c - m c) with
+    ``mode`` ``expf`` (natural-log units, ``__expf``) or ``ex2`` (``ex2.approx.ftz``, scale folded
+    into log2 units, blog ch.8), the last ``sw_per16`` of every 16 registers through the FMA-pipe
+    polynomial (blog ch.9), per-thread partial row sums; ``nan``: the row max is ``max.NaN``;
+    ``top_p``: the rowsum takes the BF16 rounding of the tile's largest P, by the exp2 of its
+    column when ``top_sw_from`` is set (:mod:`b200c.codegen.softmax_rules`)."""
 
     mode: str
     threshold: Optional[float]
     sw_per16: int
-
-    @property
-    def threshold_c(self) -> str:
-        """The threshold as a C float literal (exact: ``repr`` of the double)."""
-        return f"{float(self.threshold)!r}f"
+    nan: bool = False
+    top_p: bool = False
+    top_sw_from: Optional[int] = None
+    code: tuple = ()
 
     def describe(self) -> str:
         thr = "always rebase" if self.threshold is None else f"rebase only if the max grew >= {self.threshold} log2"
@@ -128,10 +129,11 @@ class SoftmaxFn(Node):
 
 
 class RescaleFn(Node):
-    """Defines ``rescale_o``; with ``skip`` the warp skips it when none of its
+    """Defines ``rescale_o`` (its lines ``code``); with ``skip`` the warp skips it when none of its
     rows rebased (blog ch.11)."""
 
     skip: bool
+    code: tuple = ()
 
     def describe(self) -> str:
         return "fn rescale_o" + (" (skipped when no row of the warp rebased)" if self.skip else "")

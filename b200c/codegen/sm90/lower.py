@@ -8,12 +8,11 @@ from ..ir import Decl, KernelIR, RoleIR
 from ..lowering import Lowering
 from ..plan import Plan
 from .roles import load
-from .ir import RescaleFn, SoftmaxFn
+from .softmax import rescale_fn, softmax_fn
 
 
 def _functions(s) -> tuple:
-    mode = "ex2" if s.exp2 == "ex2.approx.ftz" else "expf"
-    return (SoftmaxFn(mode, s.rescale_threshold, s.sw_exp2_per16), RescaleFn(s.rescale_threshold is not None))
+    return (softmax_fn(s), rescale_fn(s))
 
 
 def _traced(lw, role: RoleIR, track: str, writer: str) -> RoleIR:

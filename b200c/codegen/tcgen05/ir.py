@@ -89,6 +89,7 @@ class RowmaxPass(Node):
     mask: bool = False
     sw_from: Optional[int] = None
     nan_max: bool = False
+    code: tuple = ()  # the C lines, written from these fields by tcgen05/softmax_text.py
 
     def describe(self) -> str:
         bits = [f"ld x{self.load_width}" + ("" if self.wait_each else " (deferred wait::ld)"),
@@ -126,6 +127,7 @@ class Rebase(Node):
     mask: bool = False
     rowsum_pairs: tuple = ()
     nan: bool = False
+    code: tuple = ()  # the C lines, written from these fields by tcgen05/softmax_text.py
 
     def describe(self) -> str:
         when = "always" if self.threshold is None else f"only if gap >= {self.threshold} (log2 units)"
@@ -147,6 +149,7 @@ class TopPRound(Node):
     threshold: float
     top_sw: bool = False
     mask: bool = False
+    code: tuple = ()  # the C lines, written from these fields by tcgen05/softmax_text.py
 
     def describe(self) -> str:
         how = "by its column's exp2 (hardware or software)" if self.top_sw else "by ex2.approx"

@@ -6,7 +6,11 @@ ir`` shows what blog chapters 1, 2, 8-11, 13, 15 and 16 change.
 """
 from __future__ import annotations
 
+import msgspec
+
+from .. import softmax_rules as rules
 from ..ir import Assign, Decl, Scope
+from . import softmax_text
 from .ir import (ColumnLoop, Epilogue, ExpScores, PackP, Rebase, RescaleO, RowmaxPass, RowsumAdd, ScoresFromCache,
                  ScoresFromTmem, StoreP, TmemWait, TopPRound)
 
@@ -26,8 +30,13 @@ def packed(lw) -> bool:
 
 
 def exp_mode(lw) -> str:
-    """``expf`` (blog ch.1-7) or ``ex2`` (ch.8: scale folded into log2 units)."""
-    return "expf" if lw.s.exp2 == "expf" else "ex2"
+    """``expf`` (blog ch.1-7) or ``ex2`` (ch.8: scale folded into log2 units); :func:`b200c.codegen.softmax_rules.exp_mode`."""
+    return rules.exp_mode(lw.s)
+
+
+def _with_code(node, write):
+    """``node`` with its C lines (``code``) written by ``write`` from its fields."""
+    return msgspec.structs.replace(node, code=write(node))
 
 
 def rowmax_pass(lw, s_col: str, mask: bool = False) -> RowmaxPass:
@@ -36,47 +45,34 @@ def rowmax_pass(lw, s_col: str, mask: bool = False) -> RowmaxPass:
     s = lw.s
     # masked tiles re-read S instead of caching it: the register cache plus the mask spilled at stages
     # 10-11's 168 registers (measured); re-reading high to low keeps P's writes behind the reads
-    return RowmaxPass(s_col=s_col, ncols=_cols(lw), load_width=s.s_load_cols, wait_each=not s.deferred_s_wait,
-                      chains=s.rowmax_chains, max3=s.rowmax_max3, cache_from=_cols(lw) if mask else cache_from(lw),
-                      mask=mask, sw_from=top_p_sw_from(lw), nan_max=nan_max(lw))
+    return _with_code(RowmaxPass(s_col=s_col, ncols=_cols(lw), load_width=s.s_load_cols,
+                                 wait_each=not s.deferred_s_wait, chains=s.rowmax_chains, max3=s.rowmax_max3,
+                                 cache_from=_cols(lw) if mask else cache_from(lw), mask=mask,
+                                 sw_from=top_p_sw_from(lw), nan_max=nan_max(lw)), softmax_text.rowmax_pass)
 
 
 def nan_max(lw) -> bool:
-    """Whether the row max is taken with ``max.NaN``: with the software exp2
-    (blog ch.9), whose exponent arithmetic turns a NaN input into FLT_MAX, a
-    NaN score would otherwise leave its row finite (torch's FP32 softmax makes
-    it NaN). With a NaN row max every x of the row is NaN and the hardware ex2
-    columns carry it into the rowsum and O. Same instruction count (FMNMX3.NAN)."""
-    return exp_mode(lw) == "ex2" and lw.s.sw_exp2_per16 > 0
+    """Whether the row max is taken with ``max.NaN`` (:func:`b200c.codegen.softmax_rules.nan_max`)."""
+    return rules.nan_max(lw.s)
 
 
 def top_p_rounding(lw) -> bool:
     """Whether O's normaliser takes the BF16 rounding of each tile's largest P
-    (rowsum='fp32' with the ch.11 threshold and ex2; see :func:`rebase`). The
+    (:func:`b200c.codegen.softmax_rules.top_p_rounding`; see :func:`rebase`). The
     softmax accumulates those corrections apart (``row_adj``, rescaled with
     the rowsum): O is divided by ``row_sum + row_adj``, the LSE is computed
     from the exact FP32 ``row_sum``."""
-    s = lw.s
-    return s.rescale_threshold is not None and s.rowsum == "fp32" and exp_mode(lw) == "ex2"
+    return rules.top_p_rounding(lw.s)
 
 
 def top_p_sw_from(lw):
     """First column (of every 16) on the software exp2 when the top-P rounding
-    must know which exp2 produced the tile's largest P, else None.
-
-    With ch.9's split a tile's largest score may sit in a software-exp2
-    column; the polynomial and ``ex2.approx`` differ by up to ~5e-4 relative,
-    enough to round to different BF16 values. Taking ``bf16(p) - p`` of the
-    ``ex2.approx`` value while PV consumed the polynomial's P left the
-    rowsum off by up to one BF16 ulp of that P (measured on the emulated
-    real-inputs sweep: 1.93e-2 against a 1.82e-2 tolerance, S_kv = 255); the
-    software-exp2 columns therefore take their own rowmax chain (no extra
-    max instructions) and :class:`TopPRound` picks the exp2 of the column that holds
-    the tile's largest score."""
-    s = lw.s
-    if not (top_p_rounding(lw) and s.sw_exp2_per16):
-        return None
-    return exp_ranges(s.sw_exp2_per16)[-1][0]
+    must know which exp2 produced the tile's largest P, else None
+    (:func:`b200c.codegen.softmax_rules.top_p_sw_from`): the software-exp2 columns
+    then take their own rowmax chain (no extra max instructions) and
+    :class:`TopPRound` picks the exp2 of the column that holds the tile's
+    largest score."""
+    return rules.top_p_sw_from(lw.s)
 
 
 def rebase(lw, mask: bool = False, carried: tuple = ()) -> Rebase:
@@ -93,8 +89,8 @@ def rebase(lw, mask: bool = False, carried: tuple = ()) -> Rebase:
     # The LSE (FlashAttention's tolerance 1e-3 in natural-log units) must not take that correction: it
     # measured 2-3e-3 off on the emulated real-inputs sweep, so the correction is kept apart in row_adj.
     top = top_p_rounding(lw)
-    return Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top, mask,
-                  rowsum_pairs=carried, nan=nan_max(lw))
+    return _with_code(Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top, mask,
+                             rowsum_pairs=carried, nan=nan_max(lw)), softmax_text.rebase)
 
 
 def top_p_round(lw, mask: bool = False) -> list:
@@ -102,14 +98,11 @@ def top_p_round(lw, mask: bool = False) -> list:
     unless :func:`top_p_rounding`."""
     if not top_p_rounding(lw):
         return []
-    return [TopPRound(lw.s.rescale_threshold, top_p_sw_from(lw) is not None, mask)]
+    return [_with_code(TopPRound(lw.s.rescale_threshold, top_p_sw_from(lw) is not None, mask),
+                       softmax_text.top_p_round)]
 
 
-def exp_ranges(sw_per16: int) -> tuple:
-    """(lo, hi, ``hw``|``sw``) column ranges of every 16 columns: the last
-    ``sw_per16`` take the software exp2 (blog ch.9)."""
-    out = [(0, 16 - sw_per16, "hw"), (16 - sw_per16, 16, "sw")]
-    return tuple(r for r in out if r[0] < r[1])
+exp_ranges = rules.exp_ranges  # (lo, hi, "hw"|"sw") of every 16 columns (blog ch.9)
 
 
 def chunk_width(lw, bounds) -> int:

@@ -1,0 +1,98 @@
+"""The online softmax's numerics rules, decided once for every backend (tcgen05's
+``tcgen05/softmax*.py`` and sm90's ``sm90/softmax.py`` call these; none repeats them).
+
+FlashAttention's online softmax per K/V tile: the tile's row max, a new running max (*rebase*) and
+the factor ``exp(old - new)`` the rowsum and O are rescaled by, then ``P = exp(S scale - max)``.
+The rules here are the choices that decide what that computes on special values and where it
+rounds:
+
+* :func:`exp_mode`: ``__expf`` of natural-log units (blog ch.1-7) or ``ex2.approx.ftz`` with the
+  scale folded into log2 units (ch.8).
+* :func:`exp_ranges` / :func:`sw_from`: which of every 16 columns take the FMA-pipe polynomial exp2
+  (ch.9).
+* :func:`nan_max`: the row max is ``max.NaN`` when the polynomial exp2 is used (its exponent add
+  turns a NaN input into FLT_MAX, so a NaN score would leave its row finite; torch's FP32 softmax
+  makes it NaN); then a NaN max stays NaN and rebases (:func:`rebase_test`), so NaN reaches the
+  rowsum and O.
+* :func:`rebase_test`: with ch.11's threshold the running max moves only when the tile max exceeds
+  it by the threshold; a row that has seen no key yet (masked tiles: -inf - -inf is NaN) must not
+  rebase on that NaN.
+* :func:`top_p_rounding` / :func:`top_p_sw_from`: with the threshold a tile's largest P is up to
+  2^threshold and enters PV rounded to BF16; the FP32 rowsum takes that rounding too (kept apart
+  from the LSE's rowsum), computed by the exp2 of the column that holds the largest score.
+* masked tiles (the partial last K/V tile, the causal diagonal): a row with no visible key yet keeps
+  P = 0 and a finite rescale (its max stays -inf and P subtracts 0 instead); a row that saw no key
+  at all gives O = 0 and LSE = -inf.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+EX2 = "ex2.approx.ftz"
+
+
+def exp_mode(s) -> str:
+    """``"expf"`` (natural-log units, ``__expf``) or ``"ex2"`` (log2 units, ``ex2.approx.ftz``)."""
+    return "expf" if s.exp2 == "expf" else "ex2"
+
+
+def exp_ranges(sw_per16: int) -> tuple:
+    """(lo, hi, ``"hw"``|``"sw"``) column ranges of every 16 columns: the last ``sw_per16`` take
+    the software exp2 (blog ch.9), the rest ``ex2.approx``."""
+    out = [(0, 16 - sw_per16, "hw"), (16 - sw_per16, 16, "sw")]
+    return tuple(r for r in out if r[0] < r[1])
+
+
+def sw_from(s) -> Optional[int]:
+    """First column of every 16 on the software exp2, or None without the split."""
+    return 16 - s.sw_exp2_per16 if s.sw_exp2_per16 else None
+
+
+def nan_max(s) -> bool:
+    """Whether the row max is ``max.NaN`` (see the module docstring): ex2 with the software split.
+    Same instruction count as the plain max (FMNMX3.NAN on sm_100)."""
+    return exp_mode(s) == "ex2" and s.sw_exp2_per16 > 0
+
+
+def max_fn(nan: bool, three: bool = False) -> str:
+    """The device max of the row max: ``fmaxf``/``fmax3`` or their ``max.NaN`` forms."""
+    return ("fmax3_nan" if nan else "fmax3") if three else ("fmax_nan" if nan else "fmaxf")
+
+
+def top_p_rounding(s) -> bool:
+    """Whether O's normaliser takes the BF16 rounding of each tile's largest P (rowsum='fp32' with
+    the ch.11 threshold and ex2; see the module docstring). O is divided by ``row_sum + row_adj``,
+    the LSE is computed from the exact FP32 ``row_sum``."""
+    return s.rescale_threshold is not None and s.rowsum == "fp32" and exp_mode(s) == "ex2"
+
+
+def top_p_sw_from(s) -> Optional[int]:
+    """First software-exp2 column (of every 16) when the top-P rounding must know which exp2
+    produced the tile's largest P, else None: the polynomial and ``ex2.approx`` differ by up to
+    ~5e-4 relative, enough to round to different BF16 values (measured on the emulated
+    real-inputs sweep: 1.93e-2 against a 1.82e-2 tolerance, S_kv = 255, before this rule)."""
+    if not (top_p_rounding(s) and s.sw_exp2_per16):
+        return None
+    return exp_ranges(s.sw_exp2_per16)[-1][0]
+
+
+def c_float(x: float) -> str:
+    """``x`` as an exact C float literal (``repr`` of the double, ``f`` suffix)."""
+    return f"{float(x)!r}f"
+
+
+def rebase_test(gap: str, candidate: str, threshold: float, nan: bool, masked: bool) -> str:
+    """C condition for moving the running max (blog ch.11): the ``gap`` (new candidate max minus
+    the kept one, in log2 units) reached ``threshold``. With ``nan`` a NaN candidate rebases, so NaN
+    reaches the rowsum and O; on ``masked`` tiles a row that has seen no key has gap -inf - -inf =
+    NaN and must not, so the NaN test is on the ``candidate`` itself there."""
+    thr = c_float(threshold)
+    if nan and masked:
+        return f"{gap} >= {thr} || {candidate} != {candidate}"
+    if nan:
+        return f"!({gap} < {thr})"
+    return f"{gap} >= {thr}"
+
+
+__all__ = ["EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
+           "c_float", "rebase_test"]
