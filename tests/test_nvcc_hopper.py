@@ -47,8 +47,9 @@ def test_profiling_and_debug_builds_compile(tmp_path, monkeypatch):
 
 
 def test_sm90a_flags():
-    from b200c.toolchain import normalize_target, nvcc_flags
+    from b200c.codegen.targets import resolve
+    from b200c.toolchain import nvcc_flags
 
-    assert normalize_target("sm_90a") == normalize_target("sm90") == "sm90a"
+    assert resolve("sm_90a") is resolve("sm90") is resolve("SM90A")
     flags = nvcc_flags("sm90a")
     assert flags[0] == "-gencode=arch=compute_90a,code=sm_90a" and "-arch=sm_90a" not in flags
