@@ -40,6 +40,24 @@ def schedule_key(path: Path) -> str:
     return path.relative_to(ROOT / "examples").with_suffix("").as_posix()
 
 
+def pytest_configure(config):
+    """Hermetic: every test process uses a temporary kernel and compile cache, never the user's
+    (``$B200C_TEST_CACHE_DIR`` names one to reuse across runs, e.g. on the GPU machine)."""
+    import tempfile
+
+    root = os.environ.get("B200C_TEST_CACHE_DIR")
+    if not root:
+        root = tempfile.mkdtemp(prefix="b200c-test-cache-")
+        config._b200c_cache_tmp = root
+    os.environ["B200C_CACHE_DIR"] = root
+
+
+def pytest_unconfigure(config):
+    root = getattr(config, "_b200c_cache_tmp", None)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="regenerate tests/golden/*.cu instead of comparing")

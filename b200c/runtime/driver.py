@@ -17,6 +17,7 @@ into a :class:`BarrierTimeoutError`.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import struct
@@ -162,6 +163,24 @@ def _check(result, what: str):
     return vals[0] if len(vals) == 1 else tuple(vals)
 
 
+@contextlib.contextmanager
+def in_context(ctx):
+    """Make CUDA context ``ctx`` current in this thread for the ``with`` block (``cuCtxPushCurrent``),
+    then restore whatever was current before (``cuCtxPopCurrent``): driver calls that need a current
+    context (loading a module, encoding a tensor map) work in any thread, also one that never made
+    a CUDA call, without changing the thread's current device for PyTorch.
+
+    Raises:
+        LaunchError: the context cannot be made current.
+    """
+    cu = _cu()
+    _check(cu.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    try:
+        yield ctx
+    finally:
+        cu.cuCtxPopCurrent()
+
+
 def _set_global(module, name: str, data: bytes) -> bool:
     """Copy ``data`` into module global ``name``; False if the module has no such global."""
     cu = _cu()
@@ -249,7 +268,14 @@ def _load(built: BuiltKernel, device: int) -> LoadedKernel:
     _check(cu.cuInit(0), "cuInit")
     dev = _check(cu.cuDeviceGet(device), "cuDeviceGet")
     ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-    _check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    with in_context(ctx):  # this thread's current context (PyTorch's current device) stays as it was
+        return _load_in(built, device, dev, ctx)
+
+
+def _load_in(built: BuiltKernel, device: int, dev, ctx) -> LoadedKernel:
+    cu = _cu()
+    A = cu.CUdevice_attribute
+    launch = built.launch
     image = _verified_image(built)
     module = _check(cu.cuModuleLoadData(image), f"cuModuleLoadData({built.cubin_path})")
     func = _check(cu.cuModuleGetFunction(module, KERNEL_NAME.encode()), f"cuModuleGetFunction({KERNEL_NAME})")

@@ -2,8 +2,9 @@
 
 :func:`install` replaces, for the duration of a ``with`` block, everything the
 per-call path of :func:`b200c.attention` touches on a GPU: the driver module
-(``cuLaunchKernel``, ``cuCtxSetCurrent``, ``cuMemsetD32Async``,
-``cuTensorMapEncodeTiled``, ``cuDriverGetVersion``), kernel building/loading
+(``cuLaunchKernel``, ``cuCtxSetCurrent``/``Push``/``Pop``, ``cuMemsetD32Async``,
+``cuTensorMapEncodeTiled``, ``cuDriverGetVersion``; like the real driver, a launch or an
+encode in a thread with no current context fails with CUDA_ERROR_INVALID_CONTEXT), kernel building/loading
 (a LoadedKernel with the schedule's real LaunchInfo, no cubin), the device
 queries and PyTorch's current stream, and lets CPU tensors pass the CUDA
 device rule (also in the SDPA drop-in). Launches are recorded with the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import threading
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +98,7 @@ class FakeDriver:
     encodes: list = field(default_factory=list)  # (globalAddress, dims, strides, box inner, box rows) per encode
     memsets: int = 0
     ctx_sets: int = 0
+    ctx_pushes: int = 0  # cuCtxPushCurrent calls (tensor maps encoded with the kernel's context current)
     loads: int = 0
     record: bool = True
     _keep: list = field(default_factory=list, repr=False)
@@ -108,6 +111,8 @@ class FakeDriver:
         fd = self
 
         def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            if current() is None:
+                return (no_ctx,)
             if fd.record:
                 fd.launches.append(Launch(gx, bx, smem, int(stream), decode(f.spec, params), f.info))
             return (ok,)
@@ -116,11 +121,31 @@ class FakeDriver:
             fd.memsets += 1
             return (ok,)
 
+        no_ctx = real.CUresult.CUDA_ERROR_INVALID_CONTEXT
+        bound = threading.local()  # like the driver: each thread has its own current context (none at first)
+
+        def current():
+            stack = getattr(bound, "stack", None)
+            return stack[-1] if stack else getattr(bound, "ctx", None)
+
         def set_ctx(ctx):
             fd.ctx_sets += 1
+            bound.ctx = ctx
             return (ok,)
 
+        def push_ctx(ctx):
+            fd.ctx_pushes += 1
+            bound.stack = getattr(bound, "stack", []) + [ctx]
+            return (ok,)
+
+        def pop_ctx():
+            ctx = bound.stack[-1]
+            bound.stack = bound.stack[:-1]
+            return (ok, ctx)
+
         def encode(dtype, rank, addr, dims, strides, box, elem_strides, interleave, swizzle, l2, oob):
+            if current() is None:  # the real driver refuses too (a new thread's first CUDA call, measured on the H200)
+                return no_ctx, None
             dims = tuple(int(x) for x in dims)
             strides = tuple(int(x) for x in strides)
             fd.encodes.append((int(addr), dims, strides, int(box[0]), int(box[1])))
@@ -135,6 +160,8 @@ class FakeDriver:
         ns.cuLaunchKernel = launch
         ns.cuMemsetD32Async = memset
         ns.cuCtxSetCurrent = set_ctx
+        ns.cuCtxPushCurrent = push_ctx
+        ns.cuCtxPopCurrent = pop_ctx
         ns.cuTensorMapEncodeTiled = encode
         ns.cuDriverGetVersion = lambda: (ok, fd.version)
         ns.cuGetErrorName = lambda err: (ok, str(err).encode())

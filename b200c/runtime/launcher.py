@@ -338,7 +338,7 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     check_work_items(n_work)
     grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms, pack)
     check_grid(grid)
-    maps = [tensor_map(n, t, info, device) for n, t in zip("qkv", views)]
+    maps = tensor_maps(lk, zip("qkv", views))
     sample = torch.empty_like(q)  # empty_like's strides depend only on q's shape and strides
     out_view = sample if layout == "bhsd" else sample.transpose(1, 2)
     b, h, s = problem.batch, problem.heads, problem.seq_q
@@ -359,12 +359,30 @@ def remember(key, e: Entry) -> None:
     _entries[key] = e
 
 
+def tensor_maps(lk, named) -> list:
+    """The tensor maps of ``(name, tensor)`` pairs for loaded kernel ``lk``, encoded with its context
+    current (:func:`b200c.runtime.driver.in_context`): the driver refuses to encode one in a thread
+    with no current context (CUDA_ERROR_INVALID_CONTEXT), e.g. any new thread whose first CUDA call
+    is a b200c call."""
+    named = list(named)
+    info = lk.built.launch
+    if all(_map_key(n, t, info, lk.device) in _maps for n, t in named):
+        return [_maps[_map_key(n, t, info, lk.device)] for n, t in named]
+    with driver.in_context(lk.context):
+        return [tensor_map(n, t, info, lk.device) for n, t in named]
+
+
+def _map_key(name: str, t, info, device: int) -> tuple:
+    rows = info.tma_box_rows if name == "q" else info.kv_box_rows  # K/V boxes have block_n rows (sm90a: 176)
+    return (t.data_ptr(), tuple(t.shape), t.stride(), info.tma_box_inner, rows, info.tma_swizzle,
+            info.tma_l2_promotion, device)
+
+
 def tensor_map(name: str, t, info, device: int) -> bytes:
     """The (cached) 128-byte tensor map of logical (B, H, S, D) tensor ``t`` for a kernel's launch info
-    (k and v: H_kv heads; varlen: the (1, H, total, D) view of a packed tensor)."""
-    rows = info.tma_box_rows if name == "q" else info.kv_box_rows  # K/V boxes have block_n rows (sm90a: 176)
-    key = (t.data_ptr(), tuple(t.shape), t.stride(), info.tma_box_inner, rows, info.tma_swizzle,
-           info.tma_l2_promotion, device)
+    (k and v: H_kv heads; varlen: the (1, H, total, D) view of a packed tensor); a context must be
+    current (see :func:`tensor_maps`)."""
+    key = _map_key(name, t, info, device)
     m = _maps.get(key)
     if m is None:
         m = driver.encode_tensor_map(name, t, info)

@@ -225,14 +225,14 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     check_devices(q, k, v, cu_seqlens_q, cu_seqlens_k)
     device = q.get_device()
     lk = source.load(token, key[2], device)
-    launcher.check_capabilities(lk, causal, return_lse, False, True)
+    launcher.check_capabilities(lk, causal, return_lse, problem.heads != problem.heads_kv, True)
     info = lk.built.launch
     b, h, s = problem.batch, problem.heads, problem.seq_q
     pack = launcher.pack_heads(info.q_stages, h, problem.heads_kv, s, causal, True)
     check_work_items(info.num_work_items(b, h, s, pack))
     grid = info.grid(b, h, s, lk.num_sms, pack)
     check_grid(grid)
-    maps = [launcher.tensor_map(n, as_bhsd(t), info, device) for n, t in zip(_NAMES, (q, k, v))]
+    maps = launcher.tensor_maps(lk, ((n, as_bhsd(t)) for n, t in zip(_NAMES, (q, k, v))))
     sample = torch.empty_like(q)  # (total_q, H, D); empty_like's strides depend only on q's
     out_strides = (0, sample.stride(1), sample.stride(0))
     total = problem.total_q
