@@ -5,6 +5,7 @@ Public API:
     Schedule                 the declarative kernel schedule (b200c.dsl)
     load_schedule_file(path) run a schedule file, return its ``schedule``
     plan(schedule, target="sm100a")      the layout (SMEM, TMEM, barriers, warp roles); checks budgets
+    default_schedule(head_dim, target="sm100a")  the built-in schedule of a target (sm90a: Hopper)
     generate(schedule, target="sm100a")  CUDA source + launch info (b200c.codegen); target "sm90a": Hopper
     attention(q, k, v, *, schedule, ...)  like flash_attn_func (b200c.runtime)
     attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule, ...)
@@ -51,6 +52,19 @@ def generate(schedule, target: str = "sm100a", profile: bool = False):
     return _generate(schedule, target, profile=profile)
 
 
+def default_schedule(head_dim: int, target: str = "sm100a"):
+    """The built-in schedule of ``target`` (``"sm100a"``, ``"emulate"``: the blog's stage 18 and its
+    head-dim variants; ``"sm90a"``: the Hopper progression's last stage) for head dim 64, 128 or 256
+    (b200c/dsl/presets.py). What ``b200c.attention(schedule=None)`` and the SDPA drop-in run.
+
+    Raises:
+        TargetError: unknown target. ScheduleError: another head dim.
+    """
+    from .codegen.targets import resolve
+
+    return resolve(target).default_schedule(head_dim)
+
+
 # The entry points that need torch live in b200c.runtime and are imported on first use
 # (PEP 562), so `import b200c` and `b200c compile` stay free of torch. After that first
 # use they are plain attributes of this module: no wrapper frame per call, and nothing
@@ -77,6 +91,7 @@ __all__ = [
     "load_schedule_file",
     "plan",
     "generate",
+    "default_schedule",
     "attention",
     "attention_varlen",
     "scaled_dot_product_attention",

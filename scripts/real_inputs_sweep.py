@@ -53,12 +53,27 @@ LSE_TOL = 1e-3
 GROUPS = ("special", "sdpa", "varlen", "head_dim", "roles", "lengths")
 
 
-def schedules() -> dict:
-    """name -> Schedule of the sweep."""
+def schedules(target: str = "emulate") -> dict:
+    """name -> Schedule of the sweep: the B200 schedules for the sm100a kernels (``emulate``), their Hopper
+    counterparts for ``sm90a`` (h11 = the D = 128 preset for ex18, the D = 64/256 presets, h02 (one consumer,
+    not persistent) for ex04, h01 (one warpgroup, baseline) for ex01 and ex02)."""
     import b200c
+    from b200c.codegen.targets import resolve
     from b200c.dsl import presets
 
     ex = ROOT / "examples"
+    if resolve(target).presets == "hopper":
+        hop = ex / "hopper"
+        # the roles at every head dim: 80-row K/V tiles (what a consumer holds at D = 256)
+        h01 = b200c.load_schedule_file(hop / "h01_baseline.py").replace(block_n=80)
+        return {
+            "ex18": presets.HOPPER_D128,
+            "d64": presets.HOPPER_D64,
+            "d256": presets.HOPPER_D256,
+            "ex04": b200c.load_schedule_file(hop / "h02_warp_specialization.py").replace(block_n=80),
+            "ex01": h01,
+            "ex02": h01,
+        }
     return {
         "ex18": b200c.load_schedule_file(ex / "18_tma_l2_promotion.py"),
         "d64": presets.D64,
@@ -389,8 +404,9 @@ def pack_mode(case: Case, scheds: dict) -> int | None:
     """Whether the runtime packs heads for this case (None for the SDPA drop-in's own choice)."""
     from b200c.runtime import launcher
 
-    q_stages = scheds[case.schedule].q_stages
-    return int(launcher.pack_heads(q_stages, case.h, case.h_kv, case.s_q, case.causal, case.varlen is not None))
+    s = scheds[case.schedule]
+    return int(launcher.pack_heads(s.q_stages, case.h, case.h_kv, case.s_q, case.causal, case.varlen is not None,
+                                   s.block_m))
 
 
 # ---- the whole sweep ---------------------------------------------------------------------------
@@ -434,14 +450,16 @@ def run_sweep(out_dir, target: str = "emulate", budget_s: float = 330.0, groups=
     torch.set_float32_matmul_precision("highest")  # the FP32 reference without TF32
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    scheds = schedules()
+    scheds = schedules(target)
     cases = make_cases(groups, lengths)
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         dev = f"{p.name} cc {p.major}.{p.minor} SMs {p.multi_processor_count}"
     else:
         dev = device
-    report = {"device": dev, "target": target, "torch": torch.__version__, "emulated": target == "emulate",
+    from b200c.codegen.targets import resolve
+
+    report = {"device": dev, "target": target, "torch": torch.__version__, "emulated": not resolve(target).native,
               "cases": len(cases)}
     print(report["device"], "torch", torch.__version__, f"target {target}, {len(cases)} cases", flush=True)
     if build:
@@ -477,7 +495,7 @@ def run_sweep(out_dir, target: str = "emulate", budget_s: float = 330.0, groups=
     report["counts"] = counts
     (out_dir / "real_inputs.json").write_text(json.dumps(report, indent=1))
     text = table(rows)
-    summary = (f"real inputs ({target}{', emulated: correctness only' if target == 'emulate' else ''}): "
+    summary = (f"real inputs ({target}{', emulated: correctness only' if report['emulated'] else ''}): "
                f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['ERROR']} errors, "
                f"{counts['NOT RUN']} not run, of {len(rows)} cases in {report['sweep_s']} s")
     (out_dir / "real_inputs_table.txt").write_text(text + "\n" + summary + "\n")

@@ -31,8 +31,22 @@ def test_shapes():
     assert [s.label for s in parse_shapes("1x16x32768, 2x8x1024x128")] == ["1x16x32768", "2x8x1024"]
     assert all(s.batch * s.seq == 32768 and s.heads == 16 and s.head_dim == 128 for s in BLOG_SHAPES)
     assert Shape(8, 16, 4096).tflops(1.0) == pytest.approx(4 * 8 * 16 * 4096 ** 2 * 128 / 1e-3 / 1e12)
-    with pytest.raises(ScheduleError, match="BxHxS"):
+    with pytest.raises(ScheduleError, match="BxH"):
         parse_shapes("8x16")
+    gqa, cross, var = parse_shapes("2x32/8x8192c,8x16x1024:8192x64,varlen:100+300x16/4c")
+    assert (gqa.heads, gqa.h_kv, gqa.causal, gqa.label) == (32, 8, True, "2x32/8x8192 causal")
+    assert (cross.seq, cross.s_kv, cross.head_dim) == (1024, 8192, 64)
+    assert var.lengths == (100, 300) and var.batch == 2 and var.seq == 300 and var.h_kv == 4
+    # FLOPs count the attending (query, key) pairs: brute force for a causal S_q != S_kv and a varlen batch
+    from b200c.bench.shapes import visible_pairs
+
+    brute = sum(1 for r in range(100) for c in range(300) if c <= r + 200)
+    assert visible_pairs(100, 300, True) == brute and visible_pairs(300, 100, True) == sum(
+        1 for r in range(300) for c in range(100) if c <= r - 200)
+    assert var.flops == 4 * 16 * 128 * (visible_pairs(100, 100, True) + visible_pairs(300, 300, True))
+    with pytest.raises(ScheduleError, match="multiple of H_kv"):
+        parse_shapes("1x6/4x128")
+    assert len(parse_shapes("hopper")) == 23
 
 
 def test_validate_args(tmp_path):
@@ -63,11 +77,13 @@ class _FakeTorchRun:
         import b200c
 
         self.calls = []
-        monkeypatch.setattr(run, "make_inputs", lambda shape, dev, seed=0: (shape, shape, shape))
-        monkeypatch.setattr(run, "baselines", lambda q, k, v, cap: [("cuDNN", lambda: None),
-                                                                    ("FlashAttention-2", lambda: None),
-                                                                    ("efficient", lambda: None)])
-        monkeypatch.setattr(run, "check_head", lambda out, q, k, v: (0.002, 0.004))
+        monkeypatch.setattr(run, "make_inputs", lambda shape, dev, seed=0: SimpleNamespace(
+            shape=shape, q=shape, k=shape, v=shape, cu=None,
+            b200c=lambda sched, target: lambda: attention(shape, shape, shape, schedule=sched, target=target)))
+        monkeypatch.setattr(run, "baselines", lambda inputs, cap: [("cuDNN", lambda: None),
+                                                                   ("FlashAttention-2", lambda: None),
+                                                                   ("efficient", lambda: None)])
+        monkeypatch.setattr(run, "check_head", lambda out, inputs: (0.002, 0.004))
 
         def attention(q, k, v, *, schedule, target):
             self.calls.append((schedule.name, target))
@@ -75,7 +91,7 @@ class _FakeTorchRun:
                 raise b200c.BuildError("nvcc failed (stand-in)")
             return None
 
-        monkeypatch.setattr(b200c, "attention", attention)
+        self.attention = attention
 
 
 def _timer(fn, *, warmup, iters):

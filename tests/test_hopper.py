@@ -279,7 +279,7 @@ def test_ir_text_of_a_hopper_kernel():
     text = lower(_load("h06"), target="sm90a").text()
     assert "role consumer (q=0: warps 4-7, q=1: warps 8-11, setmaxnreg 240)" in text
     assert "bar.sync turn[q]" in text and "fn softmax_tile: expf; always rebase" in text
-    assert re.search(r"for i in \[0, c\.n_kv - 1\)\s+// K/V tokens in the consumers' order of use: K\(i\+1\) V\(i\)",
+    assert re.search(r"for i in \[0, w\.n_kv - 1\)\s+// K/V tokens in the consumers' order of use: K\(i\+1\) V\(i\)",
                      text)
 
 
@@ -308,9 +308,12 @@ def test_auto_on_hopper_generates_and_builds_sm90a(monkeypatch):
         op._kernels.clear()
     assert lk == ("loaded", "built") and seen["target"].name == "sm90a" and seen["gen_target"] == "sm90a"
     assert "wgmma_qk(" in seen["source"]
-    # a B200 schedule on Hopper with auto: the emulated sm100a kernel (correctness only)
-    op.loaded_kernel(b200c.load_schedule_file(Path(__file__).parents[1] / "examples/14_persistent.py").to_json(),
-                     "auto", 0)
+    # a B200 schedule on Hopper with auto: refused, naming the emulation and how to ask for it; asked for by
+    # name, the emulated sm100a kernel (correctness only)
+    ex14 = b200c.load_schedule_file(Path(__file__).parents[1] / "examples/14_persistent.py").to_json()
+    with pytest.raises(b200c.UnsupportedDeviceError, match="runs only emulated .*pass target='emulate'"):
+        op.loaded_kernel(ex14, "auto", 0)
+    op.loaded_kernel(ex14, "emulate", 0)
     assert seen["target"].name == "emulate" and seen["gen_target"] != "sm90a"
     # a Hopper schedule named for the emulation target: refused with the knobs that mean nothing there
     with pytest.raises(ScheduleError, match="sm100a"):
@@ -381,22 +384,29 @@ def test_tensor_map_rows_per_tensor(monkeypatch):
     assert [c[1] for c in calls] == [64, 176, 176] and all(c[0] == 64 for c in calls)
 
 
-def test_sm90a_refuses_what_its_kernel_does_not_compute():
-    """causal, LSE, GQA and varlen calls on the native Hopper kernel are refused, naming each."""
+def test_a_target_refuses_what_its_kernels_do_not_compute():
+    """The runtime refuses the features a target's record does not list (here a copy of sm90a's record
+    without them; sm90a itself now computes all four), naming each and a target of the device that does."""
     from types import SimpleNamespace
+
+    import msgspec
 
     from b200c.codegen.targets import resolve
     from b200c.errors import LaunchError
     from b200c.runtime.launcher import check_capabilities
 
-    hopper = SimpleNamespace(target=resolve("sm90a"))
-    check_capabilities(hopper, False, False, False, False)  # dense, non-causal: fine
+    full = resolve("sm90a")
+    assert full.caps.causal and full.caps.gqa and full.caps.lse and full.caps.varlen
+    assert full.caps.head_dims == (64, 128, 256)
+    dense = msgspec.structs.replace(full, name="dense_only", caps=msgspec.structs.replace(
+        full.caps, causal=False, gqa=False, lse=False, varlen=False))
+    check_capabilities(SimpleNamespace(target=dense), False, False, False, False)  # dense, non-causal: fine
     for args, word in (((True, False, False, False), "causal=True"), ((False, True, False, False), "return_lse"),
                        ((False, False, True, False), "GQA"), ((False, False, False, True), "varlen")):
         with pytest.raises(LaunchError, match=word) as e:
-            check_capabilities(hopper, *args)
-        assert "target='emulate'" in str(e.value)  # the target of this device that computes it
-    check_capabilities(SimpleNamespace(target=resolve("emulate")), True, True, True, True)
+            check_capabilities(SimpleNamespace(target=dense), *args)
+        assert "target='sm90a'" in str(e.value)  # a target of this device that computes it
+    check_capabilities(SimpleNamespace(target=full), True, True, True, True)
 
 
 def test_attention_runs_a_hopper_schedule_on_sm90a():
@@ -414,8 +424,11 @@ def test_attention_runs_a_hopper_schedule_on_sm90a():
             out = b200c.attention(q, q, q, schedule=h11, target=target)
             assert out.shape == q.shape
         assert len(fd.launches) == 2
-        with pytest.raises(LaunchError, match="causal=True"):
-            b200c.attention(q, q, q, schedule=h11, target="sm90a", causal=True)
+        out, lse = b200c.attention(q, q[:, :1], q[:, :1], schedule=h11, target="sm90a", causal=True, return_lse=True)
+        assert out.shape == q.shape and lse.shape == (1, 2, 300) and len(fd.launches) == 3
+        L = fd.launches[-1]
+        assert L.params["causal"] == 1 and L.params["heads_kv"] == 1 and L.params["pack_heads"] == 1  # GQA packed
+        assert L.params["lse"] == lse.data_ptr()
 
 
 def test_kv_maps_are_cached_per_box_rows():

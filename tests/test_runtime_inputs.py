@@ -253,9 +253,13 @@ def test_auto_target(caplog):
     driver._emulate_noted = False
     assert driver.resolve_target("auto", (10, 0)).name == "sm100a"
     with caplog.at_level(logging.WARNING, logger="b200c.runtime"):
-        assert driver.resolve_target("auto", (9, 0)).name == "emulate"  # a B200 schedule on Hopper
+        # a B200 schedule on Hopper: auto never emulates; it says so and how to ask for it
+        with pytest.raises(UnsupportedDeviceError, match=r"runs only emulated .*pass target='emulate' to run it so, "
+                                                         r"or a schedule for it \(b200c.default_schedule\(head_dim, "
+                                                         r"target='sm90a'\)"):
+            driver.resolve_target("auto", (9, 0), "H200")
         assert driver.resolve_target("auto", (9, 0), schedule_target="sm90a").name == "sm90a"  # a Hopper schedule
-        assert driver.resolve_target("emulate", (9, 0)).name == "emulate"
+        assert driver.resolve_target("emulate", (9, 0)).name == "emulate"  # asked for by name
         assert driver.resolve_target("emulate", (9, 0)).name == "emulate"
     notes = [r for r in caplog.records if "correctness only" in r.getMessage()]
     assert len(notes) == 1  # said once

@@ -32,9 +32,17 @@ def words(m: bytes) -> list[int]:
 # ---- what one launch receives -------------------------------------------------------
 
 
-def test_launch_parameters(fd):
+@pytest.fixture
+def fd_emulate():
+    """The stand-in driver of a Hopper GPU loading kernels for the emulation target (asked for by name)."""
+    with fake_driver.install(target="emulate") as f:
+        yield f
+
+
+def test_launch_parameters(fd_emulate):
+    fd = fd_emulate
     q, k, v = t(s=384), t(s=256), t(s=256)
-    out = b200c.attention(q, k, v, schedule=SCHED)
+    out = b200c.attention(q, k, v, schedule=SCHED, target="emulate")
     (L,) = fd.launches
     info = op.generated_kernel(SCHED.to_json()).launch
     assert L.grid == info.grid(1, 2, 384, 132) and L.block == info.threads + 32  # emulator warp
@@ -47,7 +55,7 @@ def test_launch_parameters(fd):
     assert fd.encodes[0] == (q.data_ptr(), (128, 384, 2, 1), (256, 384 * 256, 2 * 384 * 256), info.tma_box_inner,
                              info.tma_box_rows)
     assert fd.memsets == 1  # emulator: TMEM alloc masks cleared before the launch
-    b200c.attention(q, k, v, schedule=SCHED, softmax_scale=0.5)
+    b200c.attention(q, k, v, schedule=SCHED, softmax_scale=0.5, target="emulate")
     assert fd.launches[-1].scale == 0.5 and fd.launches[-1].out_ptr != 0
 
 
@@ -110,10 +118,10 @@ def test_schedule_target_and_layout_are_part_of_the_key(fd):
     q = t(h=128, s=128)
     b200c.attention(q, q, q, schedule=SCHED)
     b200c.attention(q, q, q, schedule=SCHED.replace(name="other"))
-    b200c.attention(q, q, q, schedule=SCHED, target="emulate")
+    b200c.attention(q, q, q, schedule=SCHED, target="sm100a")
     b200c.attention(q, q, q, schedule=SCHED, layout="bshd")  # (1, 128, 128, 128): same numbers, other meaning
     assert fd.launches[0].out_strides != fd.launches[-1].out_strides
-    assert len(launcher._entries) == 4 and fd.loads == 3  # "auto" and "emulate" are separate kernel-cache keys
+    assert len(launcher._entries) == 4 and fd.loads == 3  # "auto" and "sm100a" are separate kernel-cache keys
 
 
 def test_entry_cache_is_bounded(fd, monkeypatch):
@@ -175,14 +183,14 @@ def test_context_changed_by_someone_else_is_restored(fd, monkeypatch):
     assert not results and fd.ctx_sets == 2
 
 
-def test_earlier_hang_is_reported_before_launching(fd):
+def test_earlier_hang_is_reported_before_launching(fd_emulate):
     q, k, v = t(), t(), t()
-    b200c.attention(q, k, v, schedule=SCHED)
+    b200c.attention(q, k, v, schedule=SCHED, target="emulate")
     e = next(iter(launcher._entries.values()))
     e.hang.flag, e.hang.site = 1, 0
     with pytest.raises(BarrierTimeoutError, match="bounded mbarrier wait timed out"):
-        b200c.attention(q, k, v, schedule=SCHED)
-    assert len(fd.launches) == 1
+        b200c.attention(q, k, v, schedule=SCHED, target="emulate")
+    assert len(fd_emulate.launches) == 1
 
 
 # ---- direct path or dispatcher ----------------------------------------------------------

@@ -17,9 +17,11 @@ from pathlib import Path
 def add_parser(sub, func) -> None:
     """Register ``bench`` on the CLI's subparsers."""
     b = sub.add_parser("bench", help="TFLOPS of schedules on this GPU next to torch SDPA (cuDNN, FA2, efficient)")
-    b.add_argument("files", nargs="+", help="schedule files")
-    b.add_argument("--shapes", default="blog", help="comma list of BxHxS[xD] or 'blog' (8x16x4096, 4x16x8192, "
-                                                    "2x16x16384; default)")
+    b.add_argument("files", nargs="+", help="schedule files; 'default': the built-in schedule of the target for "
+                                            "each shape's head dim (b200c.attention(schedule=None))")
+    b.add_argument("--shapes", default="blog", help="comma list of BxH[/Hkv]xS[:Skv][xD][c] (c: causal), "
+                                                    "varlen:L1+L2+...xH[/Hkv][xD][c], 'blog' (8x16x4096, 4x16x8192, "
+                                                    "2x16x16384; default) or 'hopper' (the Hopper table)")
     b.add_argument("--target", default="auto", help="auto (sm90a on Hopper, sm100a on a B200), sm90a, sm100a")
     b.add_argument("--iters", type=int, default=30, help="timed runs per kernel and shape (median; default 30)")
     b.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
@@ -53,7 +55,7 @@ def validate_args(args) -> tuple:
     if args.iters < 1 or args.warmup < 0:
         raise ScheduleError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
     shapes = parse_shapes(args.shapes)
-    schedules = [(f, load_schedule_file(f)) for f in args.files]
+    schedules = [(f, None if f == "default" else load_schedule_file(f)) for f in args.files]
     for path in (args.csv, args.json, args.md, args.png):
         if path and not Path(path).resolve().parent.is_dir():
             raise ScheduleError(f"output {path!r}: folder {str(Path(path).resolve().parent)!r} does not exist")
@@ -102,6 +104,8 @@ def run_bench(args, *, timer=None, device=None) -> int:
         outdir = Path(args.profile)
         outdir.mkdir(parents=True, exist_ok=True)
         for _, sched in schedules:
+            if sched is None:
+                continue
             base = outdir / sched.name
             try:
                 res = profile(sched, shapes[0], f"{base}.trace.json", ctas=args.profile_ctas, target=args.target,

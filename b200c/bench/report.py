@@ -53,15 +53,33 @@ def markdown(rows: list, meta: dict) -> str:
             kernels.append(key)
     kernels.sort(key=lambda k: (k[0], k[1]))
     by = {(r.kernel, r.shape): r for r in rows}
+    if len(shapes) > 6:  # many shapes (the Hopper table): one line per shape, one column per kernel
+        return _by_shape(rows, meta, shapes, kernels, by)
     head = "| stage | kernel | " + " | ".join(f"{s} (S={n // 1024}K)" if n % 1024 == 0 else s for s, n in shapes) + " |"
     out = [f"Measured by `b200c bench` on {meta.get('device', '?')} ({meta.get('date', '')}): TFLOPS = "
-           f"4·B·H·S²·D / median time over {meta.get('iters', '?')} runs, L2 flushed before each, BF16, "
-           f"non-causal; (x%) = of cuDNN in the same run.", "", head,
+           f"4·H·D·(attending query-key pairs) / median time over {meta.get('iters', '?')} runs (4·B·H·S²·D when "
+           f"dense and non-causal), L2 flushed before each, BF16; (x%) = of cuDNN in the same run.", "", head,
            "|" + "---|" * (2 + len(shapes))]
     for is_b, stage, name in kernels:
         cells = [_cell(by.get((name, s))) for s, _ in shapes]
         st = str(stage) if is_b and stage is not None and stage >= 0 else ""
         out.append(f"| {st} | {name if is_b else 'torch SDPA ' + name} | " + " | ".join(cells) + " |")
+    errs = [r for r in rows if r.error]
+    if errs:
+        out += ["", "Failures:"] + [f"- {r.kernel} {r.shape}: {r.error}" for r in errs]
+    return "\n".join(out) + "\n"
+
+
+def _by_shape(rows, meta, shapes, kernels, by) -> str:
+    names = [name if is_b else f"torch SDPA {name}" if name != "FlashAttention-2" else "FlashAttention-2"
+             for is_b, _, name in kernels]
+    out = [f"Measured by `b200c bench` on {meta.get('device', '?')} ({meta.get('date', '')}): TFLOPS = "
+           f"4·H·D·(attending query-key pairs) / median time over {meta.get('iters', '?')} runs, L2 flushed before "
+           f"each, BF16; (x%) = of cuDNN in the same run; - = not run for this shape.", "",
+           "| shape | " + " | ".join(names) + " |", "|" + "---|" * (1 + len(names))]
+    for shape, _ in shapes:
+        cells = [_cell(by.get((name, shape))) for _, _, name in kernels]
+        out.append(f"| {shape} | " + " | ".join(cells) + " |")
     errs = [r for r in rows if r.error]
     if errs:
         out += ["", "Failures:"] + [f"- {r.kernel} {r.shape}: {r.error}" for r in errs]

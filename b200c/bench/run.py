@@ -9,6 +9,8 @@ from ..errors import B200cError
 from .baselines import REFERENCE, baselines
 from .timing import time_ms
 
+DEFAULT = "b200c default"  # the row of schedule=None
+
 
 @dataclass
 class Row:
@@ -48,27 +50,81 @@ class Row:
         return asdict(self)
 
 
+class Inputs:
+    """The tensors of one shape: logical (B, H, S, D) q and (B, H_kv, S_kv, D) k, v, BF16; for a varlen
+    shape packed (total, H, D) tensors and the int32 ``cu_seqlens``."""
+
+    def __init__(self, shape, device, seed: int = 0):
+        import torch
+
+        self.shape = shape
+        g = torch.Generator(device=device).manual_seed(seed)
+
+        def rnd(*size):
+            return torch.randn(*size, generator=g, device=device, dtype=torch.bfloat16)
+
+        if shape.varlen:
+            total = sum(shape.lengths)
+            self.q = rnd(total, shape.heads, shape.head_dim)
+            self.k, self.v = rnd(total, shape.h_kv, shape.head_dim), rnd(total, shape.h_kv, shape.head_dim)
+            cu = [0]
+            for n in shape.lengths:
+                cu.append(cu[-1] + n)
+            self.cu = torch.tensor(cu, dtype=torch.int32, device=device)
+        else:
+            self.q = rnd(shape.batch, shape.heads, shape.seq, shape.head_dim)
+            self.k = rnd(shape.batch, shape.h_kv, shape.s_kv, shape.head_dim)
+            self.v = rnd(shape.batch, shape.h_kv, shape.s_kv, shape.head_dim)
+            self.cu = None
+
+    def b200c(self, schedule, target):
+        """A callable running b200c on these inputs (``schedule``: a Schedule, or None: the built-in one)."""
+        from ..runtime.api import attention, attention_varlen
+
+        s = self.shape
+        if s.varlen:
+            n = max(s.lengths)
+            return lambda: attention_varlen(self.q, self.k, self.v, self.cu, self.cu, n, n, schedule=schedule,
+                                            causal=s.causal, target=target, check_seqlens=False)
+        return lambda: attention(self.q, self.k, self.v, schedule=schedule, causal=s.causal, target=target)
+
+    def first_head(self, out):
+        """(q, k, v, out) of sequence 0, head 0 as (1, 1, S, D) tensors (the correctness check)."""
+        if self.shape.varlen:
+            n = self.shape.lengths[0]
+            pick = lambda t: t[:n, :1].transpose(0, 1)[None]  # noqa: E731
+            return pick(self.q), pick(self.k), pick(self.v), pick(out)
+        return self.q[:1, :1], self.k[:1, :1], self.v[:1, :1], out[:1, :1]
+
+
 def make_inputs(shape, device, seed: int = 0):
-    """Random BF16 q, k, v of logical shape (B, H, S, D) on ``device``."""
-    import torch
-
-    g = torch.Generator(device=device).manual_seed(seed)
-    return tuple(torch.randn(shape.batch, shape.heads, shape.seq, shape.head_dim, generator=g, device=device,
-                             dtype=torch.bfloat16) for _ in range(3))
+    """The :class:`Inputs` of ``shape`` on ``device``."""
+    return Inputs(shape, device, seed)
 
 
-def check_head(out, q, k, v) -> tuple:
-    """(max_err, tol) of FlashAttention's rule on batch 0, head 0: the error of
-    ``out`` against FP32 attention vs twice that of torch SDPA (BF16) + 1e-3."""
+def check_head(out, inputs) -> tuple:
+    """(max_err, tol) of FlashAttention's rule on sequence 0, head 0: the error of ``out`` against FP32
+    attention (with the causal mask, bottom-right aligned) vs twice that of torch SDPA (BF16, the same
+    explicit mask) + 1e-3."""
     import torch
     import torch.nn.functional as F
 
-    qs, ks, vs = (t[:1, :1] for t in (q, k, v))
-    scale = q.shape[-1] ** -0.5
-    ref = torch.softmax((qs.float() @ ks.float().transpose(-1, -2)) * scale, dim=-1) @ vs.float()
-    sd = F.scaled_dot_product_attention(qs, ks, vs)
+    qs, ks, vs, os_ = inputs.first_head(out)
+    scale = qs.shape[-1] ** -0.5
+    sq, skv = qs.shape[2], ks.shape[2]
+    mask = None
+    if inputs.shape.causal:
+        r = torch.arange(sq, device=qs.device)[:, None]
+        c = torch.arange(skv, device=qs.device)[None, :]
+        mask = c <= r + (skv - sq)
+    sc = (qs.float() @ ks.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        sc = sc.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(sc, dim=-1).nan_to_num(0.0)  # rows that see no key: 0
+    ref = p @ vs.float()
+    sd = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask).nan_to_num(0.0)
     tol = 2 * (sd.float() - ref).abs().max().item() + 1e-3
-    err = (out[:1, :1].float() - ref).abs().max().item()
+    err = (os_.float() - ref).abs().max().item()
     return err, tol
 
 
@@ -77,7 +133,8 @@ def measure(schedules, shapes, device, *, target: str = "auto", timer=time_ms, w
     """Measure every baseline and schedule on every shape.
 
     Args:
-        schedules: ``(source path, Schedule)`` pairs.
+        schedules: ``(source path, Schedule)`` pairs; a Schedule of None is the built-in one of the
+            target for each shape's head dim (``b200c.attention(schedule=None)``, row name ``b200c default``).
         shapes: :class:`~b200c.bench.shapes.Shape` s.
         device: the :class:`~b200c.bench.device.Device`.
         target: b200c target (``auto``: sm90a on Hopper, sm100a on a B200).
@@ -88,8 +145,6 @@ def measure(schedules, shapes, device, *, target: str = "auto", timer=time_ms, w
     Returns:
         list of :class:`Row`; failures are rows with ``error`` set.
     """
-    from ..runtime.api import attention
-
     bar = None
     if progress:
         from tqdm import tqdm
@@ -98,32 +153,32 @@ def measure(schedules, shapes, device, *, target: str = "auto", timer=time_ms, w
         bar = tqdm(total=len(shapes) * (n_base + len(schedules)), unit="kernel", desc="b200c bench", leave=False)
     rows = []
     for shape in shapes:
-        q, k, v = make_inputs(shape, f"cuda:{device.index}")
+        inputs = make_inputs(shape, f"cuda:{device.index}")
         if with_baselines:
-            for name, fn in baselines(q, k, v, device.capability):
+            for name, fn in baselines(inputs, device.capability):
                 if bar is not None:
                     bar.set_postfix_str(f"{name} {shape.label}")
                 rows.append(_time_one(name, "baseline", "", None, shape, fn, timer, warmup, iters))
                 if bar is not None:
                     bar.update(1)
         for src, sched in schedules:
+            name = DEFAULT if sched is None else sched.name
             if bar is not None:
-                bar.set_postfix_str(f"{sched.name} {shape.label}")
-            fn = lambda s=sched: attention(q, k, v, schedule=s, target=target)  # noqa: E731
-            row = Row(sched.name, "b200c", str(src), sched.blog_stage, shape.label, shape.seq)
+                bar.set_postfix_str(f"{name} {shape.label}")
+            fn = inputs.b200c(sched, target)
+            row = Row(name, "b200c", str(src), None if sched is None else sched.blog_stage, shape.label, shape.seq)
             try:
                 out = fn()  # builds (cached on disk) and loads on the first call
                 if check:
-                    row.max_err, row.tol = check_head(out, q, k, v)
+                    row.max_err, row.tol = check_head(out, inputs)
                     row.correct = bool(row.max_err <= row.tol)
-                row = _time_one(sched.name, "b200c", str(src), sched.blog_stage, shape, fn, timer, warmup, iters,
-                                base=row)
+                row = _time_one(name, "b200c", str(src), row.stage, shape, fn, timer, warmup, iters, base=row)
             except B200cError as e:
                 row.error = str(e)
             rows.append(row)
             if bar is not None:
                 bar.update(1)
-        del q, k, v
+        del inputs
     if bar is not None:
         bar.close()
     add_percentages(rows)

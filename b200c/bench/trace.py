@@ -134,11 +134,12 @@ def profile(schedule, shape, out_path, *, ctas: int = DEFAULT_CTAS, capacity: in
             from ..errors import LaunchError
 
             raise LaunchError(f"profiling build of {schedule.name!r} lacks the global {gname}")
-    q, k, v = make_inputs(shape, f"cuda:{dev}")
+    inputs = make_inputs(shape, f"cuda:{dev}")
+    q, k, v = inputs.q, inputs.k, inputs.v
     from ..runtime.api import attention_generated
 
     # the same LoadedKernel (driver.load caches per cubin and device), so the trace globals set above apply
-    attention_generated(q, k, v, gen, target=resolved)
+    attention_generated(q, k, v, gen, target=resolved, causal=shape.causal)
     driver.synchronize(dev)
     records = [int(x) & 0xFFFFFFFFFFFFFFFF for x in buf.cpu().tolist()]
     evs = decode(records, info.trace_tracks, info.trace_events, ctas, capacity)

@@ -33,6 +33,14 @@ class Limits(msgspec.Struct, frozen=True):
     tmem_columns: int = 0
     smem_align_slack: int = 1024
 
+    def setmaxnreg_pool(self, threads: int) -> int:
+        """Registers the warpgroups' setmaxnreg budgets share: what the CTA was launched with
+        (``threads`` x :meth:`entry_registers`), at most the register file. ``setmaxnreg.inc`` takes
+        registers only from those other warpgroups released with ``.dec`` (PTX 9.7.19.5): a sum above
+        the launch allocation makes an ``.inc`` wait forever (measured on the H200: 128 x 32 + 256 x 240
+        = 65536 > 384 x 168 = 64512 hung every launch; FA3's 24 / 240 is exactly 64512)."""
+        return min(self.register_pool, threads * self.entry_registers(threads))
+
     def entry_registers(self, threads: int) -> int:
         """Registers per thread at kernel entry under ``__launch_bounds__(threads, 1)``.
 

@@ -94,5 +94,12 @@ def rebase_test(gap: str, candidate: str, threshold: float, nan: bool, masked: b
     return f"{gap} >= {thr}"
 
 
-__all__ = ["EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
+def lse_natural(max_log2: str, rowsum: str) -> str:
+    """C expression of a row's log-sum-exp in natural-log units (FlashAttention's softmax_lse) from
+    its running max in log2 units and its exact FP32 rowsum (>= 1 when the row saw a key; the
+    caller handles rowsum 0: LSE -inf)."""
+    return f"({max_log2} + lg2_approx_ftz({rowsum})) * 0.6931471805599453f"
+
+
+__all__ = ["lse_natural", "EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
            "c_float", "rebase_test"]

@@ -79,6 +79,8 @@ class Target(msgspec.Struct, frozen=True):
         emulates: for an emulation target, the native target whose kernels it runs.
         sass: the SASS analysis ``b200c check`` runs (``"role_loops"`` per warp
             role, ``"hot_loop"`` of the consumer with wgmma hazards, ``""`` none).
+        presets: the family of built-in schedules it runs when a call gives none
+            (:data:`b200c.dsl.presets.FAMILIES`).
         caps: what its kernels compute (:class:`Capabilities`).
     """
 
@@ -99,10 +101,24 @@ class Target(msgspec.Struct, frozen=True):
     native: bool = True
     emulates: Optional[str] = None
     sass: str = ""
+    presets: str = ""
 
     def backend_module(self):
         """The backend package (imported on first use)."""
         return importlib.import_module(self.backend)
+
+    def default_schedule(self, head_dim: int):
+        """The built-in schedule of this target for ``head_dim`` (:func:`b200c.dsl.presets.default_schedule`).
+
+        Raises:
+            ScheduleError: a head dim without one, or a target without built-in schedules.
+        """
+        from ..dsl.presets import default_schedule
+        from ..errors import ScheduleError
+
+        if not self.presets:
+            raise ScheduleError(f"target {self.name!r} has no built-in schedules; pass a schedule")
+        return default_schedule(head_dim, self.presets)
 
     def source_target(self) -> "Target":
         """The record of :attr:`source` (self for a native target)."""
@@ -119,22 +135,22 @@ REGISTRY: list = [
         name="sm100a", spellings=("sm_100a", "sm100", "sm_100"), summary="B200, tcgen05",
         backend="b200c.codegen.tcgen05", source="sm100a", compute_capability=(10, 0), devices="B200",
         arch="sm_100a", nvcc_flags=("-arch=sm_100a",), header="b200c_ptx.cuh", caps=_TCGEN05_CAPS,
-        sass="role_loops",
+        sass="role_loops", presets="b200",
     ),
     Target(
         name="emulate", spellings=(), summary="the sm100a kernel emulated on Hopper, correctness only",
         backend="b200c.codegen.tcgen05", source="sm100a", compute_capability=(9, 0), devices="H100/H200",
         arch="sm_90a", nvcc_flags=("-arch=sm_90a", "-DB200C_EMULATE", "-DB200C_BOUNDED_WAIT"),
         header="b200c_ptx.cuh", caps=_TCGEN05_CAPS, include_headers=True, bounded_waits="always",
-        emulator_threads=32, native=False, emulates="sm100a",
+        emulator_threads=32, native=False, emulates="sm100a", presets="b200",
     ),
     Target(
         name="sm90a", spellings=("sm_90a", "sm90", "sm_90"), summary="Hopper, wgmma",
         backend="b200c.codegen.sm90", source="sm90a", compute_capability=(9, 0), devices="H100/H200",
         # -arch=sm_90a would also run a plain sm_90 pass, which rejects wgmma
         arch="sm_90a", nvcc_flags=("-gencode=arch=compute_90a,code=sm_90a",), header="b200c_sm90.cuh",
-        caps=Capabilities(causal=False, gqa=False, lse=False, varlen=False, head_dims=(128,), profile=True),
-        bounded_waits="debug", sass="hot_loop",
+        caps=Capabilities(causal=True, gqa=True, lse=True, varlen=True, head_dims=(64, 128, 256), profile=True),
+        bounded_waits="debug", sass="hot_loop", presets="hopper",
     ),
 ]
 

@@ -255,7 +255,7 @@ class _Model:
                     yield from self._run(n.body, env, proc, path + [f"if {n.cond}"], single)
             elif t is Single:
                 yield from self._run(n.body, env, proc, path, True)
-            elif isinstance(n, WorkLoop):  # the shared one and a backend's own (sm90's DenseWorkLoop)
+            elif isinstance(n, WorkLoop):
                 items = range(self.num_work) if n.persistent else range(1)
                 for w in items:
                     env["work"] = w

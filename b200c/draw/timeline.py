@@ -410,7 +410,7 @@ def _label(role, q, evs, iterations, plan) -> str:
         text = _TAIL.sub("", _BLOG.sub("", text)).strip()
         text = _subst(text, env)
         if role == "load":
-            text = re.sub(r"Q rows of consumer (\d+)", r"Q\1", re.sub(r"^token\s+", "", text))
+            text = re.sub(r"Q rows of (?:consumer|Q stage) (\d+)", r"Q\1", re.sub(r"^token\s+", "", text))
             text = f"load {text}"
         return text
     it = f"({loops[-1][1]})" if loops else ""

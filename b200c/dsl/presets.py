@@ -1,10 +1,22 @@
-"""Built-in schedules: what ``b200c.scaled_dot_product_attention`` runs when no schedule is given.
+"""Built-in schedules: what ``b200c.attention(schedule=None)`` and ``b200c.scaled_dot_product_attention``
+run when no schedule is given, one per head dim for each family of targets.
 
-``D128`` is the blog's final stage (``examples/18_tma_l2_promotion.py``) with
-every knob written out; ``D64`` and ``D256`` are its head-dim variants
-(``examples/variants/hdim64.py``, ``hdim256.py``): at D = 256 one Q stage (two
-would need 768 of 512 TMEM columns) and a two-slot K/V ring. Tests check that
-they equal those files apart from the name.
+B200 (sm100a, and its emulation): ``D128`` is the blog's final stage
+(``examples/18_tma_l2_promotion.py``) with every knob written out; ``D64`` and
+``D256`` are its head-dim variants (``examples/variants/hdim64.py``,
+``hdim256.py``): at D = 256 one Q stage (two would need 768 of 512 TMEM
+columns) and a two-slot K/V ring.
+
+Hopper (sm90a): ``HOPPER_D128`` is the Hopper progression's last stage
+(``examples/hopper/h11_persistent.py``: two ping-pong consumer warpgroups of 64
+rows, 176-row K/V tiles in a 4-slot ring, FA3's intra-warpgroup overlap, ex2,
+the ch.11 threshold, persistent); ``HOPPER_D64`` takes 192-row K/V tiles (its
+accumulators fit more columns), ``HOPPER_D256`` 80-row ones (FA3's tile at head
+dim 256; 4 slots of 40 KiB), not persistent (its consumers need 240 registers,
+which leaves the producer 24, too few for the persistent producer).
+
+Tests check that they equal those files apart from the name and the tile. The
+target record names its family (``Target.presets``: ``"b200"`` or ``"hopper"``).
 """
 from __future__ import annotations
 
@@ -45,20 +57,59 @@ D128 = Schedule(
 D64 = D128.replace(name="default_d64", head_dim=64, kv_stages=4)
 
 D256 = D128.replace(name="default_d256", head_dim=256, q_stages=1, kv_stages=2, issue_order="P0V(i) Q0K(i+1)",
-                    softmax_regs=232, correction_regs=232, other_regs=48)
+                    softmax_regs=232, correction_regs=232, other_regs=40)  # 128 x 504 = 64512: the launch allocation
 
 PRESETS = {64: D64, 128: D128, 256: D256}
 
+HOPPER_D128 = Schedule(
+    name="hopper_default_d128",
+    blog_stage=11,                          # the Hopper progression (docs/hopper-progression.md)
+    block_m=64,                             # one consumer warpgroup's rows (wgmma M)
+    block_n=176,                            # FA3's K/V tile at head dim 128
+    head_dim=128,
+    p_storage="registers",                  # P is the A operand of an RS wgmma
+    swizzle="128B",
+    warp_specialized=True,                  # a producer warpgroup, consumer warpgroups
+    q_stages=2,                             # two consumer warpgroups
+    kv_tokens="separate",
+    kv_stages=4,
+    issue_order="Q0K(i+1) P0V(i) Q1K(i+1) P1V(i)",  # FA3 §3.2: softmax(i+1) overlaps PV(i)
+    pingpong=True,                          # FA3 §3.1
+    exp2="ex2.approx.ftz",                  # blog ch.8
+    rescale_threshold=8.0,                  # blog ch.11
+    persistent=True,                        # blog ch.14
+    phase_tracking="bitmask",               # minor 17
+    tma_l2_promotion="256B",                # minor 18
+    softmax_regs=232,                       # 128 x 40 + 256 x 232 = 64512: the launch allocation at 384 threads
+    other_regs=40,                          # the persistent producer spilled at 24
+)
 
-def default_schedule(head_dim: int) -> Schedule:
-    """The built-in schedule for head dim 64, 128 or 256.
+HOPPER_D64 = HOPPER_D128.replace(name="hopper_default_d64", head_dim=64, block_n=192)
+
+# at head dim 256 the consumers need their 240 registers (232 spilled, measured), which leaves the producer 24:
+# not persistent (the persistent producer spills at 24)
+HOPPER_D256 = HOPPER_D128.replace(name="hopper_default_d256", head_dim=256, block_n=80, persistent=False,
+                                  softmax_regs=240, other_regs=24)
+
+HOPPER_PRESETS = {64: HOPPER_D64, 128: HOPPER_D128, 256: HOPPER_D256}
+
+FAMILIES = {"b200": PRESETS, "hopper": HOPPER_PRESETS}
+
+
+def default_schedule(head_dim: int, family: str = "b200") -> Schedule:
+    """The built-in schedule for head dim 64, 128 or 256 of a family of targets (``"b200"``:
+    sm100a and its emulation; ``"hopper"``: sm90a). ``b200c.default_schedule(head_dim, target=...)``
+    takes a target name instead.
 
     Raises:
-        ScheduleError: another head dim (b200c kernels support 64, 128 and 256).
+        ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family.
     """
-    try:
-        return PRESETS[head_dim]
-    except (KeyError, TypeError):
-        from ..errors import ScheduleError
+    from ..errors import ScheduleError
 
+    table = FAMILIES.get(family)
+    if table is None:
+        raise ScheduleError(f"no built-in schedules for {family!r}; families: {', '.join(map(repr, FAMILIES))}")
+    try:
+        return table[head_dim]
+    except (KeyError, TypeError):
         raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256") from None

@@ -196,6 +196,57 @@ def _schedule_json(schedule, target: str = "auto") -> str:
     return text
 
 
+# ---- the built-in schedule of a call ---------------------------------------------
+
+
+_defaults: dict = {}  # (device index, target, head dim) -> the built-in Schedule
+
+
+def default_schedule_for(q, target="auto"):
+    """The built-in schedule a call without one runs (``schedule=None``): the presets of the call's
+    target for q's head dim (b200c/dsl/presets.py); with ``target="auto"`` those of the device's
+    native target (a Hopper GPU: the sm90a presets; a B200: sm100a's), never the emulation target's.
+
+    Raises:
+        ScheduleError: no built-in schedule for q's head dim.
+        UnsupportedDeviceError: no native b200c target for q's device.
+    """
+    d = int(q.shape[-1]) if q.dim() > 0 else 0
+    dev = q.get_device() if q.is_cuda else -1
+    return _default(dev, target, d)
+
+
+def _default(dev: int, target, d: int):
+    key = (dev, target, d)
+    hit = _defaults.get(key)
+    if hit is not None:
+        return hit
+    from ..codegen.targets import AUTO, for_device, native_targets, resolve_or_auto
+
+    t = resolve_or_auto(target)
+    if t == AUTO:
+        if dev < 0 or not torch.cuda.is_available():  # no device to ask (CPU or fake tensors on a machine without
+            t = native_targets()[0]                     # a GPU): the first registered native target
+        else:
+            cap, name = op.device_capability(dev)
+            natives = [r for r in for_device(cap) if r.native]
+            if not natives:
+                from ..errors import UnsupportedDeviceError
+
+                raise UnsupportedDeviceError(f"no native b200c target for the device ({name}, compute capability "
+                                             f"{cap[0]}.{cap[1]}); pass a schedule and a target")
+            t = natives[0]
+    s = t.default_schedule(d)
+    _defaults[key] = s
+    return s
+
+
+@torch.compiler.assume_constant_result
+def _default_json(dev: int, target: str, d: int) -> str:
+    """The built-in schedule's validated JSON while torch.compile traces (a constant of the graph)."""
+    return _validated_json(_default(dev, target, d).to_json())
+
+
 # ---- schedule identity under torch.compile -----------------------------------------
 
 
@@ -325,7 +376,7 @@ except AttributeError:  # a torch without these internals: always use the dispat
 # ---- the entry points ---------------------------------------------------------------
 
 
-def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, return_lse: bool = False,
+def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=None, return_lse: bool = False,
               layout: str = "bhsd", target: str = "auto"):
     """Attention ``softmax(q @ k^T * softmax_scale [+ causal mask]) @ v`` with a b200c kernel,
     like FlashAttention's ``flash_attn_func``.
@@ -341,8 +392,11 @@ def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, re
             Any strides with a contiguous last dimension work without copies
             (e.g. slices of a packed QKV tensor): 16-byte aligned data and
             S/H/B strides that are multiples of 8 elements.
-        schedule: a :class:`b200c.Schedule` or the path of a schedule file
-            (a ``.py`` file defining ``schedule``). The kernel is generated
+        schedule: a :class:`b200c.Schedule`, the path of a schedule file
+            (a ``.py`` file defining ``schedule``), or None: the built-in
+            schedule of the target for D (:func:`b200c.default_schedule`; with
+            ``target="auto"`` the device's native target: the Hopper
+            presets on an H100/H200, the B200 ones on a B200). The kernel is generated
             for the inputs' D (``schedule.replace(head_dim=D)``). A file is
             read again when it, or any file it was built from (schedule files
             it loads, helper modules next to it), changes on disk.
@@ -424,6 +478,8 @@ def attention(q, k, v, *, schedule, causal: bool = False, softmax_scale=None, re
     if return_lse is not False and return_lse is not True:
         return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
+    if schedule is None:
+        schedule = default_schedule_for(q, target)
     schedule_json = _schedule_json(schedule, target)  # the schedule first: its errors come before tensor/device ones
     if _direct_path_ok(q, k, v):
         out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
@@ -450,10 +506,17 @@ def _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layo
     causal = flag_value("causal", causal)
     return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
-    return _call_op(q, k, v, _traced_schedule_json(schedule), scale, layout, target, causal, return_lse)
+    return _call_op(q, k, v, _traced_json(q, schedule, target), scale, layout, target, causal, return_lse)
 
 
-def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule,
+def _traced_json(q, schedule, target) -> str:
+    """Schedule JSON while torch.compile traces: the given schedule's, or the built-in one's."""
+    if schedule is None:
+        return _default_json(q.get_device() if q.is_cuda else -1, target, int(q.shape[-1]))
+    return _traced_schedule_json(schedule)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule=None,
                      causal: bool = False, softmax_scale=None, return_lse: bool = False, target: str = "auto",
                      check_seqlens: bool = True):
     """Attention over a batch of sequences of different lengths packed into one tensor, like
@@ -509,8 +572,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     check_seqlens = flag_value("check_seqlens", check_seqlens)
     scale = _check_scale(softmax_scale)
     if torch.compiler.is_compiling():
-        schedule_json = _traced_schedule_json(schedule)
+        schedule_json = _traced_json(q, schedule, target)
     else:
+        if schedule is None:
+            schedule = default_schedule_for(q, target)
         schedule_json = _schedule_json(schedule, target)
         if (_direct_path_ok(q, k, v) and type(cu_seqlens_q) is _Tensor and type(cu_seqlens_k) is _Tensor):
             out, lse = op.run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

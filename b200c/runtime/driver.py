@@ -97,39 +97,46 @@ def check_arch(target, capability: tuple[int, int], device_name: str = "") -> No
 def resolve_target(target, capability: tuple[int, int], device_name: str = "", schedule_target=None):
     """The :class:`~b200c.codegen.targets.Target` a call runs on a device.
 
-    ``"auto"`` picks the schedule's own kernel where the device runs it:
+    ``"auto"`` picks the schedule's own kernel where the device runs it natively:
     ``schedule_target`` (the native target the schedule is written for, see
     :func:`b200c.codegen.targets.schedule_target`; default the first native
-    target) when the device has its compute capability, else the emulation of
-    it that the device runs (a B200 schedule on a Hopper GPU: ``emulate``,
-    correctness only, logged once), else the target itself, so that
-    :func:`check_arch` names the capability it needs.
+    target) when the device has its compute capability. It never picks an
+    emulation target: a schedule whose target the device runs only emulated (a
+    B200 schedule on a Hopper GPU) raises, saying so and how to ask for the
+    emulation by name (``target="emulate"``, correctness only) or for a schedule
+    of the device (``b200c.default_schedule(D, target=...)``).
 
     Raises:
         TargetError: unknown target name.
-        UnsupportedDeviceError: the device cannot run the (resolved) target.
+        UnsupportedDeviceError: the device cannot run the (resolved) target natively
+            under ``"auto"``, or cannot run the named target at all.
     """
-    from ..codegen.targets import AUTO, emulation_of, for_device, native_targets, resolve, resolve_or_auto
+    from ..codegen.targets import AUTO, REGISTRY, emulation_of, for_device, native_targets, resolve, resolve_or_auto
 
     t = resolve_or_auto(target)
     if t == AUTO:
         own = resolve(schedule_target) if schedule_target is not None else native_targets()[0]
         have = tuple(capability)
-        if own.compute_capability == have:
-            t = own
-        elif emulation_of(own, have) is not None:
-            t = emulation_of(own, have)
-        elif not for_device(have):
-            dev = f" ({device_name})" if device_name else ""
-            from ..codegen.targets import REGISTRY
-
-            raise UnsupportedDeviceError(
-                f"no b200c target for the device{dev} of compute capability {have[0]}.{have[1]}: "
-                + ", ".join(f"target {r.name!r} needs {r.compute_capability[0]}.{r.compute_capability[1]} "
-                            f"({r.devices})" for r in REGISTRY)
-            )
-        else:
-            t = own  # check_arch names the capability it needs
+        dev = f" ({device_name})" if device_name else ""
+        if own.compute_capability != have:
+            emu = emulation_of(own, have)
+            natives = [r for r in for_device(have) if r.native]
+            mine = (f"a schedule for it (b200c.default_schedule(head_dim, target={natives[0].name!r}), or "
+                    f"schedule=None)" if natives else "")
+            if emu is not None:
+                raise UnsupportedDeviceError(
+                    f"the schedule is written for target {own.name!r} ({own.summary}), which the device{dev} of "
+                    f"compute capability {have[0]}.{have[1]} runs only emulated (target {emu.name!r}: {emu.summary}, "
+                    f"several times slower than torch SDPA); target='auto' never picks the emulation: pass "
+                    f"target={emu.name!r} to run it so" + (f", or {mine}" if mine else "")
+                )
+            if not natives:
+                raise UnsupportedDeviceError(
+                    f"no b200c target for the device{dev} of compute capability {have[0]}.{have[1]}: "
+                    + ", ".join(f"target {r.name!r} needs {r.compute_capability[0]}.{r.compute_capability[1]} "
+                                f"({r.devices})" for r in REGISTRY)
+                )
+        t = own  # check_arch names the capability it needs
     check_arch(t, capability, device_name)
     return t
 

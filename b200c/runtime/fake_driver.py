@@ -183,7 +183,7 @@ class _Patches:
 
 
 @contextlib.contextmanager
-def install(*, target: str = "emulate", num_sms: int = 132, version: int = 13000):
+def install(*, target: str = "sm100a", num_sms: int = 132, version: int = 13000):
     """Replace the driver, kernel loading, device queries and the CUDA device rule (see the module docstring).
 
     Everything is restored when the ``with`` block ends.

@@ -62,7 +62,8 @@ def clear() -> None:
     _maps.clear()
 
 
-def pack_heads(q_stages: int, heads: int, heads_kv: int, seq_q: int, causal: bool, varlen: bool) -> bool:
+def pack_heads(q_stages: int, heads: int, heads_kv: int, seq_q: int, causal: bool, varlen: bool,
+               block_m: int = 128) -> bool:
     """Whether a launch packs heads: a work item's Q stages are ``q_stages`` consecutive query
     heads (the same Q tile) of one K/V group, so each K/V tile is loaded once for all of them.
 
@@ -70,8 +71,8 @@ def pack_heads(q_stages: int, heads: int, heads_kv: int, seq_q: int, causal: boo
     ``q_stages > 1``. Chosen when it pays over the default (``q_stages`` consecutive Q tiles
     of one head per work item):
 
-    * ``ceil(S_q / 128) % q_stages != 0``: the last work item of every head would leave
-      Q stages idle (e.g. ``S_q <= 128 * (q_stages - 1)``: decoding, short prompts);
+    * ``ceil(S_q / block_m) % q_stages != 0``: the last work item of every head would leave
+      Q stages idle (e.g. ``S_q <= block_m * (q_stages - 1)``: decoding, short prompts);
     * ``causal``: the Q tiles of one item would visit the K/V tiles of the last one's
       diagonal, the packed heads share one diagonal;
     * varlen: sequences of any length, so some items would be part-idle.
@@ -81,7 +82,7 @@ def pack_heads(q_stages: int, heads: int, heads_kv: int, seq_q: int, causal: boo
     """
     if q_stages <= 1 or heads_kv <= 0 or (heads // heads_kv) % q_stages != 0:
         return False
-    return causal or varlen or (-(-seq_q // 128)) % q_stages != 0
+    return causal or varlen or (-(-seq_q // block_m)) % q_stages != 0
 
 
 def kernel_arguments(problem, maps, out_strides, lse_strides, causal: bool, pack: bool, default_scale: float,
@@ -270,9 +271,10 @@ def check_capabilities(lk, causal: bool, return_lse: bool, gqa: bool, varlen: bo
         from ..codegen.targets import REGISTRY
         from ..errors import LaunchError
 
-        others = [t for t in REGISTRY if t.compute_capability == lk.target.compute_capability
-                  and t is not lk.target and all(getattr(t.caps, c) for c, on in (
-                      ("causal", causal), ("lse", return_lse), ("gqa", gqa), ("varlen", varlen)) if on)]
+        others = sorted((t for t in REGISTRY if t.compute_capability == lk.target.compute_capability
+                         and t is not lk.target and all(getattr(t.caps, c) for c, on in (
+                             ("causal", causal), ("lse", return_lse), ("gqa", gqa), ("varlen", varlen)) if on)),
+                        key=lambda t: not t.native)  # a native one first
         alt = f"use target={others[0].name!r} ({others[0].summary}) or torch SDPA" if others else "use torch SDPA"
         raise LaunchError(
             f"{', '.join(asked)}: the kernels of target {lk.target.name!r} ({lk.target.summary}) do not compute "
@@ -333,7 +335,7 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     lk = source.load(token, key[1], device)
     check_capabilities(lk, causal, return_lse, problem.heads != problem.heads_kv, False)
     info = lk.built.launch
-    pack = pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, causal, False)
+    pack = pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, causal, False, info.block_m)
     n_work = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack)
     check_work_items(n_work)
     grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms, pack)

@@ -149,9 +149,9 @@ def _specialize(schedule_json: str, head_dim: int):
         # specialized copy happens to pass or fail first)
         make_plan(t, schedule_target(s))
     except ScheduleError as e:
-        hint = (f"pass a schedule that holds D = {head_dim} (b200c.dsl.presets.default_schedule({head_dim}) does), "
-                "or use torch.nn.functional.scaled_dot_product_attention (b200c.scaled_dot_product_attention "
-                "falls back to it)")
+        hint = (f"pass a schedule that holds D = {head_dim} (b200c.default_schedule({head_dim}, "
+                f"target={schedule_target(s).name!r}) does, as does schedule=None), or use "
+                "torch.nn.functional.scaled_dot_product_attention (b200c.scaled_dot_product_attention falls back to it)")
         return type(e)(f"schedule {s.name!r} at the inputs' head dim D = {head_dim}: {e}; {hint}")
     return t.to_json()
 

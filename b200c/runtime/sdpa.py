@@ -17,7 +17,6 @@ import warnings
 
 import torch
 
-from ..dsl.presets import PRESETS
 from ..errors import BarrierTimeoutError, BuildError, FallbackWarning, LaunchError, ScheduleError
 from . import api, inputs, op
 
@@ -153,10 +152,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa:
             as ``torch.nn.functional.scaled_dot_product_attention``.
         schedule: a :class:`b200c.Schedule` or schedule file; None uses the
-            built-in one for D (:mod:`b200c.dsl.presets`: the blog's stage 18,
-            one Q stage at D = 256).
-        target: as :func:`b200c.attention` (on a Hopper GPU ``"auto"`` runs
-            the emulated kernel: correctness only).
+            built-in one of the device's native target for D
+            (:func:`b200c.default_schedule`: on an H100/H200 the Hopper
+            presets, run natively; on a B200 the blog's stage 18).
+        target: as :func:`b200c.attention`. With ``"auto"`` the drop-in
+            never runs the emulation target: a B200 schedule on a Hopper GPU
+            falls back to torch (with a warning saying so).
 
     Returns:
         torch.Tensor (B, H, S_q, D), the dtype of query.
@@ -179,8 +180,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             why = ("scale", text)
     if why is None:
         d = query.shape[3]
-        sched = schedule if schedule is not None else PRESETS[d]
-        schedule_json = api._traced_schedule_json(sched) if compiling else api._schedule_json(sched)
+        if compiling:
+            schedule_json = api._traced_json(query, schedule, target)
+        else:
+            schedule_json = api._schedule_json(api.default_schedule_for(query, target) if schedule is None else schedule)
         text = _holds_traced(schedule_json, d) if compiling else _holds(schedule_json, d)
         if text:
             why = (f"schedule:{d}", f"the schedule cannot run head dim {d}: {text}")

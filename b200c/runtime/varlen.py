@@ -228,7 +228,7 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     launcher.check_capabilities(lk, causal, return_lse, problem.heads != problem.heads_kv, True)
     info = lk.built.launch
     b, h, s = problem.batch, problem.heads, problem.seq_q
-    pack = launcher.pack_heads(info.q_stages, h, problem.heads_kv, s, causal, True)
+    pack = launcher.pack_heads(info.q_stages, h, problem.heads_kv, s, causal, True, info.block_m)
     check_work_items(info.num_work_items(b, h, s, pack))
     grid = info.grid(b, h, s, lk.num_sms, pack)
     check_grid(grid)

@@ -14,11 +14,14 @@ from b200c.codegen.work import decomposition, template_args
 TEXT = {"warp_arrive": "mbar_arrive_sm120(c.bar({bar}));  // one arrival per warp"}
 
 
+def _shared(node) -> bool:
+    """Whether a node and everything under it are shared IR nodes (the stub renders only those)."""
+    return type(node).__module__ == "b200c.codegen.ir" and all(_shared(k) for k in node.children())
+
+
 def emit(ir, launch) -> str:
     env = environment(str(Path(__file__).with_name("templates")), tuple(sorted(TEXT.items())))
-    roles = [dict(name=r.name, body=indent(render_block(env, [n for n in r.body if type(n).__module__ ==
-                                                              "b200c.codegen.ir"])))
-             for r in ir.roles]
+    roles = [dict(name=r.name, body=indent(render_block(env, [n for n in r.body if _shared(n)]))) for r in ir.roles]
     return env.get_template("kernel.cu.j2").render(plan=ir.plan, roles=roles, work=template_args(
         decomposition(ir.plan)), entry=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("))
 

@@ -216,6 +216,18 @@ template <int N> __device__ __forceinline__ void wgmma_rs_n(float (&d)[N / 2], u
                                                             uint32_t a2, uint32_t a3, uint64_t b_desc, int scale_d);
 
 // ---- math ------------------------------------------------------------------
+// An opaque copy (mov.b32, PTX 9.7.9.9): ptxas cannot merge the value with others or hoist it (the shared
+// work decomposition reads kernel parameters through it, see decode_work).
+__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2_approx_ftz(float x) {  // lg2 9.7.3.22; the LSE only (rowsum >= 1)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ float ex2_approx_ftz(float x) {  // ex2 9.7.3.21
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..ir import KernelIR
 from ..render import environment, indent, render_block
 from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
+from ..work import decomposition, template_args
 from .text import TEXT
 from .wgmma import wrappers
 
@@ -115,6 +116,8 @@ def emit(ir: KernelIR, launch) -> str:
         traced=bool(ir.trace_tracks),
         scale_units=_scale_units(ir),
         kernel_name=KERNEL_NAME,
+        params=ATTENTION_PARAMS,
+        work=template_args(decomposition(plan)),
         entry_params=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("),
     )
     return text.rstrip() + "\n"

@@ -10,21 +10,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir import Node, TmaLoadTile, WorkLoop
+from ..ir import Node
 
 
-class DenseWorkLoop(WorkLoop):
-    """The sm_90a kernel's work loop over dense (b, h, Q tile) items (``c.num_work``, no varlen
-    items to skip); the shared :class:`~b200c.codegen.ir.WorkLoop` walks the shared work
-    decomposition's items."""
-
-
-def tma_tile(tensor: str, dst: str, row: str, barrier: str, index: Optional[str] = None) -> TmaLoadTile:
-    """A TMA tile load of this backend's dense context (head ``w.h``, batch ``w.b``): boxes of 64
-    columns by BLOCK_M (Q) or BLOCK_N (K, V) rows, each box TMA_Q/KV_SLICE_BYTES."""
-    kind = "Q" if tensor == "q" else "KV"
-    return TmaLoadTile(tensor, dst, row, barrier, index, head="w.h", rows="BLOCK_M" if tensor == "q" else "BLOCK_N",
-                       batch="w.b", box_cols="64", slice_bytes=f"TMA_{kind}_SLICE_BYTES")
 
 
 class WgmmaQK(Node):
@@ -63,14 +51,17 @@ class WgmmaWait(Node):
 
 
 class Softmax(Node):
-    """Online softmax of the ``s`` registers in place (S -> unnormalised P,
-    FP32); ``last``: C condition of the partial last K/V tile (its columns >=
-    S_kv are masked to -inf first)."""
+    """Online softmax of the ``s`` registers in place (S -> unnormalised P, FP32) for K/V tile
+    ``tile`` (a C expression): ``softmax_tile`` on the tiles every row sees whole (``tile <
+    w.n_full``), else ``softmax_tile_masked`` with this thread's two rows' column limits
+    (``col_limit`` of the shared work decomposition: the partial last tile, the causal diagonal)."""
 
-    last: str
+    tile: str
+    masked: Optional[bool] = None  # known to be a masked (True) or whole (False) tile; None: decided at run time
 
     def describe(self) -> str:
-        return f"softmax(s) in place; mask columns >= seq_kv if {self.last}"
+        how = {None: f"masked per row unless {self.tile} < w.n_full", True: "masked per row", False: "whole"}
+        return f"softmax(s) of K/V tile {self.tile} in place ({how[self.masked]})"
 
 
 class RescaleO(Node):
@@ -95,13 +86,13 @@ class ConsumerInit(Node):
 
 
 class StoreO(Node):
-    """Epilogue: quad-reduce the row sums, O / l, BF16, store this warpgroup's
-    64 rows (Q stage ``q`` of the work item; rows >= S_q skipped)."""
+    """Epilogue: quad-reduce the row sums, O / l, BF16, store this warpgroup's 64 rows (Q stage
+    ``q`` of the work item; rows past the sequence skipped) and, when asked, their LSE."""
 
     q: str
 
     def describe(self) -> str:
-        return f"store o / rowsum -> out rows of Q stage {self.q}"
+        return f"store o / rowsum -> out rows of Q stage {self.q} (and the LSE if c.lse)"
 
 
 class SoftmaxFn(Node):
@@ -120,12 +111,13 @@ class SoftmaxFn(Node):
     nan: bool = False
     top_p: bool = False
     top_sw_from: Optional[int] = None
+    masked: bool = False  # softmax_tile_masked: per-row column limits; rows that saw no key stay P = 0
     code: tuple = ()
 
     def describe(self) -> str:
         thr = "always rebase" if self.threshold is None else f"rebase only if the max grew >= {self.threshold} log2"
         sw = f", {self.sw_per16} of 16 via the FMA-pipe exp2" if self.sw_per16 else ""
-        return f"fn softmax_tile: {self.mode}{sw}; {thr}"
+        return f"fn softmax_tile{'_masked' if self.masked else ''}: {self.mode}{sw}; {thr}"
 
 
 class RescaleFn(Node):
@@ -137,3 +129,17 @@ class RescaleFn(Node):
 
     def describe(self) -> str:
         return "fn rescale_o" + (" (skipped when no row of the warp rebased)" if self.skip else "")
+
+
+class StoreOFn(Node):
+    """Defines ``store_o`` (its lines ``code``, written by :mod:`b200c.codegen.sm90.softmax`): the
+    quad-reduced row sums, O / (l + the top-P roundings when ``top_p``), BF16 stores of this
+    warpgroup's rows and, when the call asks (``c.lse``), the LSE in natural-log units from the
+    exact l (``mode``: the units of the running max; a row that saw no key: O = 0, LSE = -inf)."""
+
+    mode: str
+    top_p: bool = False
+    code: tuple = ()
+
+    def describe(self) -> str:
+        return "fn store_o: O / rowsum, BF16 stores, LSE" + (" (top-P roundings in O's normaliser only)" if self.top_p else "")

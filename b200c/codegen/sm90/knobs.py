@@ -16,26 +16,32 @@ from ...dsl.issue_order import parse_issue_order
 from ...errors import ScheduleError
 
 _WHERE = "on target sm90a (Hopper wgmma)"
-MAX_BLOCK_N = 192  # S (block_n/2) + P (block_n/4) + O (64) FP32/BF16x2 registers stay under the consumers' 240
+# the largest block_n per head dim whose accumulators (block_n/2 S, block_n/4 P as bf16x2 and head_dim/2 O
+# registers per consumer thread) and softmax state compile without spills at the consumers' 240-register
+# budget (h11's schedule, nvcc 13.0, measured: 224 at head dim 64, 192 at 128; at 256, 96 spilled 4 bytes and 80
+# does not); FA3 uses 176 at head dim 128 and 80 at 256
+MAX_BLOCK_N = {64: 224, 128: 192, 256: 80}
+
+
+def max_block_n(head_dim: int) -> int:
+    """The largest block_n (a multiple of 16) at ``head_dim`` (:data:`MAX_BLOCK_N`)."""
+    return MAX_BLOCK_N[head_dim]
 
 
 def tile_shape(s) -> None:
-    """Head dim 128, 64-row Q stages (one wgmma M per consumer warpgroup) and block_n <= 192."""
-    if s.head_dim != 128:
-        raise ScheduleError(
-            f"head_dim={s.head_dim}: {_WHERE} only head_dim=128 is generated so far (the consumers' O fragment "
-            f"and the wgmma N of PV are sized for it); set head_dim=128, or target='sm100a' for 64 and 256"
-        )
+    """64-row Q stages (one wgmma M per consumer warpgroup) and a block_n whose accumulators fit."""
     if s.block_m != 64:
         raise ScheduleError(
             f"block_m={s.block_m}: {_WHERE} a Q stage is one consumer warpgroup of 64 rows (wgmma M = 64; 128 rows "
             f"would need 128 S + 128 O accumulator registers per thread, FA3 §3); set block_m=64 "
             f"(q_stages=2 gives a 128-row CTA tile)"
         )
-    if s.block_n > MAX_BLOCK_N:
+    top = max_block_n(s.head_dim) if s.head_dim in (64, 128, 256) else 256
+    if s.block_n > top:
         raise ScheduleError(
-            f"block_n={s.block_n}: {_WHERE} block_n <= {MAX_BLOCK_N}: a consumer thread holds block_n/2 S, "
-            f"block_n/4 P and 64 O registers within its 240-register budget; FA3 uses 176 at head dim 128"
+            f"block_n={s.block_n}: {_WHERE} block_n <= {top} at head_dim={s.head_dim}: a consumer thread holds "
+            f"block_n/2 S, block_n/4 P and head_dim/2 = {s.head_dim // 2} O registers within its 240-register "
+            f"budget (larger tiles spill, measured); FA3 uses 176 at head dim 128 and 80 at 256"
         )
 
 
@@ -52,6 +58,21 @@ def consumers(s) -> None:
             f"q_stages=2 {_WHERE} needs softmax_regs (consumer warpgroups) and other_regs (producer warpgroup): at "
             f"384 threads ptxas allots 168 registers per thread and the consumers would spill; FA3 uses "
             f"softmax_regs=240, other_regs=24"
+        )
+
+
+PERSISTENT_PRODUCER_REGS = 32
+
+
+def producer_registers(s) -> None:
+    """A persistent producer keeps a work item's decomposition (rows, heads, K/V tile range) live across
+    its loop: below 32 registers ptxas spills it (measured: 16 bytes at 24)."""
+    if s.persistent and s.other_regs is not None and s.other_regs < PERSISTENT_PRODUCER_REGS:
+        raise ScheduleError(
+            f"other_regs={s.other_regs} with persistent=True {_WHERE}: the persistent producer warpgroup needs "
+            f">= {PERSISTENT_PRODUCER_REGS} registers (its work items' rows, heads and K/V ranges; 24 spilled 16 "
+            f"bytes, measured); e.g. other_regs=40 with softmax_regs=232 (128 x 40 + 256 x 232 = 64512, what a "
+            f"384-thread CTA is launched with), or persistent=False"
         )
 
 
@@ -128,4 +149,4 @@ def issue_order_per_stage(s) -> None:
         )
 
 
-RULES = (tile_shape, consumers, kv_tokens, swizzle, p_storage, tcgen05_only, issue_order_per_stage)
+RULES = (tile_shape, consumers, producer_registers, kv_tokens, swizzle, p_storage, tcgen05_only, issue_order_per_stage)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from ..ir import Decl, KernelIR, RoleIR
 from ..lowering import Lowering
 from ..plan import Plan
-from .roles import load
-from .softmax import rescale_fn, softmax_fn
+from ..roles import load
+from .softmax import rescale_fn, softmax_fn, store_fn
 
 
 def _functions(s) -> tuple:
-    return (softmax_fn(s), rescale_fn(s))
+    return (softmax_fn(s), softmax_fn(s, masked=True), rescale_fn(s), store_fn(s))
 
 
 def _traced(lw, role: RoleIR, track: str, writer: str) -> RoleIR:

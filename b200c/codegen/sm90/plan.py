@@ -174,8 +174,9 @@ def check_budgets(s, plan: Plan) -> None:
             names = tuple(sorted({r.name for r in groups[g]}))
             raise errors.ScheduleError(f"warpgroup {g} mixes roles {names} with different register budgets")
         total += 128 * budgets.pop()
-    if total > lim.register_pool:
+    pool = lim.setmaxnreg_pool(plan.threads)
+    if total > pool:
         raise errors.ResourceError(
-            f"register budgets need {total} of {lim.register_pool} registers per CTA "
+            f"register budgets need {total} of {pool} registers per CTA "
             f"(sum over warpgroups of 128 x setmaxnreg); lower softmax_regs/other_regs"
         )

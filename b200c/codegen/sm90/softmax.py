@@ -10,16 +10,24 @@ belongs to row ``lane / 4`` of the warp's 16 rows, ``4i + {2,3}`` to row ``lane 
 """
 from __future__ import annotations
 
+import msgspec
+
 from .. import softmax_rules as rules
-from .ir import RescaleFn, SoftmaxFn
+from .ir import RescaleFn, SoftmaxFn, StoreOFn
 
 
-def softmax_fn(s) -> SoftmaxFn:
-    """The ``softmax_tile`` definition of a schedule (its decisions, then its lines)."""
-    mode = rules.exp_mode(s)
-    n = SoftmaxFn(mode, s.rescale_threshold, s.sw_exp2_per16, nan=rules.nan_max(s), top_p=rules.top_p_rounding(s),
-                  top_sw_from=rules.top_p_sw_from(s))
-    return SoftmaxFn(n.mode, n.threshold, n.sw_per16, n.nan, n.top_p, n.top_sw_from, code=softmax_lines(n))
+def softmax_fn(s, masked: bool = False) -> SoftmaxFn:
+    """The ``softmax_tile`` (``masked``: ``softmax_tile_masked``) definition of a schedule (its
+    decisions, then its lines)."""
+    n = SoftmaxFn(rules.exp_mode(s), s.rescale_threshold, s.sw_exp2_per16, nan=rules.nan_max(s),
+                  top_p=rules.top_p_rounding(s), top_sw_from=rules.top_p_sw_from(s), masked=masked)
+    return msgspec.structs.replace(n, code=softmax_lines(n))
+
+
+def store_fn(s) -> StoreOFn:
+    """The ``store_o`` definition (the epilogue: O / l and the LSE)."""
+    n = StoreOFn(rules.exp_mode(s), rules.top_p_rounding(s))
+    return msgspec.structs.replace(n, code=store_lines(n))
 
 
 def rescale_fn(s) -> RescaleFn:
@@ -33,35 +41,50 @@ def _exp(mode: str) -> str:
 
 
 def softmax_lines(n: SoftmaxFn) -> tuple:
-    """The lines of ``softmax_tile`` for the decisions of ``n``."""
+    """The lines of ``softmax_tile`` (or ``softmax_tile_masked``) for the decisions of ``n``.
+
+    The masked variant runs on the K/V tiles some row does not see whole (the partial last tile,
+    the causal diagonal; :mod:`b200c.codegen.work`): each of the thread's two rows masks the
+    columns >= its limit to -inf, and a row that has seen no key yet keeps its max at -inf with a
+    rescale factor of 1 and P = 0 (its exponent subtracts 0, not -inf: NaN otherwise), per the
+    shared rules' masked form of the rebase test."""
     thr = n.threshold is not None
     mx = rules.max_fn(n.nan)
+    exp_words = ("exp2" if n.mode == "ex2" else "exp") + "(S c - m c) (one FFMA + one " + (
+        "MUFU.EX2, the scale folded into log2 units (blog ch.8)" if n.mode == "ex2" else "__expf") + "),"
     out = [
         "// Softmax of one S tile in place (S -> unnormalised P, FP32), FA3's online softmax: tile row max",
         "// (4 independent chains, then 2 quad shuffles), rebase of the running max"
-        + (" only when it grew" if thr else ", P = "
-           + ("exp2" if n.mode == "ex2" else "exp") + "(S c - m c) (one FFMA + one "
-           + ("MUFU.EX2, the scale folded into log2 units (blog ch.8)" if n.mode == "ex2" else "__expf") + "),"),
+        + (" only when it grew" if thr else ", P = " + exp_words),
     ]
     if thr:
-        out.append(f"// by >= {n.threshold} log2 units (blog ch.11), P = {'exp2' if n.mode == 'ex2' else 'exp'}(S c - m c) "
-                   "(one FFMA + one " + ("MUFU.EX2, the scale folded into log2 units (blog ch.8)" if n.mode == "ex2"
-                                        else "__expf") + "),")
-    out += [
-        "// partial row sums in 4 independent chains. `valid_cols` < BLOCK_N masks the columns of a partial",
-        "// last K/V tile to -inf. Quad reductions: shfl.sync.bfly (PTX 9.7.9.6); the warp-uniform rescale",
-        "// flag: vote.sync.any (9.7.13.9).",
-        "__device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& st, const float sc, "
-        "const int valid_cols) {",
-        "  const int q4 = threadIdx.x & 3;",
-        "  if (valid_cols < BLOCK_N) {",
-        "#pragma unroll",
-        "    for (int i = 0; i < S_REGS / 4; ++i)",
-        "#pragma unroll",
-        "      for (int e = 0; e < 4; ++e)",
-        "        if (8 * i + 2 * q4 + (e & 1) >= valid_cols) s[4 * i + e] = -INFINITY;",
-        "  }",
-    ]
+        out.append(f"// by >= {n.threshold} log2 units (blog ch.11), P = {exp_words}")
+    if n.masked:
+        out += [
+            "// partial row sums in 4 independent chains. Masked K/V tiles (the partial last tile, the causal",
+            "// diagonal): the columns >= lim0 / lim1 of the thread's two rows are -inf first, and a row that has",
+            "// seen no key yet keeps P = 0 (its max stays -inf, the exponent subtracts 0). Quad reductions:",
+            "// shfl.sync.bfly (PTX 9.7.9.6); the warp-uniform rescale flag: vote.sync.any (9.7.13.9).",
+            "__device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxState& st, const float sc, "
+            "const int lim0,",
+            "                                                    const int lim1) {",
+            "  const int q4 = threadIdx.x & 3;",
+            "  const int lim[2] = {lim0, lim1};",
+            "#pragma unroll",
+            "  for (int i = 0; i < S_REGS / 4; ++i)",
+            "#pragma unroll",
+            "    for (int e = 0; e < 4; ++e)",
+            "      if (8 * i + 2 * q4 + (e & 1) >= lim[e >> 1]) s[4 * i + e] = -INFINITY;",
+        ]
+    else:
+        out += [
+            "// partial row sums in 4 independent chains, on a K/V tile every row sees whole (masked tiles:",
+            "// softmax_tile_masked). Quad reductions: shfl.sync.bfly (PTX 9.7.9.6); the warp-uniform rescale",
+            "// flag: vote.sync.any (9.7.13.9).",
+            "__device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& st, const float sc) {",
+        ]
+        if n.top_p:
+            out.append("  const int q4 = threadIdx.x & 3;")
     if n.nan:
         out.append("  // max.NaN: a NaN score makes the row max NaN; the software exp2 alone would lose it (it clamps "
                    "at -127)")
@@ -77,7 +100,6 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
         f"    mx[1][i & 3] = {mx}(mx[1][i & 3], {mx}(s[4 * i + 2], s[4 * i + 3]));",
         "  }",
     ]
-    top_ex2 = n.top_p  # the top-P rounding (threshold with ex2): the tile max is kept for it
     if n.top_sw_from is not None:
         out += [
             "  // the software-exp2 registers' own row max: the tile's largest P is rounded as the exp2 of its "
@@ -94,7 +116,7 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
             "  }",
         ]
     out.append("  float neg_ms[2];  // -m * c: the FFMA addend of the exponent")
-    if top_ex2:
+    if n.top_p:
         out.append("  float tile_max[2];  // the tile's row max (for the rounding of its largest P)")
     if thr:
         out.append("  bool changed = false;")
@@ -104,24 +126,34 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
         f"    float t = {mx}({mx}(mx[r][0], mx[r][1]), {mx}(mx[r][2], mx[r][3]));",
         f"    t = {mx}(t, __shfl_xor_sync(0xffffffffu, t, 1));",
         f"    t = {mx}(t, __shfl_xor_sync(0xffffffffu, t, 2));",
-        f"    const float m_new = {mx}(st.m[r], t);  // finite (every tile has a valid column) unless a score is NaN",
+        f"    const float m_new = {mx}(st.m[r], t);" + (
+            "  // -inf while the row has seen no key; NaN if a score is NaN" if n.masked else
+            "  // finite (every row sees the whole tile) unless a score is NaN"),
     ]
-    if top_ex2:
+    if n.top_p:
         out.append("    tile_max[r] = t;")
     if thr:
-        test = rules.rebase_test("(m_new - st.m[r]) * sc", "m_new", n.threshold, n.nan, masked=False)
+        test = rules.rebase_test("(m_new - st.m[r]) * sc", "m_new", n.threshold, n.nan, masked=n.masked)
         out += [
             f"    // blog ch.11: keep the old max (P may reach 2^{n.threshold}) unless it grew by >= the threshold; the",
-            "    // first tile always rebases (m = -inf)",
+            "    // first tile a row sees always rebases (m = -inf)",
             f"    const bool rebase = {test};" + ("  // a NaN max rebases: NaN reaches l and O" if n.nan else ""),
             f"    st.scale[r] = rebase ? {_exp(n.mode)}((st.m[r] - m_new) * sc) : 1.f;",
             "    st.m[r] = rebase ? m_new : st.m[r];",
             "    changed |= rebase;",
         ]
+    elif n.masked:
+        out += [f"    st.scale[r] = m_new == -INFINITY ? 1.f : {_exp(n.mode)}((st.m[r] - m_new) * sc);  // no key yet: "
+                "nothing to rescale",
+                "    st.m[r] = m_new;"]
     else:
         out += [f"    st.scale[r] = {_exp(n.mode)}((st.m[r] - m_new) * sc);  // exp(-inf) = 0 on the first tile",
                 "    st.m[r] = m_new;"]
-    out += ["    neg_ms[r] = -st.m[r] * sc;", "  }"]
+    if n.masked:
+        out += ["    neg_ms[r] = -(st.m[r] == -INFINITY ? 0.f : st.m[r]) * sc;  // no key yet: P = exp(-inf) = 0, not NaN",
+                "  }"]
+    else:
+        out += ["    neg_ms[r] = -st.m[r] * sc;", "  }"]
     if thr:
         out.append("  st.rescale = __any_sync(0xffffffffu, changed);")
     out += [
@@ -149,13 +181,13 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
         "  for (int r = 0; r < 2; ++r) st.l[r] = fmaf(st.l[r], st.scale[r], (sum[r][0] + sum[r][1]) + (sum[r][2] + "
         "sum[r][3]));",
     ]
-    if top_ex2:
+    if n.top_p:
         out += [
-            f"  // with the threshold the tile's largest P reaches 2^{n.threshold} and enters PV rounded to BF16; the "
-            "FP32 rowsum takes",
-            "  // that rounding too (one thread of the row's quad adds it), as in the sm_100a kernels (measured: "
-            "emulated",
-            "  // and native s384 at 1.684e-2 against a 1.658e-2 tolerance without it)",
+            f"  // with the threshold the tile's largest P reaches 2^{n.threshold} and enters PV rounded to BF16: O's "
+            "normaliser",
+            "  // takes that rounding too (one thread of the row's quad adds it into adj, rescaled like l); the LSE uses "
+            "the",
+            "  // exact l (the shared top-P rule, as the sm_100a kernels)",
             "#pragma unroll",
             "  for (int r = 0; r < 2; ++r) {",
         ]
@@ -164,8 +196,63 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
                     "    const float p_top = sw_max[r] >= tile_max[r] ? exp2_poly(x_top) : ex2_approx_ftz(x_top);"]
         else:
             out.append("    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, neg_ms[r]));")
-        out += ["    st.l[r] += q4 == 0 ? __bfloat162float(__float2bfloat16_rn(p_top)) - p_top : 0.f;", "  }"]
+        keep = "q4 == 0 && tile_max[r] != -INFINITY" if n.masked else "q4 == 0"
+        out.append(f"    st.adj[r] = fmaf(st.adj[r], st.scale[r], {keep} ? __bfloat162float(__float2bfloat16_rn(p_top)) "
+                   "- p_top : 0.f);")
+        out.append("  }")
     out.append("}")
+    return tuple(out)
+
+
+def store_lines(n: StoreOFn) -> tuple:
+    """The lines of ``store_o``: quad-reduce the row sums (shfl.sync.bfly, PTX 9.7.9.6), O / l, BF16,
+    32-bit stores of column pairs from the accumulator fragment; the LSE (shared rule)."""
+    # the running max is in raw S units; m * sc is in the exponent's units (log2 with ex2, natural with expf)
+    m_log2 = "st.m[r] * sc" if n.mode == "ex2" else "st.m[r] * sc * 1.4426950408889634f"
+    norm = "l + a" if n.top_p else "l"
+    out = [
+        "// Epilogue: quad-reduce the row sums (shfl.sync.bfly, PTX 9.7.9.6), O / l, BF16, 32-bit stores of column",
+        "// pairs straight from the accumulator fragment; rows past the sequence are not stored. A row that saw no key",
+        "// has l = 0: O = 0 and LSE = -inf. The LSE (natural log) is written when the call asks for it (c.lse).",
+        "__device__ __forceinline__ void store_o(const float (&o)[O_REGS], const SoftmaxState& st, const Ctx& c,",
+        "                                        const WorkItem& w, const int q) {",
+        "  const int tid = threadIdx.x & 127;",
+        "  const int warp = tid >> 5, lane = tid & 31;",
+        "  const int row0 = q_tile_of(c, w, q) * BLOCK_M + warp * 16 + (lane >> 2);  // row in the sequence",
+        "  const int64_t head = q_head_of(c, w, q);",
+        "  const float sc = c.scale_units;",
+        "  float inv[2];",
+        "#pragma unroll",
+        "  for (int r = 0; r < 2; ++r) {",
+        "    float l = st.l[r];",
+        "    l += __shfl_xor_sync(0xffffffffu, l, 1);",
+        "    l += __shfl_xor_sync(0xffffffffu, l, 2);",
+    ]
+    if n.top_p:
+        out += ["    float a = st.adj[r];  // the top-P roundings: O's normaliser only",
+                "    a += __shfl_xor_sync(0xffffffffu, a, 1);",
+                "    a += __shfl_xor_sync(0xffffffffu, a, 2);"]
+    out += [
+        f"    inv[r] = l == 0.f ? 0.f : 1.f / ({norm});  // no visible key: the row stays 0 (a NaN sum stays NaN)",
+        "    const int row = row0 + 8 * r;",
+        "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",
+        "      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * "
+        "c.lse_stride_s] =",
+        f"          l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')};",
+        "  }",
+        "  __nv_bfloat16* base = c.out + (int64_t)w.tma_b * c.out_stride_b + head * c.out_stride_h + 2 * (lane & 3);",
+        "#pragma unroll",
+        "  for (int r = 0; r < 2; ++r) {",
+        "    const int row = row0 + 8 * r;",
+        "    if (row < w.len_q) {  // rows past the sequence (zero-filled or the next sequence's) are not stored",
+        "      uint32_t* dst = reinterpret_cast<uint32_t*>(base + (int64_t)(w.q_row0 + row) * c.out_stride_s);",
+        "#pragma unroll",
+        "      for (int i = 0; i < O_REGS / 4; ++i)  // columns 8i + 2 (lane % 4) + {0, 1}",
+        "        dst[4 * i] = pack_bf16x2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);",
+        "    }",
+        "  }",
+        "}",
+    ]
     return tuple(out)
 
 

@@ -21,21 +21,37 @@
 //   persistent = True
 //   phase_tracking = 'bitmask'
 //   tma_l2_promotion = '256B'
-//   softmax_regs = 240
-//   other_regs = 24
+//   softmax_regs = 232
+//   other_regs = 40
 // ==== end section: header ====
 // ==== section: launch ====
-// Entry point (parameters):
-//   tmap_q, tmap_k, tmap_v  const __grid_constant__ CUtensorMap: TMA maps of Q, K, V (BF16, rank 4,
-//                           dims {D, S, H, B}, strides of S/H/B in bytes, 128B swizzle, L2 promotion 256B,
-//                           OOB fill zero); box {64, 64, 1, 1} for Q, {64, 176, 1, 1} for K and V
-//   out                     __nv_bfloat16*: O, same logical (B, H, S_q, D) shape as Q
-//   out_stride_b/h/s        int64_t: element strides of O
-//   batch, heads            int
-//   seq_q, seq_kv           int: the kernel takes any length (a partial last K/V tile is masked, rows past seq_q
-//                           are not stored); b200c.attention's input rules still ask for multiples of 128
-//   softmax_scale           float: natural-log units, usually 1/sqrt(D)
-// Launch: grid = min(work items, #SMs) (B * H * ceil(ceil(seq_q / 64) / 2)),
+// Entry point b200c_attention (parameters, in order):
+//   tmap_q          CUtensorMap: TMA map of Q (BF16, rank 4, dims {D, S_q, H, B}; varlen: {D, total_q, H, 1})
+//   tmap_k          CUtensorMap: TMA map of K (dims {D, S_kv, H_kv, B}; varlen: {D, total_kv, H_kv, 1})
+//   tmap_v          CUtensorMap: TMA map of V (as K)
+//   out             __nv_bfloat16*: O, same logical (B, H, S_q, D) shape as Q
+//   out_stride_b    const int64_t: element stride of O over B (varlen: 0)
+//   out_stride_h    const int64_t: element stride of O over H
+//   out_stride_s    const int64_t: element stride of O over S_q (rows)
+//   lse             float*: log-sum-exp per (B, H, S_q) row in natural-log units, or null
+//   lse_stride_b    const int64_t: element stride of lse over B (varlen: 0)
+//   lse_stride_h    const int64_t: element stride of lse over H
+//   lse_stride_s    const int64_t: element stride of lse over S_q
+//   cu_seqlens_q    const int*: varlen: B + 1 prefix sums of the query lengths, else null
+//   cu_seqlens_k    const int*: varlen: B + 1 prefix sums of the key lengths, else null
+//   batch           const int: B (sequences)
+//   heads           const int: H (query heads)
+//   heads_kv        const int: H_kv (K/V heads; H is a multiple)
+//   seq_q           const int: S_q (varlen: the longest query sequence)
+//   seq_kv          const int: S_kv (varlen: unused, read from cu_seqlens_k)
+//   causal          const int: 1: causal mask aligned to the bottom-right corner
+//   pack_heads      const int: 1: a work item's Q stages are Q_STAGES heads of one K/V group (GQA)
+//   softmax_scale   const float: natural-log units, usually 1/sqrt(D)
+// TMA maps: BF16, rank 4, strides of S/H/B in bytes, 128B swizzle, L2 promotion 256B, out-of-bounds
+//   rows read as zero; box {64, 64, 1, 1} for Q, {64, 176, 1, 1} for K and V.
+// Any S_q >= 1, S_kv >= 1 (partial and causal-diagonal K/V tiles are masked per row), causal (bottom-right
+// aligned), GQA (H a multiple of H_kv; packed heads), varlen (cu_seqlens), the LSE.
+// Launch: grid = min(work items, #SMs) (B * H * ceil(ceil(S_q / 64) / 2); packed heads: B * H / 2 * ceil(S_q / 64)),
 //         block = 384 threads, dynamic SMEM = 214112 bytes
 // Build:  nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -O3 -std=c++17 kernel.cu
 //         (-DB200C_BOUNDED_WAIT: every mbarrier wait traps after B200C_WAIT_TIMEOUT_MS, naming its site)
@@ -259,6 +275,18 @@ template <int N> __device__ __forceinline__ void wgmma_rs_n(float (&d)[N / 2], u
                                                             uint32_t a2, uint32_t a3, uint64_t b_desc, int scale_d);
 
 // ---- math ------------------------------------------------------------------
+// An opaque copy (mov.b32, PTX 9.7.9.9): ptxas cannot merge the value with others or hoist it (the shared
+// work decomposition reads kernel parameters through it, see decode_work).
+__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2_approx_ftz(float x) {  // lg2 9.7.3.22; the LSE only (rowsum >= 1)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ float ex2_approx_ftz(float x) {  // ex2 9.7.3.21
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -378,7 +406,8 @@ __device__ __forceinline__ constexpr uint32_t v_kstep(int kk) { return kk * 2048
 using namespace plan;
 // ==== end section: plan ====
 // ==== section: context ====
-// Kernel-wide values every role reads.
+// Kernel-wide values every role reads: the kernel parameters and the SMEM base; the problem's values and
+// the work decomposition are the shared ones (b200c/codegen/work.py).
 struct Ctx {
   uint32_t smem;        // shared-window address of the 1024-aligned SMEM base
   const CUtensorMap* tmap_q;
@@ -386,24 +415,104 @@ struct Ctx {
   const CUtensorMap* tmap_v;
   __nv_bfloat16* out;
   int64_t out_stride_b, out_stride_h, out_stride_s;
-  int batch, heads, seq_q, seq_kv;
-  int n_kv;           // K/V tiles per work item (the last one may be partial)
-  int kv_valid_last;  // valid columns of the last K/V tile
-  int q_groups;       // work items per (batch, head)
-  int num_work;       // work items in the grid
-  float scale_units;  // softmax scale in the exponent's units (log2: scale * log2(e), blog ch.8)
+  float* lse;           // log-sum-exp output (natural log), or null
+  int64_t lse_stride_b, lse_stride_h, lse_stride_s;
+  const int* cu_seqlens_q;  // varlen prefix sums, or null
+  const int* cu_seqlens_k;
+  int batch, heads, heads_kv, seq_q, seq_kv;
+  int causal_flag, pack_heads_flag;  // 0 or 1
+  float softmax_scale;
+  float scale_units;    // softmax scale in the exponent's units (log2: scale * log2(e), blog ch.8)
+  __device__ __forceinline__ bool causal() const { return causal_flag != 0; }
+  __device__ __forceinline__ bool pack_heads() const { return pack_heads_flag != 0; }
+  __device__ __forceinline__ int group() const { return heads / heads_kv; }  // query heads per K/V head
+  // work items per (sequence, head or head group)
+  __device__ __forceinline__ int q_groups() const {
+    const int q_tiles = (seq_q + BLOCK_M - 1) / BLOCK_M;
+    return pack_heads() ? q_tiles : (q_tiles + Q_STAGES - 1) / Q_STAGES;
+  }
+  __device__ __forceinline__ int num_work() const { return batch * (pack_heads() ? heads / Q_STAGES : heads) * q_groups(); }
+  // log2(e) * softmax_scale: exp(x) = exp2(x log2 e) (blog ch.8)
+  __device__ __forceinline__ float scale_log2() const { return softmax_scale * 1.4426950408889634f; }
   __device__ __forceinline__ uint32_t bar(uint32_t i) const { return smem + SMEM_BAR + 8u * i; }
 };
 
-// A work item: Q_STAGES consecutive 64-row Q tiles of one (batch, head); consecutive work items
-// share the K/V of one (batch, head), so CTAs running at the same time share it in L2.
+// A work item: Q_STAGES Q tiles that share every K/V tile -- consecutive Q tiles of one (sequence, head)
+// or, when the runtime packs heads (GQA, at least Q_STAGES query heads per K/V head), the same Q tile of
+// Q_STAGES heads of one K/V group, so K/V is loaded once for all of them.
 struct WorkItem {
-  int b, h, q_tile;
+  int b;               // sequence (batch index)
+  int h;               // query head of Q stage 0
+  int h_kv;            // K/V head
+  int q_tile;          // Q tile of Q stage 0, counted from the sequence start
+  int tma_b;           // batch coordinate of the tensor maps (0 for packed varlen tensors)
+  int q_row0, kv_row0; // first row of the sequence in the Q/O and K/V tensors (varlen), else 0
+  int len_q, len_kv;   // the sequence's lengths
+  int n_kv;            // K/V tiles to visit (>= 1; causal: up to the diagonal of the item's last row)
+  int n_full;          // of which the first n_full are seen whole by every row of every Q stage (no mask)
+  bool valid;          // false: a shorter varlen sequence has no Q tile here; every role skips the item
 };
+__device__ __forceinline__ int q_tile_of(const Ctx& c, const WorkItem& w, int q) {
+  return c.pack_heads() ? w.q_tile : w.q_tile + q;
+}
+__device__ __forceinline__ int q_head_of(const Ctx& c, const WorkItem& w, int q) {
+  return c.pack_heads() ? w.h + q : w.h;
+}
 __device__ __forceinline__ WorkItem decode_work(const Ctx& c, int work) {
-  const int group = work % c.q_groups;
-  const int bh = work / c.q_groups;
-  return WorkItem{bh / c.heads, bh % c.heads, group * Q_STAGES};
+  WorkItem w;
+  int group = work % c.q_groups();
+  const int rest = work / c.q_groups();
+  if (c.causal()) group = c.q_groups() - 1 - group;  // causal: the longest rows first, not all at the end
+  if (c.pack_heads()) {
+    const int head_groups = c.heads / Q_STAGES;
+    w.b = rest / head_groups;
+    w.h = (rest % head_groups) * Q_STAGES;
+    w.q_tile = group;
+  } else {
+    w.b = rest / c.heads;
+    w.h = rest % c.heads;
+    w.q_tile = group * Q_STAGES;
+  }
+  w.h_kv = w.h / c.group();
+  if (c.cu_seqlens_q != nullptr) {  // varlen: packed (total, H, D) tensors
+    w.q_row0 = c.cu_seqlens_q[w.b];
+    w.len_q = c.cu_seqlens_q[w.b + 1] - w.q_row0;
+    w.kv_row0 = c.cu_seqlens_k[w.b];
+    w.len_kv = c.cu_seqlens_k[w.b + 1] - w.kv_row0;
+    w.tma_b = 0;
+  } else {
+    w.q_row0 = 0;
+    // through an opaque mov: merging a kernel parameter with the varlen loads above, ptxas read it into a
+    // register at kernel entry, where it stayed live across setmaxnreg and was spilled (measured, stage 12)
+    w.len_q = (int)pin_u32((uint32_t)c.seq_q);
+    w.kv_row0 = 0;
+    w.len_kv = (int)pin_u32((uint32_t)c.seq_kv);
+    w.tma_b = w.b;
+  }
+  w.valid = w.q_tile * BLOCK_M < w.len_q;
+  int n = (w.len_kv + BLOCK_N - 1) / BLOCK_N;
+  if (c.causal()) {  // bottom-right aligned: row r sees keys <= r + len_kv - len_q
+    const int rows = (c.pack_heads() ? 1 : Q_STAGES) * BLOCK_M;
+    const int last_row = min((w.q_tile * BLOCK_M) + rows, w.len_q) - 1;
+    const int last_key = last_row + w.len_kv - w.len_q;
+    n = min(n, last_key < 0 ? 0 : last_key / BLOCK_N + 1);
+  }
+  w.n_kv = max(n, 1);  // at least one (then fully masked) tile: rows that see no key give 0, LSE -inf
+  // whole tiles for every row: the item's first row is the most restricted one (one value for all Q
+  // stages keeps the steady-state loop bound warp-uniform)
+  int full = w.len_kv / BLOCK_N;
+  if (c.causal()) {
+    const int keys_of_first_row = w.q_tile * BLOCK_M + w.len_kv - w.len_q + 1;
+    full = min(full, keys_of_first_row < 0 ? 0 : keys_of_first_row / BLOCK_N);
+  }
+  w.n_full = min(full, w.n_kv);
+  return w;
+}
+// columns of K/V tile j that the row `row_in_seq` sees (all of them: >= BLOCK_N)
+__device__ __forceinline__ int col_limit(const Ctx& c, const WorkItem& w, int row_in_seq, int j) {
+  int lim = w.len_kv - j * BLOCK_N;
+  if (c.causal()) lim = min(lim, row_in_seq + w.len_kv - w.len_q + 1 - j * BLOCK_N);
+  return lim;
 }
 // ==== end section: context ====
 // ==== section: mma ====
@@ -469,6 +578,7 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[O_REGS], uint32_t (&p)[P_REG
 struct SoftmaxState {
   float m[2];      // running row max, raw S units (what the exponent subtracts)
   float l[2];      // this thread's partial row sum (quad-reduced only in the epilogue, FA3)
+  float adj[2];    // BF16 roundings of the tiles' largest P (top-P rule): O's normaliser is l + adj, the LSE's l
   float scale[2];  // factor for O before the next PV (exp of the max change)
   bool rescale;    // warp-uniform: some row of the warp changed its max
 };
@@ -476,6 +586,7 @@ struct SoftmaxState {
 __device__ __forceinline__ void consumer_init(SoftmaxState& st, float (&o)[O_REGS]) {
   st.m[0] = st.m[1] = -INFINITY;
   st.l[0] = st.l[1] = 0.f;
+  st.adj[0] = st.adj[1] = 0.f;
   st.scale[0] = st.scale[1] = 1.f;
   st.rescale = true;
 #pragma unroll
@@ -485,18 +596,11 @@ __device__ __forceinline__ void consumer_init(SoftmaxState& st, float (&o)[O_REG
 // Softmax of one S tile in place (S -> unnormalised P, FP32), FA3's online softmax: tile row max
 // (4 independent chains, then 2 quad shuffles), rebase of the running max only when it grew
 // by >= 8.0 log2 units (blog ch.11), P = exp2(S c - m c) (one FFMA + one MUFU.EX2, the scale folded into log2 units (blog ch.8)),
-// partial row sums in 4 independent chains. `valid_cols` < BLOCK_N masks the columns of a partial
-// last K/V tile to -inf. Quad reductions: shfl.sync.bfly (PTX 9.7.9.6); the warp-uniform rescale
+// partial row sums in 4 independent chains, on a K/V tile every row sees whole (masked tiles:
+// softmax_tile_masked). Quad reductions: shfl.sync.bfly (PTX 9.7.9.6); the warp-uniform rescale
 // flag: vote.sync.any (9.7.13.9).
-__device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& st, const float sc, const int valid_cols) {
+__device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& st, const float sc) {
   const int q4 = threadIdx.x & 3;
-  if (valid_cols < BLOCK_N) {
-#pragma unroll
-    for (int i = 0; i < S_REGS / 4; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (8 * i + 2 * q4 + (e & 1) >= valid_cols) s[4 * i + e] = -INFINITY;
-  }
   float mx[2][4];  // tile row max: 2 rows x 4 chains
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -515,10 +619,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
     float t = fmaxf(fmaxf(mx[r][0], mx[r][1]), fmaxf(mx[r][2], mx[r][3]));
     t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
     t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
-    const float m_new = fmaxf(st.m[r], t);  // finite (every tile has a valid column) unless a score is NaN
+    const float m_new = fmaxf(st.m[r], t);  // finite (every row sees the whole tile) unless a score is NaN
     tile_max[r] = t;
     // blog ch.11: keep the old max (P may reach 2^8.0) unless it grew by >= the threshold; the
-    // first tile always rebases (m = -inf)
+    // first tile a row sees always rebases (m = -inf)
     const bool rebase = (m_new - st.m[r]) * sc >= 8.0f;
     st.scale[r] = rebase ? ex2_approx_ftz((st.m[r] - m_new) * sc) : 1.f;
     st.m[r] = rebase ? m_new : st.m[r];
@@ -541,13 +645,82 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) st.l[r] = fmaf(st.l[r], st.scale[r], (sum[r][0] + sum[r][1]) + (sum[r][2] + sum[r][3]));
-  // with the threshold the tile's largest P reaches 2^8.0 and enters PV rounded to BF16; the FP32 rowsum takes
-  // that rounding too (one thread of the row's quad adds it), as in the sm_100a kernels (measured: emulated
-  // and native s384 at 1.684e-2 against a 1.658e-2 tolerance without it)
+  // with the threshold the tile's largest P reaches 2^8.0 and enters PV rounded to BF16: O's normaliser
+  // takes that rounding too (one thread of the row's quad adds it into adj, rescaled like l); the LSE uses the
+  // exact l (the shared top-P rule, as the sm_100a kernels)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, neg_ms[r]));
-    st.l[r] += q4 == 0 ? __bfloat162float(__float2bfloat16_rn(p_top)) - p_top : 0.f;
+    st.adj[r] = fmaf(st.adj[r], st.scale[r], q4 == 0 ? __bfloat162float(__float2bfloat16_rn(p_top)) - p_top : 0.f);
+  }
+}
+// Softmax of one S tile in place (S -> unnormalised P, FP32), FA3's online softmax: tile row max
+// (4 independent chains, then 2 quad shuffles), rebase of the running max only when it grew
+// by >= 8.0 log2 units (blog ch.11), P = exp2(S c - m c) (one FFMA + one MUFU.EX2, the scale folded into log2 units (blog ch.8)),
+// partial row sums in 4 independent chains. Masked K/V tiles (the partial last tile, the causal
+// diagonal): the columns >= lim0 / lim1 of the thread's two rows are -inf first, and a row that has
+// seen no key yet keeps P = 0 (its max stays -inf, the exponent subtracts 0). Quad reductions:
+// shfl.sync.bfly (PTX 9.7.9.6); the warp-uniform rescale flag: vote.sync.any (9.7.13.9).
+__device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxState& st, const float sc, const int lim0,
+                                                    const int lim1) {
+  const int q4 = threadIdx.x & 3;
+  const int lim[2] = {lim0, lim1};
+#pragma unroll
+  for (int i = 0; i < S_REGS / 4; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (8 * i + 2 * q4 + (e & 1) >= lim[e >> 1]) s[4 * i + e] = -INFINITY;
+  float mx[2][4];  // tile row max: 2 rows x 4 chains
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mx[r][k] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < S_REGS / 4; ++i) {
+    mx[0][i & 3] = fmaxf(mx[0][i & 3], fmaxf(s[4 * i + 0], s[4 * i + 1]));
+    mx[1][i & 3] = fmaxf(mx[1][i & 3], fmaxf(s[4 * i + 2], s[4 * i + 3]));
+  }
+  float neg_ms[2];  // -m * c: the FFMA addend of the exponent
+  float tile_max[2];  // the tile's row max (for the rounding of its largest P)
+  bool changed = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float t = fmaxf(fmaxf(mx[r][0], mx[r][1]), fmaxf(mx[r][2], mx[r][3]));
+    t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 1));
+    t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, 2));
+    const float m_new = fmaxf(st.m[r], t);  // -inf while the row has seen no key; NaN if a score is NaN
+    tile_max[r] = t;
+    // blog ch.11: keep the old max (P may reach 2^8.0) unless it grew by >= the threshold; the
+    // first tile a row sees always rebases (m = -inf)
+    const bool rebase = (m_new - st.m[r]) * sc >= 8.0f;
+    st.scale[r] = rebase ? ex2_approx_ftz((st.m[r] - m_new) * sc) : 1.f;
+    st.m[r] = rebase ? m_new : st.m[r];
+    changed |= rebase;
+    neg_ms[r] = -(st.m[r] == -INFINITY ? 0.f : st.m[r]) * sc;  // no key yet: P = exp(-inf) = 0, not NaN
+  }
+  st.rescale = __any_sync(0xffffffffu, changed);
+  float sum[2][4];  // partial row sums: 2 rows x 4 chains
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sum[r][k] = 0.f;
+#pragma unroll
+  for (int i = 0; i < S_REGS; ++i) {
+    const int r = (i >> 1) & 1;
+    const float x = fmaf(s[i], sc, neg_ms[r]);
+    const float pv = ex2_approx_ftz(x);
+    s[i] = pv;
+    sum[r][(i >> 2) & 3] += pv;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st.l[r] = fmaf(st.l[r], st.scale[r], (sum[r][0] + sum[r][1]) + (sum[r][2] + sum[r][3]));
+  // with the threshold the tile's largest P reaches 2^8.0 and enters PV rounded to BF16: O's normaliser
+  // takes that rounding too (one thread of the row's quad adds it into adj, rescaled like l); the LSE uses the
+  // exact l (the shared top-P rule, as the sm_100a kernels)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, neg_ms[r]));
+    st.adj[r] = fmaf(st.adj[r], st.scale[r], q4 == 0 && tile_max[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(p_top)) - p_top : 0.f);
   }
 }
 // O *= the per-row factor of the last softmax before the next PV accumulates into it (FA3 rescale_o);
@@ -557,6 +730,43 @@ __device__ __forceinline__ void rescale_o(float (&o)[O_REGS], const SoftmaxState
 #pragma unroll
   for (int i = 0; i < O_REGS; ++i) o[i] *= st.scale[(i >> 1) & 1];
 }
+// Epilogue: quad-reduce the row sums (shfl.sync.bfly, PTX 9.7.9.6), O / l, BF16, 32-bit stores of column
+// pairs straight from the accumulator fragment; rows past the sequence are not stored. A row that saw no key
+// has l = 0: O = 0 and LSE = -inf. The LSE (natural log) is written when the call asks for it (c.lse).
+__device__ __forceinline__ void store_o(const float (&o)[O_REGS], const SoftmaxState& st, const Ctx& c,
+                                        const WorkItem& w, const int q) {
+  const int tid = threadIdx.x & 127;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int row0 = q_tile_of(c, w, q) * BLOCK_M + warp * 16 + (lane >> 2);  // row in the sequence
+  const int64_t head = q_head_of(c, w, q);
+  const float sc = c.scale_units;
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.l[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float a = st.adj[r];  // the top-P roundings: O's normaliser only
+    a += __shfl_xor_sync(0xffffffffu, a, 1);
+    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    inv[r] = l == 0.f ? 0.f : 1.f / (l + a);  // no visible key: the row stays 0 (a NaN sum stays NaN)
+    const int row = row0 + 8 * r;
+    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)
+      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * c.lse_stride_s] =
+          l == 0.f ? -INFINITY : (st.m[r] * sc + lg2_approx_ftz(l)) * 0.6931471805599453f;
+  }
+  __nv_bfloat16* base = c.out + (int64_t)w.tma_b * c.out_stride_b + head * c.out_stride_h + 2 * (lane & 3);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    if (row < w.len_q) {  // rows past the sequence (zero-filled or the next sequence's) are not stored
+      uint32_t* dst = reinterpret_cast<uint32_t*>(base + (int64_t)(w.q_row0 + row) * c.out_stride_s);
+#pragma unroll
+      for (int i = 0; i < O_REGS / 4; ++i)  // columns 8i + 2 (lane % 4) + {0, 1}
+        dst[4 * i] = pack_bf16x2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
+    }
+  }
+}
 
 // FP32 P -> bf16x2 A fragments: register pair (2i, 2i+1) is (row, col), (row, col + 1).
 __device__ __forceinline__ void pack_p(const float (&s)[S_REGS], uint32_t (&p)[P_REGS]) {
@@ -564,33 +774,6 @@ __device__ __forceinline__ void pack_p(const float (&s)[S_REGS], uint32_t (&p)[P
   for (int i = 0; i < P_REGS; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
 }
 
-// Epilogue: quad-reduce the row sums (shfl.sync.bfly, PTX 9.7.9.6), O / l, BF16, 32-bit stores of
-// column pairs straight from the accumulator fragment; rows >= seq_q are not stored.
-__device__ __forceinline__ void store_o(const float (&o)[O_REGS], const SoftmaxState& st, const Ctx& c,
-                                        const WorkItem& w, int q) {
-  const int tid = threadIdx.x & 127;
-  const int warp = tid >> 5, lane = tid & 31;
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = st.l[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv[r] = 1.f / l;
-  }
-  const int row0 = (w.q_tile + q) * BLOCK_M + warp * 16 + (lane >> 2);
-  __nv_bfloat16* base = c.out + (int64_t)w.b * c.out_stride_b + (int64_t)w.h * c.out_stride_h + 2 * (lane & 3);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
-    if (row < c.seq_q) {
-      uint32_t* dst = reinterpret_cast<uint32_t*>(base + (int64_t)row * c.out_stride_s);
-#pragma unroll
-      for (int i = 0; i < O_REGS / 4; ++i)  // columns 8i + 2 (lane % 4) + {0, 1}
-        dst[4 * i] = pack_bf16x2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
-    }
-  }
-}
 // ==== end section: softmax ====
 // ==== section: role load ====
 // warp role "load": warp 0 — ch.4, ch.6 (ring), ch.14 (q_free), minor 17
@@ -598,94 +781,77 @@ __device__ __forceinline__ void role_load(const Ctx& c) {
   // blog ch.4: one load warp; ch.6: K/V ring of KV_STAGES slots
   uint32_t kv_empty_ph = 0xfu;  // phase parity bits, one per barrier (minor 17)
   uint32_t q_free_ph[2] = {1u, 1u};  // phase parity per barrier
-  uint32_t kv_token = 0;
-  // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
-  for (int work = blockIdx.x; work < c.num_work; work += gridDim.x) {
-    const WorkItem w = decode_work(c, work);
-    {  // Q rows of consumer 0, once its last QK of the previous work item completed
-      mbar_wait(c.bar(BAR_Q_FREE + 0), q_free_ph[0], 300, -1, work);  // wait site 300
-      q_free_ph[0] ^= 1u;
-      if (elect_one()) {
+  // one elected lane runs the whole role (waits, expect_tx, TMA issue); the others wait at the end
+  if (elect_one()) {
+    uint32_t slot = 0;
+    // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
+    for (int work = blockIdx.x; work < c.num_work(); work += gridDim.x) {
+      const WorkItem w = decode_work(c, work);
+      if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
+      {  // Q rows of Q stage 0, once its last QK of the previous work item completed
+        mbar_wait(c.bar(BAR_Q_FREE + 0), q_free_ph[0], 300, -1, work);  // wait site 300
+        q_free_ph[0] ^= 1u;
         mbar_arrive_expect_tx(c.bar(BAR_Q_FULL + 0), TILE_BYTES);
         #pragma unroll
-        for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
+        for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x BLOCK_M rows
           tma_load_4d(c.smem + SMEM_Q + sl * TMA_Q_SLICE_BYTES, c.tmap_q,
-                      c.bar(BAR_Q_FULL + 0), sl * TMA_BOX_INNER, w.q_tile * BLOCK_M, w.h, w.b);
+                      c.bar(BAR_Q_FULL + 0), sl * TMA_BOX_INNER, w.q_row0 + q_tile_of(c, w, 0) * BLOCK_M, q_head_of(c, w, 0), w.tma_b);
       }
-      __syncwarp();
-    }
-    {  // Q rows of consumer 1, once its last QK of the previous work item completed
-      mbar_wait(c.bar(BAR_Q_FREE + 1), q_free_ph[1], 301, -1, work);  // wait site 301
-      q_free_ph[1] ^= 1u;
-      if (elect_one()) {
+      {  // Q rows of Q stage 1, once its last QK of the previous work item completed
+        mbar_wait(c.bar(BAR_Q_FREE + 1), q_free_ph[1], 301, -1, work);  // wait site 301
+        q_free_ph[1] ^= 1u;
         mbar_arrive_expect_tx(c.bar(BAR_Q_FULL + 1), TILE_BYTES);
         #pragma unroll
-        for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
+        for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of TMA_BOX_INNER columns x BLOCK_M rows
           tma_load_4d(c.smem + SMEM_Q + 1 * TILE_BYTES + sl * TMA_Q_SLICE_BYTES, c.tmap_q,
-                      c.bar(BAR_Q_FULL + 1), sl * TMA_BOX_INNER, (w.q_tile + 1) * BLOCK_M, w.h, w.b);
+                      c.bar(BAR_Q_FULL + 1), sl * TMA_BOX_INNER, w.q_row0 + q_tile_of(c, w, 1) * BLOCK_M, q_head_of(c, w, 1), w.tma_b);
       }
-      __syncwarp();
-    }
-    {  // token K(0)
-      const uint32_t slot = kv_token % KV_STAGES;
-      mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 302, 0, work);  // wait site 302
-      kv_empty_ph ^= 1u << (slot);
-      if (elect_one()) {
+      {  // token K(0)
+        mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 302, 0, work);  // wait site 302
+        kv_empty_ph ^= 1u << (slot);
         mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), KV_TILE_BYTES);
         #pragma unroll
-        for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
+        for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of TMA_BOX_INNER columns x BLOCK_N rows
           tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_KV_SLICE_BYTES, c.tmap_k,
-                      c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, 0 * BLOCK_N, w.h, w.b);
+                      c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + 0 * BLOCK_N, w.h_kv, w.tma_b);
+        slot = slot + 1 == KV_STAGES ? 0u : slot + 1;
       }
-      __syncwarp();
-      kv_token = kv_token + 1;
-    }
-    #pragma unroll 1
-    for (int i = 0; i < c.n_kv - 1; ++i) {  // K/V tokens in the consumers' order of use: K(i+1) V(i)
-      {  // token K(i + 1)
-        const uint32_t slot = kv_token % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 303, i + 1, work);  // wait site 303
-        kv_empty_ph ^= 1u << (slot);
-        if (elect_one()) {
+      #pragma unroll 1
+      for (int i = 0; i < w.n_kv - 1; ++i) {  // K/V tokens in the consumers' order of use: K(i+1) V(i)
+        {  // token K(i + 1)
+          mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 303, i + 1, work);  // wait site 303
+          kv_empty_ph ^= 1u << (slot);
           mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), KV_TILE_BYTES);
           #pragma unroll
-          for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
+          for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of TMA_BOX_INNER columns x BLOCK_N rows
             tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_KV_SLICE_BYTES, c.tmap_k,
-                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, (i + 1) * BLOCK_N, w.h, w.b);
+                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + (i + 1) * BLOCK_N, w.h_kv, w.tma_b);
+          slot = slot + 1 == KV_STAGES ? 0u : slot + 1;
         }
-        __syncwarp();
-        kv_token = kv_token + 1;
-      }
-      {  // token V(i)
-        const uint32_t slot = kv_token % KV_STAGES;
-        mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 304, i, work);  // wait site 304
-        kv_empty_ph ^= 1u << (slot);
-        if (elect_one()) {
+        {  // token V(i)
+          mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 304, i, work);  // wait site 304
+          kv_empty_ph ^= 1u << (slot);
           mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), KV_TILE_BYTES);
           #pragma unroll
-          for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
+          for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of TMA_BOX_INNER columns x BLOCK_N rows
             tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_KV_SLICE_BYTES, c.tmap_v,
-                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, i * BLOCK_N, w.h, w.b);
+                        c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + i * BLOCK_N, w.h_kv, w.tma_b);
+          slot = slot + 1 == KV_STAGES ? 0u : slot + 1;
         }
-        __syncwarp();
-        kv_token = kv_token + 1;
       }
-    }
-    {  // token V(c.n_kv - 1)
-      const uint32_t slot = kv_token % KV_STAGES;
-      mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 305, c.n_kv - 1, work);  // wait site 305
-      kv_empty_ph ^= 1u << (slot);
-      if (elect_one()) {
+      {  // token V(w.n_kv - 1)
+        mbar_wait(c.bar(BAR_KV_EMPTY + slot), (kv_empty_ph >> (slot)) & 1u, 305, w.n_kv - 1, work);  // wait site 305
+        kv_empty_ph ^= 1u << (slot);
         mbar_arrive_expect_tx(c.bar(BAR_KV_FULL + slot), KV_TILE_BYTES);
         #pragma unroll
-        for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
+        for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of TMA_BOX_INNER columns x BLOCK_N rows
           tma_load_4d(c.smem + SMEM_KV + slot * KV_SLOT_BYTES + sl * TMA_KV_SLICE_BYTES, c.tmap_v,
-                      c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, (c.n_kv - 1) * BLOCK_N, w.h, w.b);
+                      c.bar(BAR_KV_FULL + slot), sl * TMA_BOX_INNER, w.kv_row0 + (w.n_kv - 1) * BLOCK_N, w.h_kv, w.tma_b);
+        slot = slot + 1 == KV_STAGES ? 0u : slot + 1;
       }
-      __syncwarp();
-      kv_token = kv_token + 1;
     }
   }
+  __syncwarp();
 }
 // ==== end section: role load ====
 // ==== section: role consumer ====
@@ -704,10 +870,12 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
     named_bar_arrive(NBAR_TURN + 0, NBAR_TURN_THREADS);  // consumer 0 takes the first turn
   }
   // blog ch.14: persistent CTA, grid-stride over work items; barriers keep cycling phases
-  for (int work = blockIdx.x; work < c.num_work; work += gridDim.x) {
+  for (int work = blockIdx.x; work < c.num_work(); work += gridDim.x) {
     const WorkItem w = decode_work(c, work);
+    if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
     consumer_init(st, o);
-    mbar_wait(c.bar(BAR_Q_FULL + q), q_full_ph, 504, -1, work);  // wait site 504
+    const int row_in_seq = q_tile_of(c, w, q) * BLOCK_M + 16 * (int)((threadIdx.x >> 5) & 3u) + (int)(lane_id() >> 2);
+    mbar_wait(c.bar(BAR_Q_FULL + q), q_full_ph, 506, -1, work);  // wait site 506
     q_full_ph ^= 1u;
     {  // prologue: QK(0), softmax(0)
       const uint32_t k_slot = kv_slot;
@@ -716,21 +884,22 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
         kv_slot = 0;
         kv_phase ^= 1u;
       }
-      mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 502, 0, work);  // wait site 502
+      mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 500, 0, work);  // wait site 500
       named_bar_sync(NBAR_TURN + q, NBAR_TURN_THREADS);  // FA3 §3.1: my turn to issue GEMMs
       wgmma_qk(s, q_smem, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
       named_bar_arrive(NBAR_TURN + 1 - q, NBAR_TURN_THREADS);  // pass the turn to the other consumer
       wgmma_wait<0>();  // S(0) ready
       reg_fence_all(s);
       mbar_arrive_if(c.bar(BAR_KV_EMPTY + k_slot), lane_id() == 0);  // one arrival per warp (predicated, no branch)
-      if (c.n_kv == 1) {
+      if (w.n_kv == 1) {
         mbar_arrive_if(c.bar(BAR_Q_FREE + q), lane_id() == 0);  // one arrival per warp (predicated, no branch)
       }
-      softmax_tile(s, st, c.scale_units, (c.n_kv == 1) ? c.kv_valid_last : BLOCK_N);
+      if (0 < w.n_full) softmax_tile(s, st, c.scale_units);
+      else softmax_tile_masked(s, st, c.scale_units, col_limit(c, w, row_in_seq, 0), col_limit(c, w, row_in_seq + 8, 0));
       pack_p(s, p);
     }
     #pragma unroll 1
-    for (int i = 0; i < c.n_kv - 1; ++i) {  // Q0K(i+1) P0V(i): QK of the next tile before PV of this one
+    for (int i = 0; i < w.n_full - 1; ++i) {  // Q0K(i+1) P0V(i): QK of the next tile before PV of this one
       const uint32_t k_slot = kv_slot;
       const uint32_t k_ph = kv_phase;
       if (++kv_slot == KV_STAGES) {  // next ring slot; the parity flips on wrap-around
@@ -743,22 +912,57 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
         kv_slot = 0;
         kv_phase ^= 1u;
       }
-      mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 500, i + 1, work);  // wait site 500
+      mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 501, i + 1, work);  // wait site 501
       named_bar_sync(NBAR_TURN + q, NBAR_TURN_THREADS);  // FA3 §3.1: my turn to issue GEMMs
       wgmma_qk(s, q_smem, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
       // O *= factor of softmax(i) while QK(i+1) runs
       rescale_o(o, st);
-      mbar_wait(c.bar(BAR_KV_FULL + v_slot), v_ph, 501, i, work);  // wait site 501
+      mbar_wait(c.bar(BAR_KV_FULL + v_slot), v_ph, 502, i, work);  // wait site 502
       wgmma_pv(o, p, c.smem + SMEM_KV + v_slot * KV_SLOT_BYTES);  // O += P V (async)
       named_bar_arrive(NBAR_TURN + 1 - q, NBAR_TURN_THREADS);  // pass the turn to the other consumer
       wgmma_wait<1>();  // QK(i+1) done; PV(i) may still run
       reg_fence_all(s);
       mbar_arrive_if(c.bar(BAR_KV_EMPTY + k_slot), lane_id() == 0);  // one arrival per warp (predicated, no branch)
-      if (i + 1 == c.n_kv - 1) {
+      if (i + 1 == w.n_kv - 1) {
         mbar_arrive_if(c.bar(BAR_Q_FREE + q), lane_id() == 0);  // one arrival per warp (predicated, no branch)
       }
       // FA3 §3.2: softmax(i+1) overlaps PV(i) on the tensor core
-      softmax_tile(s, st, c.scale_units, (i + 1 == c.n_kv - 1) ? c.kv_valid_last : BLOCK_N);
+      softmax_tile(s, st, c.scale_units);
+      wgmma_wait<0>();  // PV(i) done: P and V(i) free
+      reg_fence_all(o);
+      mbar_arrive_if(c.bar(BAR_KV_EMPTY + v_slot), lane_id() == 0);  // one arrival per warp (predicated, no branch)
+      pack_p(s, p);
+    }
+    #pragma unroll 1
+    for (int i = w.n_full > 0 ? w.n_full - 1 : 0; i < w.n_kv - 1; ++i) {  // the same for the masked tiles i + 1 (the partial last one, the causal diagonal)
+      const uint32_t k_slot = kv_slot;
+      const uint32_t k_ph = kv_phase;
+      if (++kv_slot == KV_STAGES) {  // next ring slot; the parity flips on wrap-around
+        kv_slot = 0;
+        kv_phase ^= 1u;
+      }
+      const uint32_t v_slot = kv_slot;
+      const uint32_t v_ph = kv_phase;
+      if (++kv_slot == KV_STAGES) {  // next ring slot; the parity flips on wrap-around
+        kv_slot = 0;
+        kv_phase ^= 1u;
+      }
+      mbar_wait(c.bar(BAR_KV_FULL + k_slot), k_ph, 503, i + 1, work);  // wait site 503
+      named_bar_sync(NBAR_TURN + q, NBAR_TURN_THREADS);  // FA3 §3.1: my turn to issue GEMMs
+      wgmma_qk(s, q_smem, c.smem + SMEM_KV + k_slot * KV_SLOT_BYTES);  // S = Q K^T (async)
+      // O *= factor of softmax(i) while QK(i+1) runs
+      rescale_o(o, st);
+      mbar_wait(c.bar(BAR_KV_FULL + v_slot), v_ph, 504, i, work);  // wait site 504
+      wgmma_pv(o, p, c.smem + SMEM_KV + v_slot * KV_SLOT_BYTES);  // O += P V (async)
+      named_bar_arrive(NBAR_TURN + 1 - q, NBAR_TURN_THREADS);  // pass the turn to the other consumer
+      wgmma_wait<1>();  // QK(i+1) done; PV(i) may still run
+      reg_fence_all(s);
+      mbar_arrive_if(c.bar(BAR_KV_EMPTY + k_slot), lane_id() == 0);  // one arrival per warp (predicated, no branch)
+      if (i + 1 == w.n_kv - 1) {
+        mbar_arrive_if(c.bar(BAR_Q_FREE + q), lane_id() == 0);  // one arrival per warp (predicated, no branch)
+      }
+      // FA3 §3.2: softmax(i+1) overlaps PV(i) on the tensor core
+      softmax_tile_masked(s, st, c.scale_units, col_limit(c, w, row_in_seq, i + 1), col_limit(c, w, row_in_seq + 8, i + 1));
       wgmma_wait<0>();  // PV(i) done: P and V(i) free
       reg_fence_all(o);
       mbar_arrive_if(c.bar(BAR_KV_EMPTY + v_slot), lane_id() == 0);  // one arrival per warp (predicated, no branch)
@@ -771,7 +975,7 @@ __device__ __forceinline__ void role_consumer(const Ctx& c, const int q) {
         kv_slot = 0;
         kv_phase ^= 1u;
       }
-      mbar_wait(c.bar(BAR_KV_FULL + v_slot), v_ph, 503, c.n_kv - 1, work);  // wait site 503
+      mbar_wait(c.bar(BAR_KV_FULL + v_slot), v_ph, 505, w.n_kv - 1, work);  // wait site 505
       rescale_o(o, st);
       named_bar_sync(NBAR_TURN + q, NBAR_TURN_THREADS);  // FA3 §3.1: my turn to issue GEMMs
       wgmma_pv(o, p, c.smem + SMEM_KV + v_slot * KV_SLOT_BYTES);  // O += P V (async)
@@ -805,14 +1009,20 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
   c.out_stride_b = out_stride_b;
   c.out_stride_h = out_stride_h;
   c.out_stride_s = out_stride_s;
+  c.lse = lse;
+  c.lse_stride_b = lse_stride_b;
+  c.lse_stride_h = lse_stride_h;
+  c.lse_stride_s = lse_stride_s;
+  c.cu_seqlens_q = cu_seqlens_q;
+  c.cu_seqlens_k = cu_seqlens_k;
   c.batch = batch;
   c.heads = heads;
+  c.heads_kv = heads_kv;
   c.seq_q = seq_q;
   c.seq_kv = seq_kv;
-  c.n_kv = (seq_kv + BLOCK_N - 1) / BLOCK_N;
-  c.kv_valid_last = seq_kv - (c.n_kv - 1) * BLOCK_N;
-  c.q_groups = ((seq_q + BLOCK_M - 1) / BLOCK_M + Q_STAGES - 1) / Q_STAGES;
-  c.num_work = batch * heads * c.q_groups;
+  c.causal_flag = causal;
+  c.pack_heads_flag = pack_heads;
+  c.softmax_scale = softmax_scale;
   c.scale_units = softmax_scale * 1.4426950408889634f;
 
   if (threadIdx.x == 0) {
@@ -833,11 +1043,11 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
   (void)wg;
   (void)warp;
   if (wg == 0) {  // producer warpgroup (FA3 §3: one warp issues TMA)
-    setmaxnreg_dec<24>();  // this warpgroup's register budget (entry allotment 168 at 384 threads)
+    setmaxnreg_dec<40>();  // this warpgroup's register budget (entry allotment 168 at 384 threads)
     if (warp == 0) role_load(c);
     // warps 1-3 (spare): nothing after the register budget
   } else {  // consumer warpgroups 1..2 (Q stage = wg - 1)
-    setmaxnreg_inc<240>();  // this warpgroup's register budget (entry allotment 168 at 384 threads)
+    setmaxnreg_inc<232>();  // this warpgroup's register budget (entry allotment 168 at 384 threads)
     role_consumer(c, wg - 1);
   }
 }

@@ -26,8 +26,8 @@ use, which is the load warp's order; each consumer warp releases a token
 from __future__ import annotations
 
 from ...ir import (Arrive, Comment, Decl, If, Loop, NamedBarArrive, NamedBarSync, PhaseDecl, PhaseRef, RingAdvance,
-                   RoleIR, Scope, Wait)
-from ..ir import DenseWorkLoop, ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+                   RoleIR, Scope, Wait, WorkLoop)
+from ..ir import ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
 
 KV_BUF = "SMEM_KV + {slot} * KV_SLOT_BYTES"  # SMEM offset of a ring slot
 Q_BUF = "SMEM_Q + q * TILE_BYTES"  # this consumer's Q rows (``q``: the role's Q stage)
@@ -86,10 +86,10 @@ class _Builder:
             return ()
         return (If(cond, (Arrive("q_free", "q", by="warp"),)),)
 
-    def softmax(self, tile: str) -> tuple:
-        """Softmax of S(tile), masking the columns past seq_kv when it is the last tile."""
-        last = f"{tile} == c.n_kv - 1" if tile != "0" else "c.n_kv == 1"
-        return self.lw.span("softmax", (Softmax(last),))
+    def softmax(self, tile: str, masked=None) -> tuple:
+        """Softmax of S(tile), masked per row on the tiles some row does not see whole (``masked``:
+        known to be (not) such a tile; None: decided at run time)."""
+        return self.lw.span("softmax", (Softmax(tile, masked),))
 
 
 def _qk_first_tile(b: _Builder) -> tuple:
@@ -98,7 +98,7 @@ def _qk_first_tile(b: _Builder) -> tuple:
         *b.take("K"), *b.wait_full("K", "0"),
         *b.turn((b.qk(),)),
         *b.wait(0, "s", "S(0) ready"),
-        *b.release("K"), *b.release_q("c.n_kv == 1"),
+        *b.release("K"), *b.release_q("w.n_kv == 1"),
         *b.softmax("0"), PackP(),
     )),)
 
@@ -106,7 +106,7 @@ def _qk_first_tile(b: _Builder) -> tuple:
 def _pv_last_tile(b: _Builder) -> tuple:
     """Epilogue of the leading orders: PV(n-1)."""
     return (Scope("epilogue: PV(n-1)", (
-        *b.take("V"), *b.wait_full("V", "c.n_kv - 1"),
+        *b.take("V"), *b.wait_full("V", "w.n_kv - 1"),
         RescaleO(),
         *b.turn((b.pv(),)),
         *b.wait(0, "o", "O final"),
@@ -116,54 +116,75 @@ def _pv_last_tile(b: _Builder) -> tuple:
 
 def _no_lead(b: _Builder) -> tuple:
     """``Q0K(i) P0V(i)``: QK(j), wait, softmax(j), PV(j), wait."""
-    body = (
-        *b.take("K"), *b.take("V"), *b.wait_full("K", "j"),
-        *b.turn((b.qk(),)),
-        *b.wait(0, "s", "S(j) ready"),
-        *b.release("K"), *b.release_q("j == c.n_kv - 1"),
-        *b.softmax("j"), PackP(),
-        RescaleO(),
-        *b.wait_full("V", "j"),
-        *b.turn((b.pv(),)),
-        *b.wait(0, "o", "PV(j) done: P and V(j) free"),
-        *b.release("V"),
-    )
-    return (Loop("j", "0", "c.n_kv", body, "Q0K(i) P0V(i): QK, softmax, PV of each K/V tile in turn"),)
+    def body(masked):
+        return (
+            *b.take("K"), *b.take("V"), *b.wait_full("K", "j"),
+            *b.turn((b.qk(),)),
+            *b.wait(0, "s", "S(j) ready"),
+            *b.release("K"), *b.release_q("j == w.n_kv - 1"),
+            *b.softmax("j", masked), PackP(),
+            RescaleO(),
+            *b.wait_full("V", "j"),
+            *b.turn((b.pv(),)),
+            *b.wait(0, "o", "PV(j) done: P and V(j) free"),
+            *b.release("V"),
+        )
+    return (Loop("j", "0", "w.n_full", body(False), "Q0K(i) P0V(i): QK, softmax, PV of each K/V tile every row "
+                                                      "sees whole"),
+            Loop("j", "w.n_full", "w.n_kv", body(True), "the masked tiles: the partial last one, the causal diagonal"))
+
+
+# the steady-state loop takes softmax(i + 1) of whole tiles (i + 1 < n_full), the second one masked tiles
+_STEADY_END = "w.n_full - 1"
+_MASKED_START = "w.n_full > 0 ? w.n_full - 1 : 0"
 
 
 def _qk_ahead(b: _Builder) -> tuple:
     """``Q0K(i+1) P0V(i)``: FA3's intra-warpgroup overlap (module docstring)."""
-    body = (
-        *b.take("K"), *b.take("V"), *b.wait_full("K", "i + 1"),
-        *b.turn((b.qk(), Comment("O *= factor of softmax(i) while QK(i+1) runs"), RescaleO(),
-                 *b.wait_full("V", "i"), b.pv())),
-        *b.wait(1, "s", "QK(i+1) done; PV(i) may still run"),
-        *b.release("K"), *b.release_q("i + 1 == c.n_kv - 1"),
-        Comment("FA3 §3.2: softmax(i+1) overlaps PV(i) on the tensor core"),
-        *b.softmax("i + 1"),
-        *b.wait(0, "o", "PV(i) done: P and V(i) free"),
-        *b.release("V"),
-        PackP(),
-    )
+    def body(masked):
+        return (
+            *b.take("K"), *b.take("V"), *b.wait_full("K", "i + 1"),
+            *b.turn((b.qk(), Comment("O *= factor of softmax(i) while QK(i+1) runs"), RescaleO(),
+                     *b.wait_full("V", "i"), b.pv())),
+            *b.wait(1, "s", "QK(i+1) done; PV(i) may still run"),
+            *b.release("K"), *b.release_q("i + 1 == w.n_kv - 1"),
+            Comment("FA3 §3.2: softmax(i+1) overlaps PV(i) on the tensor core"),
+            *b.softmax("i + 1", masked),
+            *b.wait(0, "o", "PV(i) done: P and V(i) free"),
+            *b.release("V"),
+            PackP(),
+        )
     return (*_qk_first_tile(b),
-            Loop("i", "0", "c.n_kv - 1", body, "Q0K(i+1) P0V(i): QK of the next tile before PV of this one"),
+            Loop("i", "0", _STEADY_END, body(False), "Q0K(i+1) P0V(i): QK of the next tile before PV of this one"),
+            Loop("i", _MASKED_START, "w.n_kv - 1", body(True), "the same for the masked tiles i + 1 (the partial last "
+                                                                 "one, the causal diagonal)"),
             *_pv_last_tile(b))
 
 
 def _pv_first(b: _Builder) -> tuple:
     """``P0V(i) Q0K(i+1)``: PV(i) and QK(i+1) back to back, one wait."""
-    body = (
-        *b.take("V"), *b.take("K"),
-        RescaleO(),
-        *b.wait_full("V", "i"), *b.wait_full("K", "i + 1"),
-        *b.turn((b.pv(), b.qk())),
-        *b.wait(0, "so", "PV(i) and QK(i+1) done"),
-        *b.release("V"), *b.release("K"), *b.release_q("i + 1 == c.n_kv - 1"),
-        *b.softmax("i + 1"), PackP(),
-    )
+    def body(masked):
+        return (
+            *b.take("V"), *b.take("K"),
+            RescaleO(),
+            *b.wait_full("V", "i"), *b.wait_full("K", "i + 1"),
+            *b.turn((b.pv(), b.qk())),
+            *b.wait(0, "so", "PV(i) and QK(i+1) done"),
+            *b.release("V"), *b.release("K"), *b.release_q("i + 1 == w.n_kv - 1"),
+            *b.softmax("i + 1", masked), PackP(),
+        )
     return (*_qk_first_tile(b),
-            Loop("i", "0", "c.n_kv - 1", body, "P0V(i) Q0K(i+1): PV and the next QK back to back"),
+            Loop("i", "0", _STEADY_END, body(False), "P0V(i) Q0K(i+1): PV and the next QK back to back"),
+            Loop("i", _MASKED_START, "w.n_kv - 1", body(True), "the same for the masked tiles i + 1"),
             *_pv_last_tile(b))
+
+
+def row_in_seq(q: str) -> Decl:
+    """This thread's first row of the Q stage in its sequence (the second is 8 rows below: the wgmma
+    D fragment, PTX 9.7.15.5.1.1.1), for the masked tiles' column limits."""
+    return Decl("const int", "row_in_seq",
+                f"q_tile_of(c, w, {q}) * BLOCK_M + 16 * (int)((threadIdx.x >> 5) & 3u) + (int)(lane_id() >> 2)",
+                model="0")
 
 
 def shape_of(order) -> str:
@@ -183,6 +204,7 @@ def build(lw) -> RoleIR:
     tiles = {"none": _no_lead, "qk_first": _qk_ahead, "pv_first": _pv_first}[shape](b)
     item = (
         ConsumerInit(),
+        row_in_seq("q"),
         *lw.span("wait Q", (Wait("q_full", "q", lw.phase("q_full_ph"), lw.site("consumer", "q_full"), "-1"),)),
         *tiles,
         *lw.span("epilogue", (StoreO("q"),)),
@@ -197,6 +219,6 @@ def build(lw) -> RoleIR:
     ]
     if b.pingpong:
         body.append(If("q == 1", (NamedBarArrive("turn", "0", "consumer 0 takes the first turn"),)))
-    body.append(DenseWorkLoop(lw.plan.persistent, item))
+    body.append(WorkLoop(lw.plan.persistent, item))
     return RoleIR("consumer", roles[0].warps, tuple(body), instances=tuple((r.q_stage, r.warps) for r in roles),
                   regs=roles[0].regs, blog="FA3 §3.1 (ping-pong), §3.2 (overlap); blog ch.8, 9, 11")

@@ -6,8 +6,10 @@ every warp's PV finished reading the slot before it is refilled.
 """
 from __future__ import annotations
 
-from ...ir import Comment, Loop, NamedBarSync, PhaseDecl, RoleIR, Single, Wait, Arrive
-from ..ir import DenseWorkLoop, tma_tile, ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from ...ir import Arrive, Comment, Decl, Loop, NamedBarSync, PhaseDecl, RoleIR, Single, Wait, WorkLoop
+from ...roles.load import tile_load
+from ..ir import ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from .consumer import row_in_seq
 
 
 def build(lw) -> RoleIR:
@@ -17,13 +19,13 @@ def build(lw) -> RoleIR:
         Comment("load K(j) and V(j) into the one K/V slot"),
         Single("thread0", (
             Arrive("kv_full", by="thread", tx_bytes="KV_SLOT_BYTES"),
-            tma_tile("k", "SMEM_KV", "j * BLOCK_N", "kv_full"),
-            tma_tile("v", "SMEM_KV + KV_TILE_BYTES", "j * BLOCK_N", "kv_full"),
+            tile_load(lw, "k", "SMEM_KV", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv"),
+            tile_load(lw, "v", "SMEM_KV + KV_TILE_BYTES", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv"),
         )),
         *lw.span("wait K/V", (Wait("kv_full", None, lw.phase("kv_full_ph"), lw.site(name, "kv_full"), "j"),)),
         *lw.span("issue", (WgmmaQK("c.smem + SMEM_Q", "c.smem + SMEM_KV"),)),
         *lw.span("wait QK", (WgmmaWait(0, "s", "S(j) ready"),)),
-        *lw.span("softmax", (Softmax("j == c.n_kv - 1"),)),
+        *lw.span("softmax", (Softmax("j"),)),
         PackP(),
         RescaleO(),
         *lw.span("issue", (WgmmaPV("SMEM_KV + KV_TILE_BYTES"),)),
@@ -34,14 +36,15 @@ def build(lw) -> RoleIR:
         Comment("one warpgroup: thread 0 issues TMA, the warpgroup issues wgmma and waits on every hand-off"),
         PhaseDecl("q_full_ph", 1, 0, "scalar"),
         PhaseDecl("kv_full_ph", 1, 0, "scalar"),
-        DenseWorkLoop(False, (
+        WorkLoop(False, (
             ConsumerInit(),
+            row_in_seq("0"),
             Single("thread0", (
                 Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),
-                tma_tile("q", "SMEM_Q", "w.q_tile * BLOCK_M", "q_full"),
+                tile_load(lw, "q", "SMEM_Q", "w.q_row0 + w.q_tile * BLOCK_M", "q_full", None, "w.h"),
             )),
             *lw.span("wait Q", (Wait("q_full", None, lw.phase("q_full_ph"), lw.site(name, "q_full"), "-1"),)),
-            Loop("j", "0", "c.n_kv", kv_loop, "K/V tiles"),
+            Loop("j", "0", "w.n_kv", kv_loop, "K/V tiles"),
             *lw.span("epilogue", (StoreO("0"),)),
         )),
     )
