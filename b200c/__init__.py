@@ -72,6 +72,23 @@ def default_schedule(head_dim: int, target: str = "sm100a"):
 _RUNTIME = ("attention", "attention_varlen", "scaled_dot_product_attention")
 
 
+def _register_torch_provider() -> None:
+    """Register b200c as an SDPA flash provider ("b200c", torch.nn.attention) when torch is already
+    imported (activating it stays the user's call); without torch nothing is imported."""
+    import sys
+
+    if "torch" in sys.modules:
+        try:
+            from .runtime.torch_flash import register
+
+            register()
+        except Exception:  # noqa: BLE001 - a torch without the hook or a partial install: nothing to register
+            pass
+
+
+_register_torch_provider()
+
+
 def __getattr__(name: str):
     if name not in _RUNTIME:
         raise AttributeError(f"module 'b200c' has no attribute {name!r}")

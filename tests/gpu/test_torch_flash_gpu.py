@@ -1,0 +1,58 @@
+"""torch's SDPA flash path through b200c on the H200: activate_flash_attention_impl("b200c") with the
+flash backend forced; eager, torch.compile(fullgraph=True) and a CUDA graph replay give b200c's
+result, and restore_flash_attention_impl() gives torch's kernel back."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import b200c
+from b200c.runtime import torch_flash
+
+pytestmark = pytest.mark.gpu
+
+
+def test_sdpa_flash_path_runs_b200c():
+    if torch.cuda.get_device_capability() != (9, 0) or not torch_flash.available():
+        pytest.skip("needs a compute capability 9.0 GPU and a torch with register_flash_attention_impl")
+    import torch.nn.attention as tna
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(2, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(2, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)
+    want = b200c.attention(q, k, v, causal=True)  # schedule=None: the Hopper preset, natively
+    calls = []
+    real = torch_flash.flash_forward
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    torch_flash.flash_forward = counted
+    tna.activate_flash_attention_impl("b200c")
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            got = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            assert calls and torch.equal(got, want)
+            fn = torch.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True), fullgraph=True)
+            assert torch.equal(fn(q, k, v), want)
+            static = [t.clone() for t in (q, k, v)]
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                F.scaled_dot_product_attention(*static, is_causal=True)  # warm (the kernel is loaded)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = F.scaled_dot_product_attention(*static, is_causal=True)
+            q2 = torch.randn_like(q)
+            static[0].copy_(q2)
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, b200c.attention(q2, k, v, causal=True))
+    finally:
+        tna.restore_flash_attention_impl()
+        torch_flash.flash_forward = real
+    n = len(calls)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert len(calls) == n  # torch's own kernel again
