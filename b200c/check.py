@@ -104,18 +104,24 @@ def format_table(rows: list, sass: bool = True, target="sm100a") -> str:
     if sass:
         cols += [(c, c) for c in (SASS_COLS_SM90 if sm90 else SASS_COLS)]
     table = [[h for _, h in cols]]
+    failed = set()
     for r in rows:
+        stage = str(r["stage"]) if r.get("stage") else "-"  # 0: not a blog stage
         if "error" in r and "registers" not in r:  # failed before compiling: named by its file
-            table.append([str(r.get("stage", "?")), r["file"], "FAILED: " + r["error"]])
+            failed.add(len(table))
+            table.append([stage, r["file"], "FAILED: " + r["error"]])
             continue
-        line = [str(r.get(k, "")) for k, _ in cols]
+        line = [stage] + [str(r.get(k, "")) for k, _ in cols[1:]]
         if "error" in r:
             line.append("FAILED: " + r["error"])
         table.append(line)
-    widths = [max(len(t[i]) for t in table if i < len(t) and len(t) > 3) for i in range(len(cols))]
+    # the stage and name columns are as wide as every row's (a failed row's file too); the other columns
+    # as the rows that have them
+    widths = [max(len(t[i]) for j, t in enumerate(table) if i < len(t) and (i < 2 or j not in failed))
+              for i in range(len(cols))]
     out = []
-    for t in table:
-        if len(t) == 3 and t[2].startswith("FAILED"):
+    for j, t in enumerate(table):
+        if j in failed:
             out.append(f"{t[0]:>{widths[0]}}  {t[1]:<{widths[1]}}  {t[2]}")
         else:
             out.append("  ".join(c.rjust(widths[i]) if i not in (1, 2) else c.ljust(widths[i])

@@ -28,6 +28,11 @@ EXIT_STATUS = """exit status:
   2  error (one line "b200c: error: ..."): bad arguments, missing or invalid
      schedule file, nvcc/ninja missing, failed build
 """
+EXIT_STATUS_PLAIN = """exit status:
+  0  success
+  2  error (one line "b200c: error: ..."): bad arguments, missing or invalid
+     schedule file, nvcc/ninja missing, failed build
+"""
 
 
 class UsageError(B200cError):
@@ -82,11 +87,40 @@ def _warn_extension(out: Path | None, emit: str) -> None:
               f"{out.suffix!r} suggests {_WRITES[named]}; pass --emit {named} for that", file=sys.stderr)
 
 
-def _check_schedule_paths(files: list[str]) -> None:
+def _not_an_input(out: Path | None, *inputs: str) -> None:
+    """Refuse an output that is one of the command's input files (``b200c compile s.py -o s.py`` would
+    replace the schedule with CUDA)."""
+    if out is None:
+        return
+    for f in inputs:
+        try:
+            same = Path(f).exists() and out.exists() and out.resolve().samefile(Path(f).resolve())
+        except OSError:
+            same = False
+        if same:
+            raise UsageError(f"output {str(out)!r} is the input schedule file {f!r}; writing it would replace the "
+                             f"schedule: give another -o")
+
+
+def _writable(out: Path) -> None:
+    """Check that ``out`` can be written before any work (a failed nvcc output write blamed nvcc and left its
+    temporary folder behind)."""
+    existed = out.exists()
+    try:
+        with open(out, "ab"):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot write output {str(out)!r}: {e.strerror or e}; give a writable -o") from None
+    if not existed:
+        out.unlink(missing_ok=True)
+
+
+def _check_schedule_paths(files: list[str], one: bool = False) -> None:
     for f in files:
         p = Path(f)
         if p.is_dir():
-            raise UsageError(f"schedule file {f!r} is a directory, not a file; pass its .py files (e.g. {f}/*.py)")
+            what = f"one of its .py files (e.g. {f}/<name>.py)" if one else f"its .py files (e.g. {f}/*.py)"
+            raise UsageError(f"schedule file {f!r} is a directory, not a file; pass {what}")
         if not p.is_file():
             raise UsageError(f"schedule file {f!r} does not exist (relative to {Path.cwd()})")
 
@@ -118,6 +152,7 @@ def _compile(args) -> int:
     out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
     _warn_extension(out, args.emit)
+    _not_an_input(out, args.file)
     schedule = load_schedule_file(args.file)
     if args.target == AUTO:
         args.target = schedule_target(schedule)
@@ -136,6 +171,8 @@ def _compile(args) -> int:
 
     from .nvcc import compile_cuda
 
+    if out is not None:
+        _writable(out)
     arch = args.target.arch
     work = Path(tempfile.mkdtemp(prefix="b200c_"))
     target = work / f"kernel.{args.emit}" if out is None else out
@@ -197,8 +234,9 @@ def _draw(args) -> int:
     from .draw import draw_schedule
     from .draw.render import check_format
 
-    _check_schedule_paths([args.file])
+    _check_schedule_paths([args.file], one=True)
     out = _output_path(args.output) if args.output is not None else Path(Path(args.file).stem + ".svg")
+    _not_an_input(out, args.file)
     check_format(out)  # before any work: a wrong extension is an error at once
     schedule = load_schedule_file(args.file)
     t = draw_schedule(schedule, out, target=args.target, iterations=args.iterations)
@@ -225,7 +263,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="{compile,check,build,bench,draw}")
     c = sub.add_parser("compile", help="emit the plan, IR, CUDA, PTX or cubin of one schedule file",
                        description="Emit the plan, IR, CUDA, PTX or cubin of one schedule file.",
-                       epilog=EXIT_STATUS, formatter_class=fmt)
+                       epilog=EXIT_STATUS_PLAIN, formatter_class=fmt)
     c.add_argument("file", help="schedule file (Python defining a module-level `schedule`)")
     c.add_argument("-o", "--output", metavar="OUT",
                    help="output file, '-' for stdout (default: stdout for plan/ir/cu, FILE's stem + .ptx/.cubin "
@@ -254,7 +292,7 @@ def make_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)",
                        description="Build schedules into the on-disk kernel cache ($B200C_CACHE_DIR) in one "
                                    "parallel ninja run; prints 'built' or 'cached' per file.",
-                       epilog=EXIT_STATUS, formatter_class=fmt)
+                       epilog=EXIT_STATUS_PLAIN, formatter_class=fmt)
     b.add_argument("files", nargs="+", metavar="FILE", help="schedule files")
     b.add_argument("--target", type=_target_or_auto, default="auto",
                    help=_target_help("each schedule's own target (sm90a for examples/hopper, else sm100a)"))
@@ -269,7 +307,7 @@ def make_parser() -> argparse.ArgumentParser:
                                    "Q stage), each role's steps in issue order over a few K/V tiles, the barriers "
                                    "between them as labelled arrows, and the SMEM and TMEM maps beside it; derived "
                                    "from the plan and the IR. Needs matplotlib (pip install \"b200c[draw]\").",
-                       epilog=EXIT_STATUS, formatter_class=fmt)
+                       epilog=EXIT_STATUS_PLAIN, formatter_class=fmt)
     d.add_argument("file", help="schedule file (Python defining a module-level `schedule`)")
     d.add_argument("-o", "--output", metavar="OUT",
                    help="picture file, .svg or .png (the extension picks the format; default: FILE's stem + .svg "
@@ -293,10 +331,12 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except B200cError as e:
-        msg = str(e)
+        msg = _cli_spelling(str(e))
         file = getattr(args, "file", None)
         if file and isinstance(e, ScheduleError) and "schedule file" not in msg:
             msg = f"{file}: {msg}"  # a knob or budget error of the loaded schedule: say which file
+        if isinstance(e, UsageError):
+            msg += f"; see 'b200c {args.command} --help'"
         print(f"b200c: error: {_one_line(msg)}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. the output file cannot be written
@@ -305,6 +345,14 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _cli_spelling(text: str) -> str:
+    """Messages written for the Python API name targets as ``target='sm90a'``; on the command line that is
+    ``--target sm90a``."""
+    import re
+
+    return re.sub(r"\btarget=['\"]([\w.]+)['\"]", r"--target \1", text)
 
 
 def _one_line(text: str) -> str:

@@ -118,8 +118,22 @@ except Exception as e:
         return "HUNG (killed after 120 s)"
 
 
+def _gpu_or_exit() -> None:
+    """One line and exit status 2 on a machine without a CUDA GPU (as ``b200c bench``), no traceback."""
+    try:
+        import torch
+
+        ok = torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no torch at all
+        ok = False
+    if not ok:
+        print("gpu_job.py: error: needs a CUDA GPU (an H100/H200 for the emulation and sm90a targets) and none "
+              "is visible here; run it on the GPU machine", file=sys.stderr)
+        sys.exit(2)
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/b200c_out"))
     ap.add_argument("--shapes", default="small")
     ap.add_argument("--stages", default="1-18")
@@ -134,6 +148,7 @@ def main():
                                                         "also the target of --sweep) or sm90a (native Hopper: "
                                                         "scripts/hopper_job.py)")
     args, rest = ap.parse_known_args()
+    _gpu_or_exit()
     if args.target in ("sm90a", "sm_90a") and not args.sweep:
         import hopper_job
 

@@ -10,13 +10,29 @@ Without a GPU it refuses with one line (``b200c: error: b200c bench needs a CUDA
 """
 from __future__ import annotations
 
+import argparse
+
 import sys
 from pathlib import Path
 
 
+EPILOG = """exit status:
+  0  success
+  1  a b200c kernel failed or gave a wrong result (its row says why)
+  2  error (one line "b200c: error: ..."): bad arguments, no GPU, invalid schedule file
+"""
+
+
 def add_parser(sub, func) -> None:
     """Register ``bench`` on the CLI's subparsers."""
-    b = sub.add_parser("bench", help="TFLOPS of schedules on this GPU next to torch SDPA (cuDNN, FA2, efficient)")
+    b = sub.add_parser("bench", help="TFLOPS of schedules on this GPU next to torch SDPA (cuDNN, FA2, efficient); "
+                                     "needs a CUDA GPU",
+                       description="Time schedules on the present CUDA GPU (needs one: an H100/H200 for sm90a "
+                                   "schedules, a B200 for sm100a) next to torch SDPA's cuDNN, FlashAttention-2 and "
+                                   "memory-efficient kernels in the same run: median of CUDA-event-timed runs, L2 "
+                                   "flushed before each, every b200c result checked against FP32 attention first; "
+                                   "a table on stdout, optionally CSV/JSON/Markdown/PNG and Perfetto traces.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("files", nargs="+", help="schedule files; 'default': the built-in schedule of the target for "
                                             "each shape's head dim (b200c.attention(schedule=None))")
     b.add_argument("--shapes", default="blog", help="comma list of BxH[/Hkv]xS[:Skv][xD][c] (c: causal), "

@@ -332,7 +332,8 @@ class KernelIR(msgspec.Struct, frozen=True):
         p = self.plan
         from .signature import KERNEL_NAME
 
-        out = [f"kernel {KERNEL_NAME}  // {p.name} (blog stage {p.blog_stage})",
+        stage = f" (blog stage {p.blog_stage})" if p.blog_stage else ""
+        out = [f"kernel {KERNEL_NAME}  // {p.name}{stage}",
                f"  threads={p.threads} dynamic_smem={p.smem_bytes} tmem_cols={p.tmem_alloc_cols}"]
         for r in self.roles:
             inst = ", ".join(f"q={q}: warps {w[0]}-{w[-1]}" for q, w in r.instances) if r.instances else \

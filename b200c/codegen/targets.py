@@ -245,22 +245,27 @@ def emulation_of(target: Target, capability) -> Optional[Target]:
 
 
 def schedule_target(schedule) -> Target:
-    """The native target a schedule is written for: the first registered native target whose
-    backend's knob rules the schedule passes (a Hopper schedule with block_m=64,
-    ``p_storage='registers'`` or ``pingpong`` fails the tcgen05 rules and passes the sm90 ones:
-    examples/hopper), else the first native target. ``target="auto"`` uses it. Never raises for
-    bad knobs (generation reports them)."""
+    """The native target a schedule is written for: the registered native target whose backend's
+    knob rules the schedule breaks fewest of (none: a Hopper schedule with block_m=64,
+    ``p_storage='registers'`` or ``pingpong`` breaks tcgen05's and passes sm90's: examples/hopper;
+    ties: the first in registry order), so a schedule with a mistake is reported against the rules
+    of the target it was meant for. ``target="auto"`` uses it. Never raises for bad knobs
+    (generation reports them)."""
     from ..errors import ScheduleError
 
-    natives = native_targets()
-    for t in natives:
-        try:
-            for rule in t.backend_module().RULES:
+    def broken(t) -> int:
+        n = 0
+        for rule in t.backend_module().RULES:
+            try:
                 rule(schedule)
-        except ScheduleError:
-            continue
-        return t
-    return natives[0]
+            except ScheduleError:
+                n += 1
+            except Exception:  # noqa: BLE001 - a knob of the wrong type: validation names it
+                n += 1
+        return n
+
+    natives = native_targets()
+    return min(natives, key=broken)  # min keeps the first of equal counts
 
 
 __all__ = ["Target", "Capabilities", "REGISTRY", "AUTO", "register", "unregister", "resolve", "resolve_or_auto",

@@ -72,7 +72,8 @@ def render(timeline, output, fmt: str | None = None) -> None:
         _draw_lanes(fig.add_subplot(gs[0, 0]), t, patches, (height - 1.3) / 1.3)
         _draw_smem(fig.add_subplot(gs[0, 1]), t, patches)
         _draw_tmem(fig.add_subplot(gs[0, 2]), t, patches)
-        title = f"{t.name} (blog stage {t.blog_stage}, {t.backend}): {t.iterations} K/V tiles, one work item"
+        stage = f"blog stage {t.blog_stage}, " if t.blog_stage else ""
+        title = f"{t.name} ({stage}{t.backend}): {t.iterations} K/V tiles, one work item"
         if t.issue_order:
             title += f";  MMA issue order: {t.issue_order}"
         fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold")

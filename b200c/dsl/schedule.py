@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from . import knobs
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -160,12 +162,16 @@ class Schedule:
         object.__setattr__(self, "_json", text)
 
     def replace(self, **changes) -> "Schedule":
-        """Return a copy with ``changes`` applied (like ``dataclasses.replace``).
+        """Return a copy with ``changes`` applied (like ``dataclasses.replace``). A copy whose knobs
+        change is no longer the blog stage it came from: ``blog_stage`` becomes 0 unless ``changes``
+        names it (renaming alone keeps it).
 
         Raises:
             ScheduleError: a name in ``changes`` is not a Schedule field.
         """
         _check_field_names(changes)
+        if "blog_stage" not in changes and set(changes) - {"name"}:
+            changes = {**changes, "blog_stage": 0}
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> "Schedule":
@@ -241,4 +247,5 @@ def _with_field_check(init):
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Schedule))
+Schedule.__doc__ += knobs.table([f.name for f in dataclasses.fields(Schedule)])
 Schedule.__init__ = _with_field_check(Schedule.__init__)

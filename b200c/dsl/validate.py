@@ -15,16 +15,9 @@ import re
 
 from ..errors import ScheduleError
 from .issue_order import MAX_KV_STAGES, default_order, parse_issue_order
+from .knobs import ENUMS
 
-_ENUMS = {
-    "p_storage": ("smem", "tmem", "registers"),
-    "swizzle": ("none", "128B"),
-    "kv_tokens": ("paired", "separate"),
-    "exp2": ("expf", "ex2.approx.ftz"),
-    "rowsum": ("fp32", "bf16"),
-    "phase_tracking": ("array", "bitmask"),
-    "tma_l2_promotion": ("none", "64B", "128B", "256B"),
-}
+_ENUMS = ENUMS  # b200c/dsl/knobs.py: the knob space, written once
 
 
 _INT_FIELDS = ("blog_stage", "block_m", "block_n", "head_dim", "q_stages", "kv_stages", "sw_exp2_per16",
@@ -38,7 +31,8 @@ _STR_FIELDS = ("name", "p_storage", "swizzle", "kv_tokens", "exp2", "phase_track
 def _types(s) -> None:
     def bad(field, want):
         v = getattr(s, field)
-        raise ScheduleError(f"{field}={v!r} is a {type(v).__name__}; expected {want}")
+        kind = type(v).__name__
+        raise ScheduleError(f"{field}={v!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; expected {want}")
 
     for f in _INT_FIELDS:
         v = getattr(s, f)
