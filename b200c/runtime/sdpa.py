@@ -11,6 +11,7 @@ the compiled graph, guarded like any shape or dtype test).
 """
 from __future__ import annotations
 
+import collections
 import re
 import threading
 import warnings
@@ -24,6 +25,10 @@ _torch_sdpa = torch._C._nn.scaled_dot_product_attention  # never the (possibly s
 _BF16 = torch.bfloat16
 _warned: set = set()
 _warn_lock = threading.Lock()
+# eager calls by outcome: "b200c" (served by a b200c kernel) or the fallback's reason key; read it
+# (collections.Counter) to see what a model's calls got, reset it with .clear(). Compiled graphs decide
+# at trace time and are not counted per call.
+calls: "collections.Counter" = collections.Counter()
 _MAX_TMA_STRIDE_ELEMS = 1 << 39  # 2^40 bytes of bfloat16
 
 
@@ -194,8 +199,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             s = None if scale is None else inputs.softmax_scale_value(scale)
             try:
                 if api._direct_path_ok(query, key, value):
-                    return op.run_schedule(query, key, value, schedule_json, s, target, "bhsd", is_causal, False)[0]
-                return api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
+                    out = op.run_schedule(query, key, value, schedule_json, s, target, "bhsd", is_causal, False)[0]
+                else:
+                    out = api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
+                calls["b200c"] += 1
+                return out
             except BarrierTimeoutError:
                 raise  # a hung kernel: the context is unusable, torch could not run either
             except (LaunchError, BuildError) as e:  # input rules, the device (UnsupportedDeviceError), nvcc
@@ -204,6 +212,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if compiling:
         _warn_traced(*why)
     else:
+        calls[why[0]] += 1
         _warn(*why)
     return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                        enable_gqa=enable_gqa)

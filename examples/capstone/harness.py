@@ -1,0 +1,70 @@
+"""What both capstone scripts measure: a model's forward with torch's SDPA (its default backend choice:
+cuDNN on Hopper), with FlashAttention-2 forced (the noise yardstick), and with every attention call through
+``b200c.scaled_dot_product_attention`` (the one-line swap); the attention calls b200c served and those that
+fell back (with each reason), the output's relative distance to the torch run, and the forward times
+(CUDA events, median of a few runs after a warm-up). Not a schedule file (no ``schedule`` here)."""
+from __future__ import annotations
+
+import functools
+import statistics
+
+
+def rel_dist(a, b) -> float:
+    """||a - b|| / ||b|| in FP32."""
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def timed(fn, runs: int = 3, warmup: int = 1):
+    """(output of the last run, median milliseconds)."""
+    import torch
+
+    for _ in range(warmup):
+        out = fn()
+    times = []
+    for _ in range(runs):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return out, statistics.median(times)
+
+
+def compare(name: str, forward, runs: int = 3) -> dict:
+    """Run ``forward()`` (returns a tensor) three ways and print the capstone table; returns the numbers."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import b200c
+    from b200c.runtime import sdpa
+
+    with torch.no_grad():
+        ref, t_torch = timed(forward, runs)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            fa2, _ = timed(forward, 1, 0)
+        original = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = functools.partial(b200c.scaled_dot_product_attention)
+        try:
+            sdpa.calls.clear()
+            forward()  # warm-up: builds and loads the kernels
+            torch.cuda.synchronize()
+            sdpa.calls.clear()
+            out = forward()  # one counted forward
+            torch.cuda.synchronize()
+            counted = dict(sdpa.calls)
+            _, t_b200c = timed(forward, runs, 0)
+        finally:
+            F.scaled_dot_product_attention = original
+    served = counted.pop("b200c", 0)
+    fallen = sum(counted.values())
+    res = dict(model=name, calls=served + fallen, served=served, fallbacks=counted,
+               rel_dist_b200c=rel_dist(out, ref), rel_dist_fa2=rel_dist(fa2, ref), ms_torch=t_torch, ms_b200c=t_b200c)
+    print(f"{name}: {served} of {served + fallen} attention calls on b200c"
+          + (f"; fallbacks: {', '.join(f'{k} x{v}' for k, v in counted.items())}" if counted else ""))
+    print(f"  output vs torch SDPA: b200c {res['rel_dist_b200c']:.2e}, FlashAttention-2 {res['rel_dist_fa2']:.2e} "
+          f"(relative L2)")
+    print(f"  forward: torch SDPA {t_torch:.1f} ms, b200c {t_b200c:.1f} ms ({t_torch / t_b200c:.2f}x)")
+    return res
