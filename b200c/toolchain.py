@@ -25,11 +25,41 @@ log = logging.getLogger("b200c.runtime")
 _version_cache: dict[str, str] = {}
 
 
-def find_nvcc() -> str:
-    """Path of nvcc: env ``B200C_NVCC``, else ``PATH``, else ``$CUDA_HOME/bin/nvcc``.
+def _wheel_nvccs() -> list:
+    """nvcc executables of pip's CUDA compiler wheels (``nvidia-cuda-nvcc``: ``site-packages/nvidia/cu13/bin``,
+    or ``nvidia/cuda_nvcc/bin`` for the CUDA 12 wheels), in ``sys.path`` order."""
+    import sys
+
+    out = []
+    for root in sys.path:
+        for rel in ("nvidia/cu13/bin/nvcc", "nvidia/cuda_nvcc/bin/nvcc"):
+            cand = Path(root or ".") / rel
+            if cand.is_file() and os.access(cand, os.X_OK):
+                out.append(str(cand))
+    return out
+
+
+def check_wheel_nvcc(nvcc: str) -> None:
+    """A wheel's nvcc compiles only with the CUDA C++ core headers beside it (``nv/target``, from the
+    ``nvidia-cuda-cccl`` wheel: without it nvcc stops on ``cuda_fp16.h``: fatal error: nv/target).
 
     Raises:
-        BuildError: none of them names an executable nvcc.
+        BuildError: the header is missing (the message names the wheel to install).
+    """
+    include = Path(nvcc).parent.parent / "include"
+    if "site-packages" in Path(nvcc).parts and not (include / "nv" / "target").is_file():
+        raise BuildError(f"{nvcc} is pip's nvcc but {include} has no nv/target (the CUDA C++ core headers): "
+                         f"pip install nvidia-cuda-cccl of the same CUDA version as nvidia-cuda-nvcc")
+
+
+def find_nvcc() -> str:
+    """Path of nvcc: env ``B200C_NVCC``, else ``PATH``, else ``$CUDA_HOME/bin/nvcc`` (or ``$CUDA_PATH``),
+    else ``/usr/local/cuda/bin/nvcc``, else the nvcc of pip's CUDA compiler wheels (``pip install
+    nvidia-cuda-nvcc nvidia-cuda-cccl``, the versions of the CUDA runtime torch uses: the same compiler as
+    the toolkit's, so the same SASS; it needs a host C++ compiler on PATH).
+
+    Raises:
+        BuildError: none of them names an executable nvcc, or a wheel's nvcc lacks its headers.
     """
     env = os.environ.get("B200C_NVCC")
     if env:
@@ -43,12 +73,18 @@ def find_nvcc() -> str:
     p = shutil.which("nvcc")
     if p:
         return p
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if home:
-        cand = Path(home) / "bin" / "nvcc"
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return str(cand)
-    raise BuildError("nvcc not found on PATH or in $CUDA_HOME/bin; set B200C_NVCC or CUDA_HOME")
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            cand = Path(home) / "bin" / "nvcc"
+            if cand.is_file() and os.access(cand, os.X_OK):
+                return str(cand)
+    wheels = _wheel_nvccs()
+    if wheels:
+        check_wheel_nvcc(wheels[0])
+        return wheels[0]
+    raise BuildError("nvcc not found on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or pip's CUDA compiler wheels; "
+                     "install the CUDA toolkit or `pip install nvidia-cuda-nvcc nvidia-cuda-cccl` (the CUDA version "
+                     "of your torch), or set B200C_NVCC")
 
 
 def nvcc_version(nvcc: str) -> str:
