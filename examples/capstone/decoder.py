@@ -27,7 +27,9 @@ def build(layers: int, device: str, batch: int = 2, seq: int = 4096, tiny: bool 
         cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_attention_heads=16, num_key_value_heads=8,
                           head_dim=128, num_hidden_layers=layers, vocab_size=32000, max_position_embeddings=seq)
     cfg._attn_implementation = "sdpa"
-    model = LlamaForCausalLM(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    with torch.device(device):
+        model = LlamaForCausalLM(cfg)
+    model = model.to(dtype=torch.bfloat16).eval()
     ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(1)).to(device)
 
     def forward():

@@ -43,7 +43,8 @@ def compare(name: str, forward, runs: int = 3) -> dict:
 
     with torch.no_grad():
         ref, t_torch = timed(forward, runs)
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        # FlashAttention-2 where it takes the call (the memory-efficient kernel for masked ones: FA2 has no masks)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
             fa2, _ = timed(forward, 1, 0)
         original = F.scaled_dot_product_attention
         F.scaled_dot_product_attention = functools.partial(b200c.scaled_dot_product_attention)

@@ -31,7 +31,9 @@ def build(layers: int, device: str, tiny: bool = False):
     else:
         cfg = dict(num_layers=layers)  # the published config otherwise: 32 x 128 video heads, 4096 cross dim
         frames, h, w, text, audio = 32, 16, 24, 1024, 251  # 10.4 s: 249 frames -> 32 latent frames of 16 x 24
-    model = LTX2VideoTransformer3DModel(**cfg).to(device=device, dtype=torch.bfloat16).eval()
+    with torch.device(device):  # random weights made on the GPU (billions of parameters: fast there)
+        model = LTX2VideoTransformer3DModel(**cfg)
+    model = model.to(dtype=torch.bfloat16).eval()
     c = model.config
     n = frames * h * w
     g = torch.Generator(device="cpu").manual_seed(1)
