@@ -25,6 +25,9 @@ log = logging.getLogger("b200c.runtime")
 _version_cache: dict[str, str] = {}
 
 
+TOOLKIT_HOMES = ("/usr/local/cuda",)  # where a CUDA toolkit lives when nothing says so
+
+
 def _wheel_nvccs() -> list:
     """nvcc executables of pip's CUDA compiler wheels (``nvidia-cuda-nvcc``: ``site-packages/nvidia/cu13/bin``,
     or ``nvidia/cuda_nvcc/bin`` for the CUDA 12 wheels), in ``sys.path`` order."""
@@ -73,7 +76,7 @@ def find_nvcc() -> str:
     p = shutil.which("nvcc")
     if p:
         return p
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *TOOLKIT_HOMES):
         if home:
             cand = Path(home) / "bin" / "nvcc"
             if cand.is_file() and os.access(cand, os.X_OK):

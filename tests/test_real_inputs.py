@@ -124,7 +124,7 @@ def test_schedule_is_specialized_to_the_head_dim(fd, d, sched, name):
 def test_schedule_that_cannot_hold_d_raises_resource_error():
     q = t(d=256)  # CPU: the schedule's budget is reported before the device rule
     with pytest.raises(ResourceError, match=r"schedule 'tma_l2_promotion' at the inputs' head dim D = 256: 2 Q stages "
-                                            r"at head dim 256 need 768 of 512 TMEM columns.*default_schedule\(256\)"):
+                                            r"at head dim 256 need 768 of 512 TMEM columns.*default_schedule\(256, target=.sm100a.\)"):
         b200c.attention(q, q, q, schedule=EX18)
     with pytest.raises(ResourceError, match="768 of 512 TMEM columns"):  # cached failure, same answer
         b200c.attention(q, q, q, schedule=EX18)

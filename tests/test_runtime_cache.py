@@ -95,7 +95,9 @@ def test_nvcc_missing_everywhere(monkeypatch, tmp_path, cache_root):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # stripped PATH
-    with pytest.raises(BuildError, match=r"nvcc not found .*set B200C_NVCC or CUDA_HOME"):
+    monkeypatch.setattr(toolchain, "TOOLKIT_HOMES", ())  # no /usr/local/cuda either
+    monkeypatch.setattr(toolchain, "_wheel_nvccs", lambda: [])  # nor pip's compiler wheels
+    with pytest.raises(BuildError, match=r"nvcc not found .*or set B200C_NVCC"):
         build(kernel(), "sm100a")
 
 

@@ -44,6 +44,9 @@ def __getattr__(name):
         import importlib
 
         from . import op as _op  # noqa: F401  (registers torch.ops.b200c.attention)
+        from .torch_flash import register
+
+        register()  # torch.nn.attention.activate_flash_attention_impl("b200c") (activates nothing)
 
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'b200c.runtime' has no attribute {name!r}")

@@ -27,9 +27,6 @@ import torch
 
 from . import launcher
 from .inputs import validate_inputs
-from .torch_flash import register as _register_flash_provider
-
-_register_flash_provider()  # torch.nn.attention.activate_flash_attention_impl("b200c"); activates nothing
 
 _lock = threading.Lock()
 _kernels: dict[tuple[str, str, int], object] = {}

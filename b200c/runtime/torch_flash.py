@@ -2,7 +2,7 @@
 
 On a torch that has ``torch.nn.attention.register_flash_attention_impl`` (the documented hook for SDPA
 backend providers, torch >= 2.11), b200c registers itself under :data:`NAME` when the package is
-imported with torch loaded (and whenever :mod:`b200c.runtime.op` is imported). Registering activates
+imported with torch loaded (and when ``b200c.attention`` & co. are first used). Registering activates
 nothing: a user opts in with ``activate_flash_attention_impl("b200c")`` and opts out with
 ``restore_flash_attention_impl()``. While active, the CUDA kernel of
 ``aten::_scaled_dot_product_flash_attention`` (what SDPA's flash backend calls, eagerly, under
