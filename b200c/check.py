@@ -51,7 +51,7 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
     try:
         target = resolve_or_auto(target)
         s = load_schedule_file(path)
-        row.update(stage=s.blog_stage, name=s.name)
+        row.update(stage=s.blog_stage, name=s.name, phase_tracking=s.phase_tracking)
         if target == AUTO:
             target = schedule_target(s)
         row["target"] = target.name
@@ -146,6 +146,25 @@ LOOP_TABLE_TITLE = ("steady-state K/V loop of each warp role: static SASS instru
                     "tile as the loop stands (the mma loop issues every Q stage's MMAs; softmax[q] is Q stage q)")
 
 
+def stack_notes(rows: list, sass: bool = True) -> list:
+    """Footer lines saying what the ``stack B`` column holds, for the rows that have a stack frame:
+    spilled registers (rows with spill bytes), runtime-indexed phase-bit arrays (phase_tracking='array'),
+    or other local arrays."""
+    ldl = " / LDL/STL" if sass else ""
+    stacked = [r for r in rows if r.get("stack_frame")]
+    notes = []
+    if any(r.get("spill_bytes") for r in stacked):
+        notes.append(f"stack B{ldl} of a row with spill B: registers ptxas spilled to local memory; the schedule "
+                     f"needs more registers than its roles have (register budgets or threads per CTA)")
+    if any(not r.get("spill_bytes") and r.get("phase_tracking") == "array" for r in stacked):
+        notes.append(f"stack B{ldl} of a row with phase_tracking='array' and no spills: local memory of "
+                     f"runtime-indexed phase-bit arrays (not spills); phase_tracking='bitmask' removes it (minor 17)")
+    if any(not r.get("spill_bytes") and r.get("phase_tracking") != "array" for r in stacked):
+        notes.append(f"stack B{ldl} of a row with phase_tracking='bitmask' and no spills: local arrays ptxas did not "
+                     f"keep in registers (not spills)")
+    return notes
+
+
 def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = False,
                 target="auto") -> int:
     """Check schedule files for ``target`` (``"auto"``: each schedule's own,
@@ -184,9 +203,8 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
     for r in rows:
         if "loops_error" in r:
             print(f"note: {r.get('name', r['file'])}: no steady-state loops ({r['loops_error']})", file=sys.stderr)
-    if any(r.get("stack_frame") for r in rows):
-        print(f"stack B{' / LDL/STL' if sass else ''}: local memory of runtime-indexed phase-bit arrays (not spills); "
-              "phase_tracking='bitmask' removes it (minor 17)", file=notes)
+    for line in stack_notes(rows, sass):
+        print(line, file=notes)
     bad = [r for r in rows if "error" in r]
     kept = any(Path(d).iterdir())
     if not (bad and kept):

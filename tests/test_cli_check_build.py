@@ -89,3 +89,19 @@ def test_check_each_file_for_its_own_target_and_failed_rows_by_file(tmp_path):
     failed = [l for l in r.stdout.splitlines() if "FAILED" in l]
     assert len(failed) == 1 and str(bad) in failed[0]  # named by its file, not the schedule name it inherits
     assert "1 of 3 schedules failed the check" in r.stderr
+
+
+def test_check_footer_names_what_the_stack_holds():
+    """The footer blamed runtime-indexed phase arrays for every stack frame, also for a bitmask schedule
+    whose stack held spilled registers (issue 19: stage 18 with kv_stages=2)."""
+    from b200c.check import stack_notes
+
+    spilled = {"stack_frame": 16, "spill_bytes": 68, "phase_tracking": "bitmask"}
+    arrays = {"stack_frame": 24, "spill_bytes": 0, "phase_tracking": "array"}
+    clean = {"stack_frame": 0, "spill_bytes": 0, "phase_tracking": "bitmask"}
+    notes = stack_notes([spilled, clean])
+    assert len(notes) == 1 and "spilled to local memory" in notes[0] and "phase-bit" not in notes[0]
+    notes = stack_notes([arrays, clean], sass=False)
+    assert len(notes) == 1 and "phase-bit arrays" in notes[0] and "LDL/STL" not in notes[0]
+    assert len(stack_notes([spilled, arrays])) == 2
+    assert stack_notes([clean]) == []

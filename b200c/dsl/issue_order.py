@@ -184,7 +184,7 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int,
         if key in seen:
             raise IssueOrderError(
                 f"issue order step {src} repeats {seen[key]}: each Q stage issues exactly one QK "
-                f"and one PV per K/V iteration"
+                f"and one PV per K/V iteration; remove one of them from issue_order"
             )
         seen[key] = src
     for q in range(q_stages):
@@ -192,7 +192,8 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int,
             if (kind, q) not in seen:
                 raise IssueOrderError(
                     f"issue order {text!r} never issues {name}: every Q stage needs one QK and "
-                    f"one PV per K/V iteration"
+                    f"one PV per K/V iteration; set issue_order for q_stages={q_stages} (e.g. "
+                    f"{default_order(q_stages)!r}) or None for the default"
                 )
     base = min(off for _, _, off, _ in raw)
     steps = tuple(Step(kind, q, off - base, src) for kind, q, off, src in raw)
@@ -201,7 +202,8 @@ def parse_issue_order(text: str, q_stages: int, kv_tokens: str, kv_stages: int,
         far = max(steps, key=lambda s: s.offset)
         raise IssueOrderError(
             f"issue order step {far.source} runs {lead} K/V iterations ahead of the earliest step; "
-            f"each Q stage has one S/P buffer in TMEM, so a QK may lead its PV by at most one iteration"
+            f"each Q stage has one S/P buffer in TMEM, so a QK may lead its PV by at most one iteration; "
+            f"use the offsets (i) and (i+1) only in issue_order"
         )
     order = IssueOrder(text, steps, lead, kv_tokens, kv_stages, p_aliases_s)
     for n in CHECKED_TILE_COUNTS:
@@ -239,7 +241,8 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
                 return False
             raise IssueOrderError(
                 f"issue order step {here}: PV before softmax can have produced P{s.q}({j}) — "
-                f"softmax turns S{s.q}({j}) into P only after Q{s.q}K({j}), which this order issues later"
+                f"softmax turns S{s.q}({j}) into P only after Q{s.q}K({j}), which this order issues later; "
+                f"in issue_order, issue Q{s.q}K before P{s.q}V of the same K/V tile"
             )
         if order.p_aliases_s and s.kind == "QK" and j >= 1 and (s.q, j - 1) not in pv_done:
             if not report:
@@ -247,7 +250,7 @@ def _check_dependencies(order: IssueOrder, n: int, report: bool = True) -> bool:
             raise IssueOrderError(
                 f"issue order step {here} overwrites S{s.q}/P{s.q} in TMEM while P{s.q}V({j - 1}), "
                 f"which reads P{s.q}({j - 1}) from those columns, is still pending: S/P of a Q stage is "
-                f"reused only after its PV is issued"
+                f"reused only after its PV is issued; in issue_order, issue P{s.q}V(i) before Q{s.q}K(i+1)"
             )
         t = ids[_token_key(order, s, j)]
         while loaded < t:

@@ -54,7 +54,7 @@ def _parse(text: str) -> tuple:
         col = getattr(e, "column", "?")
         raise IssueOrderError(
             f"issue order {text!r} does not parse at column {col}: steps look like "
-            f"'Q0K(i)', 'P1V(i+1)' (QqK = S_q = Q_q K^T, PqV = O_q += P_q V)"
+            f"'Q0K(i)', 'P1V(i+1)' (QqK = S_q = Q_q K^T, PqV = O_q += P_q V); fix issue_order or set it to None"
         ) from None
     raw = []
     for node in tree.children:

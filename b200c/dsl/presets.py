@@ -57,7 +57,7 @@ D128 = Schedule(
 D64 = D128.replace(name="default_d64", head_dim=64, kv_stages=4)
 
 D256 = D128.replace(name="default_d256", head_dim=256, q_stages=1, kv_stages=2, issue_order="P0V(i) Q0K(i+1)",
-                    softmax_regs=232, correction_regs=232, other_regs=40)  # 128 x 504 = 64512: the launch allocation
+                    softmax_regs=224, correction_regs=232, other_regs=48)  # 128 x 504 = 64512: the launch allocation
 
 PRESETS = {64: D64, 128: D128, 256: D256}
 

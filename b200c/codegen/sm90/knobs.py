@@ -149,4 +149,48 @@ def issue_order_per_stage(s) -> None:
         )
 
 
-RULES = (tile_shape, consumers, producer_registers, kv_tokens, swizzle, p_storage, tcgen05_only, issue_order_per_stage)
+def kv_ring(s) -> None:
+    """A leading order (QK one K/V tile ahead of PV) holds two ring tokens at once."""
+    if not s.warp_specialized or s.issue_order is None or s.kv_stages >= 2:
+        return
+    try:
+        order = parse_issue_order(s.issue_order, s.q_stages, s.kv_tokens, 8, p_aliases_s=False)
+    except Exception:  # noqa: BLE001 - the real parse reports it
+        return
+    if order.lead:
+        # found by the schedule-space sweep: the protocol verifier saw the producer and consumers deadlock
+        raise ScheduleError(
+            f"issue_order={s.issue_order!r} with kv_stages={s.kv_stages}: {_WHERE} a consumer warpgroup issues "
+            f"QK(i+1) and PV(i) in one turn, so K(i+1) and V(i) occupy two ring slots until their wgmmas "
+            f"complete; set kv_stages >= 2, or issue_order=None (one tile at a time)"
+        )
+
+
+def consumer_registers(s) -> None:
+    """A consumer warpgroup holds S (block_n/2), P (block_n/4) and O (head_dim/2) accumulator registers
+    per thread plus about 32 for the softmax state and addresses: ``0.75 x block_n + head_dim/2 + 32``,
+    rounded up to 8 (measured with nvcc 13.0 at head dim 128: block_n=128 spilled 32 B at 184 and none at
+    192; block_n=176 192 B at 216, none at 224; block_n=192 96 B at 232, none at 240; found by the
+    schedule-space sweep)."""
+    if (not s.warp_specialized or s.block_n % 16 or s.head_dim not in MAX_BLOCK_N
+            or not (16 <= s.block_n <= MAX_BLOCK_N[s.head_dim])):
+        return
+    need = -(-(3 * s.block_n // 4 + s.head_dim // 2 + 32) // 8) * 8
+    if s.softmax_regs is not None:
+        have, what = s.softmax_regs, f"softmax_regs={s.softmax_regs}"
+    else:
+        from .. import hardware
+        from .plan import warp_roles
+
+        have = hardware.SM90.entry_registers(32 * sum(len(r.warps) for r in warp_roles(s)))
+        what = f"ptxas's {have} registers per thread without register budgets"
+    if have < need:
+        raise ScheduleError(
+            f"block_n={s.block_n} with {what}: {_WHERE} a consumer warpgroup holds S, P and O of its 64 rows in "
+            f"registers, about {need} per thread at block_n={s.block_n}, and would spill; set softmax_regs >= "
+            f"{need} (FA3: 240, other_regs=24) or a smaller block_n"
+        )
+
+
+RULES = (tile_shape, consumers, producer_registers, kv_tokens, swizzle, p_storage, tcgen05_only,
+         issue_order_per_stage, kv_ring, consumer_registers)

@@ -14,6 +14,18 @@ from .. import softmax as sm
 from ...roles.load import setmaxnreg
 
 
+def pv_stage_order(order, q_stages: int) -> tuple:
+    """The Q stages in the order the MMA warp issues their PVs of one K/V tile: the correction warps
+    rescale O in that order, so the PV waiting for "O safe" is the one they finish next (a fixed
+    0, 1, ... order deadlocked ``P1V(i) Q0K(i) P0V(i) Q1K(i+1)``: P1V(j) waited for a rescale of stage 1
+    queued behind stage 0's, whose scores Q0K(j) the MMA issues after P1V(j); found by the schedule-space
+    sweep)."""
+    if order is None:
+        return tuple(range(q_stages))
+    pvs = sorted((s for s in order.steps if s.kind == "PV"), key=lambda s: (-s.offset, order.steps.index(s)))
+    return tuple(s.q for s in pvs)
+
+
 def build(lw) -> RoleIR:
     """The ``correction`` role's program (``lw``: the :class:`~b200c.codegen.lowering.Lowering`)."""
     s = lw.s
@@ -21,7 +33,7 @@ def build(lw) -> RoleIR:
     role = lw.role_spec("correction")
     o_safe = "p_hi_ready" if s.early_pv_cols else "p_ready"
     per_tile = []
-    for q in range(lw.plan.q_stages):
+    for q in pv_stage_order(lw.plan.issue, lw.plan.q_stages):
         per_tile += [
             Wait("stats_ready", str(q), lw.phase("stats_ph", str(q), lw.plan.q_stages, True), lw.site(name, "stats_ready"), "j",
                  fence_after=True),

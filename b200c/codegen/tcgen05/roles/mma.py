@@ -41,6 +41,28 @@ def warp_issue(lw) -> bool:
     return lw.storage(lw.plan.kv_stages) != "array"
 
 
+def _slot_var(order, token: str) -> str:
+    return {"KV": "slot_kv", "K": "slot_k", "V": "slot_v"}[token]
+
+
+def overlapped_tokens(order) -> tuple:
+    """Token kinds (``"KV"``, ``"K"``, ``"V"``) of which two tiles are in use at once in the steady
+    state: a consumer of tile i (offset 0) is issued after the first consumer of tile i+1 took its
+    slot, e.g. paired tokens under ``P0V(i) Q0K(i+1) P1V(i) Q1K(i+1)`` (P1V(i) reads K/V(i) after
+    Q0K(i+1) took K/V(i+1)). Their steps of offset 1 keep the slot in ``<slot>_next``, those of
+    offset 0 in ``<slot>``, which takes ``<slot>_next`` at the top of each iteration and before
+    the epilogue."""
+    if not order.lead:
+        return ()
+    out = []
+    for token in dict.fromkeys(order.token_of(s) for s in order.steps):
+        first = next(s for s in order.steps if order.token_of(s) == token and order.is_first_consumer(s))
+        at = order.steps.index(first)
+        if first.offset and any(order.token_of(s) == token and not s.offset for s in order.steps[at + 1:]):
+            out.append(token)
+    return tuple(out)
+
+
 def _step(lw, order, st, j: str, label: str):
     s = lw.s
     e = warp_issue(lw)
@@ -50,7 +72,10 @@ def _step(lw, order, st, j: str, label: str):
     # K/V tokens are first consumed in token order (the load role loads them in that order), so the first
     # consumer of a token takes the ring's next slot; later consumers of the same token reuse it
     paired = lw.plan.kv_tokens == "paired"
-    slot = "slot_kv" if paired else ("slot_k" if st.kind == "QK" else "slot_v")
+    token = order.token_of(st)
+    slot = _slot_var(order, token)
+    if st.offset and token in overlapped_tokens(order):
+        slot += "_next"  # the token of tile i+1, taken while that of tile i is still in use
     buf = f"SMEM_KV + {slot} * KV_SLOT_BYTES" + (" + TILE_BYTES" if paired and st.kind == "PV" else "")
     if order.is_first_consumer(st):
         nodes.append(Assign(slot, "next_slot"))
@@ -75,10 +100,11 @@ def _step(lw, order, st, j: str, label: str):
         # every earlier MMA of this thread (PTX 9.7.16.12.1), so "S(j+1) ready" already means "O stable"
         if j == "w.n_kv - 1":
             done = (Commit("pv_done", str(q), elect=e),)
-        elif order.lead:
-            done = ()  # steady-state PVs are never the last tile's
-        else:
-            done = (If(f"{j} == w.n_kv - 1", (Commit("pv_done", str(q), elect=e),)),)
+        elif order.lead and not st.offset:
+            done = ()  # PVs of offset 0 in a leading order run on the last tile only in the epilogue
+        else:  # no lead, or a PV one tile ahead (prologue / steady state): it may be the last tile's
+            last = "w.n_kv == 1" if j == "0" else f"{j} == w.n_kv - 1"
+            done = (If(last, (Commit("pv_done", str(q), elect=e),)),)
         if s.early_pv_cols:
             tile = lw.plan.tile
             k_split = (tile.block_n - s.early_pv_cols) // tile.mma_k
@@ -107,12 +133,14 @@ def build(lw) -> RoleIR:
     if order.lead:
         item.append(Comment("prologue (blog ch.7): QKs of K/V tile 0 run one iteration ahead"))
         item += [_step(lw, order, st, "0", st.label("0")) for st in order.prologue()]
-        steady = tuple(_step(lw, order, st, f"i + {st.offset}" if st.offset else "i", st.symbolic)
-                       for st in order.steps)
+        # two tiles of a token kind in use at once: the slot taken for tile i+1 becomes tile i's
+        shift = tuple(Assign(_slot_var(order, t), _slot_var(order, t) + "_next") for t in overlapped_tokens(order))
+        steady = shift + tuple(_step(lw, order, st, f"i + {st.offset}" if st.offset else "i", st.symbolic)
+                               for st in order.steps)
         item.append(Loop("i", "0", f"w.n_kv - {order.lead}", steady,
                          "steady state: " + " ".join(st.symbolic for st in order.steps)))
         item.append(Comment("epilogue (blog ch.7): the steps of the last K/V tile not issued in the loop"))
-        item += [_step(lw, order, st, "w.n_kv - 1", st.label("n-1")) for st in order.epilogue()]
+        item += [*shift, *(_step(lw, order, st, "w.n_kv - 1", st.label("n-1")) for st in order.epilogue())]
     else:
         steady = tuple(_step(lw, order, st, "i", st.symbolic) for st in order.steps)
         item.append(Loop("i", "0", "w.n_kv", steady, "K/V tiles: " + " ".join(st.symbolic for st in order.steps)))
@@ -140,6 +168,7 @@ def build(lw) -> RoleIR:
             Decl("uint32_t", "next_slot", "0"),  # ring slot of the next K/V token
             *(Decl("uint32_t", v, "0") for v in
               (("slot_kv",) if lw.plan.kv_tokens == "paired" else ("slot_k", "slot_v"))),
+            *(Decl("uint32_t", _slot_var(order, t) + "_next", "0") for t in overlapped_tokens(order)),
             WorkLoop(lw.plan.persistent, tuple(item)),
             IssueEnd(elect=e),
         )),
