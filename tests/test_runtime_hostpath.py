@@ -258,6 +258,31 @@ def test_forked_child_does_not_trust_the_parents_queue(sched_file, stats, monkey
 
 
 @needs_inotify
+def test_threads_polling_the_queue_at_once():
+    """8 threads checking the queue at once (a serving process): a single select.poll object raised
+    RuntimeError("concurrent poll() invocation") here (7 of 8 threads on CPU, and on the H200 in
+    tests/gpu/test_threads.py); each thread now polls through its own."""
+    import threading
+
+    w = watch.Watcher()
+    errors = []
+
+    def check():
+        try:
+            for _ in range(20000):
+                w.quiet(w.sync())
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=check) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+@needs_inotify
 def test_watched_path_call_launches_the_edited_kernel(sched_file):
     p = str(sched_file)
     with fake_driver.install() as fd:
