@@ -74,7 +74,7 @@ EXPECTED = {
     8: {"softmax"},
     9: {"softmax"},
     10: {"launch", "plan", "mma"},
-    11: {"launch", "plan", "role load", "role consumer", "entry"},
+    11: {"launch", "plan", "context", "role load", "role consumer", "entry"},  # context: the serpentine causal rounds
 }
 
 

@@ -105,6 +105,47 @@ def test_causal_items_of_a_head_run_longest_first():
     assert items[0].q_tile == 30 and items[-1].q_tile == 0
 
 
+@given(n=st.integers(1, 3000), grid=st.integers(1, 300), causal=st.booleans(), serpentine=st.booleans())
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_position_is_a_bijection_within_each_round(n, grid, causal, serpentine):
+    """The grid-stride remap hands every item to exactly one CTA, within the round it was in."""
+    d = WorkDecomposition(64, 128, 2, serpentine=serpentine)
+    pos = [d.position(w, n, grid, causal) for w in range(n)]
+    assert sorted(pos) == list(range(n))
+    assert all(p // grid == w // grid for w, p in enumerate(pos))
+    if not (serpentine and causal):
+        assert pos == list(range(n))
+
+
+def _max_over_mean_tiles(d, batch, heads, seq, grid=132):
+    n = d.num_work(batch, heads, seq)
+    loads = [sum(d.item(w, batch=batch, heads=heads, heads_kv=heads, seq_q=seq, seq_kv=seq, causal=True,
+                        grid=grid).n_kv for w in range(cta, n, grid)) for cta in range(grid)]
+    return max(loads) / (sum(loads) / grid)
+
+
+@pytest.mark.parametrize("shape, per_head, serpentine", [((8, 16, 4096), 1.117, 1.034),
+                                                           ((4, 16, 8192), 1.075, 1.033),
+                                                           ((2, 16, 16384), 1.055, 1.031)])
+def test_serpentine_rounds_balance_causal_ctas(shape, per_head, serpentine):
+    """The numbers of work.py's docstring: K/V tiles of the most loaded of 132 CTAs over the mean."""
+    assert round(_max_over_mean_tiles(WorkDecomposition(64, 176, 2), *shape), 3) == per_head
+    assert round(_max_over_mean_tiles(WorkDecomposition(64, 176, 2, serpentine=True), *shape), 3) == serpentine
+
+
+def test_persistent_sm90a_kernels_print_the_serpentine_remap():
+    """The sm_90a backend's persistent plans take the serpentine rounds (device code and the launch
+    record's model); one-item-per-CTA kernels and the tcgen05 backend (its pinned SASS loops) do not."""
+    import b200c
+
+    cases = [("examples/hopper/h11_persistent.py", "sm90a", True), ("examples/hopper/h10_block_n_176.py", "sm90a", False),
+             ("examples/18_tma_l2_promotion.py", "sm100a", False)]
+    for path, target, expected in cases:
+        g = b200c.generate(b200c.load_schedule_file(path), target)
+        assert ("odd rounds of the grid-stride loop run right to left" in g.source) is expected, path
+        assert g.launch.serpentine is expected and g.launch.work().serpentine is expected, path
+
+
 @pytest.mark.parametrize("schedule", ["examples/18_tma_l2_promotion.py", "examples/14_persistent.py"])
 def test_kernels_print_the_shared_work_code(schedule):
     """The decode_work / col_limit of a generated kernel is the shared template's text."""
@@ -117,5 +158,5 @@ def test_kernels_print_the_shared_work_code(schedule):
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     wk = env.get_template("work.cuh.j2").module
     src = b200c.generate(b200c.load_schedule_file(schedule)).source
-    for part in (wk.ctx_fields(), wk.ctx_methods(), wk.items({"order": "longest_first_per_head"})):
+    for part in (wk.ctx_fields(), wk.ctx_methods(), wk.items({"order": "longest_first_per_head", "serpentine": False})):
         assert str(part) in src

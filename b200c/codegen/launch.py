@@ -69,6 +69,8 @@ class LaunchInfo:
             instance) of a CTA, in track order; () when not profiled.
         trace_events: profiling builds: ``(name, edge)`` of each event id
             (edge ``"B"`` begin or ``"E"`` end of a span).
+        serpentine: the plan's work order (:attr:`b200c.codegen.plan.Plan.serpentine`): a persistent
+            causal kernel's odd grid-stride rounds run right to left.
     """
 
     name: str
@@ -89,6 +91,7 @@ class LaunchInfo:
     tma_kv_box_rows: int = 0
     trace_tracks: tuple = ()
     trace_events: tuple = ()
+    serpentine: bool = False
 
     @property
     def kv_box_rows(self) -> int:
@@ -99,7 +102,7 @@ class LaunchInfo:
         """The kernel's :class:`~b200c.codegen.work.WorkDecomposition` (its Python model)."""
         from .work import WorkDecomposition
 
-        return WorkDecomposition(self.block_m, self.block_n, self.q_stages)
+        return WorkDecomposition(self.block_m, self.block_n, self.q_stages, serpentine=self.serpentine)
 
     def num_work_items(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False) -> int:
         """Work items of a problem (the kernel's ``num_work``; :meth:`b200c.codegen.work.WorkDecomposition.num_work`):
@@ -157,4 +160,5 @@ def launch_info(plan, ir=None) -> LaunchInfo:
         tma_kv_box_rows=plan.tma_kv.rows if plan.tma_kv is not None and plan.tma_kv.rows != plan.tma.rows else 0,
         trace_tracks=tuple(ir.trace_tracks) if ir is not None else (),
         trace_events=tuple(ir.trace_events) if ir is not None else (),
+        serpentine=plan.serpentine,
     )

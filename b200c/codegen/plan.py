@@ -123,6 +123,8 @@ class Plan(msgspec.Struct, frozen=True):
     flags: frozenset = msgspec.field(default_factory=frozenset)
     named_barriers: tuple = ()
     tma_kv: Optional[TmaBoxes] = None
+    # persistent + causal: odd rounds of the grid-stride loop run right to left (b200c/codegen/work.py)
+    serpentine: bool = False
 
     @property
     def kv_tma(self) -> TmaBoxes:

@@ -18,7 +18,15 @@ query heads per K/V head; :func:`b200c.runtime.launcher.pack_heads`), the same Q
 
 Items are numbered ``(sequence, head or head group)``-major, Q group minor; with ``causal`` the Q
 groups of each head run last-first, so the longest items (most K/V tiles) start first
-(:attr:`WorkDecomposition.order` ``"longest_first_per_head"``).
+(:attr:`WorkDecomposition.order` ``"longest_first_per_head"``). A persistent kernel hands items out
+statically (CTA ``i`` takes ``i, i + grid, i + 2 grid, ...``); where its backend's plan asks for it
+(:attr:`b200c.codegen.plan.Plan.serpentine`: the sm_90a backend's persistent plans), with ``causal``
+the odd rounds of ``grid`` items run right to left (:attr:`WorkDecomposition.serpentine`), so a CTA
+that took one of a round's longest items takes one of the next round's shortest: a static
+longest-processing-time balance (FlashAttention-3's LPT scheduler has the same aim with a dynamic counter). K/V tiles per
+CTA over the grid-stride loop (132 CTAs, h11's 2 x 64 x 176 tile; ``tests/test_work.py`` pins
+these): the most loaded CTA visits 1.117x / 1.075x / 1.055x the mean at 8x16x4096 / 4x16x8192 /
+2x16x16384 causal in per-head order alone, 1.034x / 1.033x / 1.031x with the serpentine rounds.
 
 The same decomposition exists twice, and they must agree: the device code every backend's
 kernel includes (``templates/work.cuh.j2``, rendered from this record: :func:`template_args`), and
@@ -58,12 +66,28 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         block_n: K/V rows per tile.
         q_stages: Q tiles per work item.
         order: the order work items are numbered in (:data:`ORDERS`).
+        serpentine: persistent kernels: with ``causal``, odd rounds of the grid-stride loop take
+            their items right to left (:meth:`position`).
     """
 
     block_m: int
     block_n: int
     q_stages: int
     order: str = "longest_first_per_head"
+    serpentine: bool = False
+
+    def position(self, work: int, num_work: int, grid: int, causal: bool) -> int:
+        """The item number that grid-stride index ``work`` stands for (the device's remap at the top
+        of ``decode_work``): the identity unless :attr:`serpentine` and ``causal``; then round
+        ``r = work // grid`` runs right to left when ``r`` is odd (the last, partial round within
+        its own length), a bijection of ``0 .. num_work - 1``."""
+        if not (self.serpentine and causal):
+            return work
+        rnd, pos = divmod(work, grid)
+        if rnd % 2 == 0:
+            return work
+        in_round = min(grid, num_work - rnd * grid)
+        return rnd * grid + in_round - 1 - pos
 
     def q_groups(self, seq_q: int, pack_heads: bool) -> int:
         """Work items per (sequence, head or head group): ``ceil(S_q / block_m)`` Q tiles, grouped by
@@ -78,9 +102,13 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
 
     def item(self, work: int, *, batch: int, heads: int, heads_kv: int, seq_q, seq_kv, causal: bool = False,
              pack_heads: bool = False, cu_seqlens_q: Optional[list] = None,
-             cu_seqlens_k: Optional[list] = None) -> WorkItem:
+             cu_seqlens_k: Optional[list] = None, grid: Optional[int] = None) -> WorkItem:
         """Work item ``work`` (0 <= work < :meth:`num_work`), as the device's ``decode_work`` gives it.
-        ``seq_q``/``seq_kv``: the lengths (varlen: the longest, with the prefix sums given)."""
+        ``seq_q``/``seq_kv``: the lengths (varlen: the longest, with the prefix sums given); ``grid``:
+        the persistent kernel's CTAs (``work`` is then the grid-stride index, remapped by
+        :meth:`position`); None: ``work`` is the item number."""
+        if grid is not None:
+            work = self.position(work, self.num_work(batch, heads, seq_q, pack_heads), grid, causal)
         groups = self.q_groups(seq_q, pack_heads)
         group, rest = work % groups, work // groups
         if causal:
@@ -121,13 +149,14 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
 
 
 def decomposition(plan) -> WorkDecomposition:
-    """The work decomposition of a plan (every backend: the plan's tile and Q stages)."""
-    return WorkDecomposition(plan.tile.block_m, plan.tile.block_n, plan.q_stages)
+    """The work decomposition of a plan (every backend: the plan's tile and Q stages; the serpentine
+    rounds where the backend's plan asks for them, :attr:`b200c.codegen.plan.Plan.serpentine`)."""
+    return WorkDecomposition(plan.tile.block_m, plan.tile.block_n, plan.q_stages, serpentine=plan.serpentine)
 
 
 def template_args(d: WorkDecomposition) -> dict:
     """What ``templates/work.cuh.j2`` prints from (``work=`` in the kernel template)."""
-    return {"order": d.order}
+    return {"order": d.order, "serpentine": d.serpentine}
 
 
 __all__ = ["WorkItem", "WorkDecomposition", "ORDERS", "decomposition", "template_args"]

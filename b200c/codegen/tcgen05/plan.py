@@ -199,6 +199,10 @@ def make_plan(s, issue=None) -> Plan:
         kv_stages=s.kv_stages,
         kv_slot_bytes=kv_slot_bytes(s, tile),
         persistent=s.persistent,
+        # serpentine causal rounds (b200c/codegen/work.py) left off: the remap in decode_work moved ptxas's
+        # layout of the MMA warp's K/V loop (stage 14: 265 -> 278 static instructions) and no B200 is here
+        # to measure what it gains; the sm_90a plan takes them
+        serpentine=False,
         smem=smem,
         smem_bytes=smem_bytes,
         tmem=tmem,

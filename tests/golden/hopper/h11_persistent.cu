@@ -460,6 +460,11 @@ __device__ __forceinline__ int q_head_of(const Ctx& c, const WorkItem& w, int q)
 }
 __device__ __forceinline__ WorkItem decode_work(const Ctx& c, int work) {
   WorkItem w;
+  if (c.causal()) {  // persistent: odd rounds of the grid-stride loop run right to left, so a CTA that took one
+    // of a round's longest items takes one of the next round's shortest (a static longest-processing-time balance)
+    const int grid = (int)gridDim.x, round = work / grid;
+    if (round & 1) work = round * grid + min(grid, c.num_work() - round * grid) - 1 - (work - round * grid);
+  }
   int group = work % c.q_groups();
   const int rest = work / c.q_groups();
   if (c.causal()) group = c.q_groups() - 1 - group;  // causal: the longest rows first, not all at the end
