@@ -44,8 +44,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         sub = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        if "arguments are required" in message:
+            # a mistyped option hides behind the missing argument it pushed out ('b200c compile --bogus')
+            unknown = [a for a in _argv if a.startswith("-") and a != "-" and a.split("=", 1)[0] not in
+                       self._option_string_actions]
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)}"
         hint = f"b200c {sub} --help" if sub else "b200c --help"
         self.exit(2, f"b200c: error: {message}; see '{hint}'\n")
+
+
+_argv: list = []  # the arguments main() parses (for _Parser.error)
 
 
 def _jobs(text: str) -> int:
@@ -87,19 +96,19 @@ def _warn_extension(out: Path | None, emit: str) -> None:
               f"{out.suffix!r} suggests {_WRITES[named]}; pass --emit {named} for that", file=sys.stderr)
 
 
-def _not_an_input(out: Path | None, *inputs: str) -> None:
+def _not_an_input(out: Path | None, *inputs: str, loaded: tuple = ()) -> None:
     """Refuse an output that is one of the command's input files (``b200c compile s.py -o s.py`` would
-    replace the schedule with CUDA)."""
-    if out is None:
+    replace the schedule with CUDA) or a file the schedule was built from (``loaded``: the schedule files
+    and helper modules it loaded, :func:`b200c.dsl.loader.load_with_dependencies`)."""
+    if out is None or not out.exists():
         return
-    for f in inputs:
+    for f, what in [(f, "the input schedule file") for f in inputs] + [(f, "a file the schedule loads") for f in loaded]:
         try:
-            same = Path(f).exists() and out.exists() and out.resolve().samefile(Path(f).resolve())
+            same = Path(f).exists() and out.resolve().samefile(Path(f).resolve())
         except OSError:
             same = False
         if same:
-            raise UsageError(f"output {str(out)!r} is the input schedule file {f!r}; writing it would replace the "
-                             f"schedule: give another -o")
+            raise UsageError(f"output {str(out)!r} is {what} {f!r}; writing it would replace it: give another -o")
 
 
 def _writable(out: Path) -> None:
@@ -144,16 +153,19 @@ def _target_help(what: str) -> str:
 
 
 def _compile(args) -> int:
-    from . import load_schedule_file
     from .codegen import generate
     from .codegen.targets import AUTO, schedule_target
+    from .dsl.loader import load_with_dependencies
 
     to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
     out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
     _warn_extension(out, args.emit)
     _not_an_input(out, args.file)
-    schedule = load_schedule_file(args.file)
+    schedule, deps = load_with_dependencies(args.file)
+    _not_an_input(out, loaded=tuple(f for f, _ in deps))
+    if out is not None:
+        _writable(out)
     if args.target == AUTO:
         args.target = schedule_target(schedule)
     if args.emit == "plan":
@@ -171,8 +183,6 @@ def _compile(args) -> int:
 
     from .nvcc import compile_cuda
 
-    if out is not None:
-        _writable(out)
     arch = args.target.arch
     work = Path(tempfile.mkdtemp(prefix="b200c_"))
     target = work / f"kernel.{args.emit}" if out is None else out
@@ -327,7 +337,11 @@ def main(argv=None) -> int:
     """Run the ``b200c`` command; returns the exit status (see the module docstring)."""
     if not _parsers:
         _parsers.append(make_parser())
-    args = _parsers[0].parse_args(argv)
+    _argv[:] = list(sys.argv[1:] if argv is None else argv)
+    args, extra = _parsers[0].parse_known_args(argv)
+    if extra:  # named against the subcommand's help, not the top level's
+        sub = _parsers[0]._subparsers._group_actions[0].choices[args.command]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except B200cError as e:
@@ -339,9 +353,10 @@ def main(argv=None) -> int:
             msg += f"; see 'b200c {args.command} --help'"
         print(f"b200c: error: {_one_line(msg)}", file=sys.stderr)
         return 2
-    except OSError as e:  # e.g. the output file cannot be written
-        where = f": {e.filename}" if e.filename else ""
-        print(f"b200c: error: {e.strerror or e}{where}", file=sys.stderr)
+    except OSError as e:  # e.g. an output file that cannot be written
+        where = f" {e.filename!r}" if e.filename else ""
+        print(f"b200c: error: cannot write or read{where}: {e.strerror or e}; see 'b200c {args.command} --help'",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

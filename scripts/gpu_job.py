@@ -134,10 +134,13 @@ def _gpu_or_exit() -> None:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/b200c_out"))
-    ap.add_argument("--shapes", default="small")
-    ap.add_argument("--stages", default="1-18")
-    ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/b200c_out"),
+                    help="folder for the tables and logs (default $OUT or /tmp/b200c_out)")
+    ap.add_argument("--shapes", default="small", help="comma list of shape names or groups of scripts/gpu_inputs.py "
+                                                      "(small, blog, 4k, 8k, 16k, s128, ...; default small)")
+    ap.add_argument("--stages", default="1-18", help="blog stages to run: a range such as 1-18, or one stage (default 1-18)")
+    ap.add_argument("--budget-s", type=float, default=400, help="seconds after which the remaining numerics cases are skipped "
+                                                                "and listed (default 400; 330 with --sweep)")
     ap.add_argument("--skip", default="", help="comma list: build,proof,numerics,broken")
     ap.add_argument("--files", nargs="*", help="schedule files to run instead of examples/NN_*.py")
     ap.add_argument("--sweep", choices=["real-inputs"],

@@ -3,6 +3,7 @@
 valid schedule can break", item 3).
 
     python scripts/schedule_sample.py pick --n 16 --seed 1 --out sample.json    # CPU: draw, generate, nvcc
+    python scripts/schedule_sample.py pick --n 8 --bases hopper --out h.json     # start from the Hopper examples
     python scripts/schedule_sample.py run sample.json --out $OUT                 # GPU: every schedule, 3 shapes
 
 ``pick`` draws schedules from the examples, variants and Hopper examples with 1-3 knobs changed
@@ -28,15 +29,17 @@ sys.path.insert(0, str(ROOT / "scripts"))
 SHAPES = ((1, 4, 2, 300, 300, True), (2, 4, 4, 129, 1000, False), (1, 8, 2, 1000, 257, True))
 
 
-def pick(n: int, seed: int, out: str) -> int:
+def pick(n: int, seed: int, out: str, bases_from: str = "all") -> int:
     import b200c
     from b200c.codegen.targets import schedule_target
     from b200c.errors import B200cError
     from b200c.nvcc import compile_cuda
     from process_replay import KNOB_VALUES
 
-    files = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py")) + sorted((ROOT / "examples/variants").glob("*.py")) \
-        + sorted((ROOT / "examples/hopper").glob("h*.py"))
+    files = sorted((ROOT / "examples/hopper").glob("h*.py"))
+    if bases_from == "all":  # "hopper": only the Hopper examples (a sample with more sm90a schedules)
+        files = sorted((ROOT / "examples").glob("[0-9][0-9]_*.py")) + sorted((ROOT / "examples/variants").glob("*.py")) \
+            + files
     bases = [b200c.load_schedule_file(f) for f in files]
     rng = random.Random(seed)
     knobs = sorted(KNOB_VALUES)
@@ -121,11 +124,13 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=16)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="schedule_sample.json")
+    p.add_argument("--bases", choices=("all", "hopper"), default="all",
+                   help="start points: every example, variant and Hopper example (default), or the Hopper ones")
     r = sub.add_parser("run")
     r.add_argument("sample")
     r.add_argument("--out", default="/tmp/b200c_sample")
     a = ap.parse_args(argv)
-    return pick(a.n, a.seed, a.out) if a.cmd == "pick" else run(a.sample, a.out)
+    return pick(a.n, a.seed, a.out, a.bases) if a.cmd == "pick" else run(a.sample, a.out)
 
 
 if __name__ == "__main__":

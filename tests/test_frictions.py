@@ -35,6 +35,41 @@ def test_compile_refuses_to_write_over_its_input(tmp_path, capsys):
     assert f.read_text().startswith("import b200c")  # the schedule is intact
 
 
+def test_compile_refuses_to_write_over_a_file_the_schedule_loads(tmp_path, capsys):
+    base = tmp_path / "base.py"
+    base.write_text("import b200c\nschedule = b200c.Schedule(name='base')\n")
+    f = tmp_path / "s.py"
+    f.write_text("from pathlib import Path\nimport b200c\n"
+                 "schedule = b200c.load_schedule_file(Path(__file__).with_name('base.py')).replace(name='s2')\n")
+    line = _err(capsys, ["compile", str(f), "-o", str(base)])
+    assert "is a file the schedule loads" in line and "give another -o" in line
+    assert base.read_text().startswith("import b200c")
+    assert main(["compile", str(f), "-o", str(tmp_path / "k.cu")]) == 0  # another -o is fine
+
+
+@pytest.mark.parametrize("argv, hint", [(["compile", "--bogus"], "b200c compile --help"),
+                                        (["compile", "s.py", "--bogus"], "b200c compile --help"),
+                                        (["check", "s.py", "--bogus"], "b200c check --help"),
+                                        (["--bogus"], "b200c --help")])
+def test_an_unknown_option_is_named_with_its_subcommands_help(argv, hint, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"b200c: error: unrecognized arguments: --bogus; see '{hint}'"
+
+
+def test_an_unwritable_cuda_output_names_the_option(capsys):
+    line = _err(capsys, ["compile", str(H11), "-o", "/proc/nope.cu"])
+    assert "cannot write output '/proc/nope.cu'" in line and "writable -o" in line
+
+
+def test_a_schedule_outside_the_blog_lists_no_blog_stage_in_its_header():
+    src = b200c.generate(b200c.Schedule(name="mine")).source
+    header = src.split("==== end section: header")[0]
+    assert "name = 'mine'" in header and "blog_stage" not in header
+
+
 def test_target_hints_use_the_cli_spelling(capsys):
     line = _err(capsys, ["compile", str(H11), "--target", "sm100a"])
     assert "--target sm90a" in line and "target='sm90a'" not in line

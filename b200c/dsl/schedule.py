@@ -21,13 +21,14 @@ class Schedule:
     """One attention-kernel schedule (all fields immutable).
 
     Tile shape: ``block_m`` x ``block_n`` Q/K tiles of BF16, head dim
-    ``head_dim`` (64, 128 or 256 on sm_100a, 128 on sm_90a;
+    ``head_dim`` (64, 128 or 256 on both targets;
     ``b200c.attention`` sets it to the inputs' D with ``replace(head_dim=D)``
     before generating). ``block_m`` is the Q rows of one Q stage: 128 on
     sm_100a (one tcgen05.mma M, the blog's 128x128 tiles), 64 on sm_90a (one
     wgmma M: a consumer warpgroup's rows, FlashAttention-3 §3). ``block_n``
-    is the K/V rows per tile: 128 on sm_100a; a multiple of 16 up to 192 on
-    sm_90a (FA3 uses 176 at head dim 128; a partial last K/V tile is masked).
+    is the K/V rows per tile: 128 on sm_100a; on sm_90a a multiple of 16 up to
+    224 / 192 / 80 at head dim 64 / 128 / 256 (FA3 uses 176 at head dim 128;
+    a partial last K/V tile is masked).
 
     Targets (``b200c.generate(schedule, target=...)``): ``"sm100a"`` (and its
     emulation ``"emulate"``) runs the tcgen05 backend, ``"sm90a"`` the Hopper
@@ -216,7 +217,7 @@ class Schedule:
         lines = []
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name in ("name", "blog_stage") or v != getattr(default, f.name):
+            if f.name == "name" or v != getattr(default, f.name):  # blog_stage 0 (outside the blog) is the default
                 lines.append(f"{f.name} = {v!r}")
         return "\n".join(lines)
 
