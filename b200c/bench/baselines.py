@@ -58,8 +58,9 @@ def cudnn_varlen(inputs):
     s = inputs.shape
     n = max(s.lengths)
     op = torch.ops.aten._cudnn_attention_forward
-    # cuDNN takes (total, H, D) views as (1, H, total, D)-shaped (B, H, S, D) tensors plus the prefix sums
-    q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (inputs.q, inputs.k, inputs.v))
+    # with prefix sums cuDNN takes the packed (total, H, D) tensors themselves (torch 2.11 asserts 3 dims:
+    # "q.sizes().size() == MAX_MHA_DIM - is_nested"; the (1, H, total, D) views an earlier version passed failed)
+    q, k, v = inputs.q, inputs.k, inputs.v
 
     def run():
         return op(q, k, v, None, inputs.cu, inputs.cu, n, n, False, 0.0, s.causal)[0]
