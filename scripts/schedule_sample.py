@@ -103,7 +103,11 @@ def run(path: str, out: str) -> int:
                 tol = 2 * (tb.float() - ref).abs()[:, :, vis].max().item() + 1e-3
                 err = (o.float() - ref).abs()[:, :, vis].max().item()
                 lerr = (lse - ref_lse).abs()[:, :, vis].max().item()
-                row.update(err=err, tol=tol, lse_err=lerr, status="PASS" if err <= tol and lerr <= 1e-3 else "FAIL")
+                # rowsum='bf16' sums the BF16-rounded P (Schedule's docstring): each P is off by <= 2^-9 of
+                # itself, so the sum and its log (the LSE) by <= 2^-9 more than the 1e-3 every schedule gets
+                lse_tol = 1e-3 + (2 ** -9 if s.rowsum == "bf16" else 0.0)
+                row.update(err=err, tol=tol, lse_err=lerr, lse_tol=lse_tol,
+                           status="PASS" if err <= tol and lerr <= lse_tol else "FAIL")
             except Exception as ex:  # noqa: BLE001 - reported in the table
                 row.update(status="ERROR", error=f"{type(ex).__name__}: {ex}"[:300])
             rows.append(row)

@@ -115,7 +115,7 @@ def main(argv=None) -> int:
 
     print(f"schedule sweep: seed {a.seed}, {len(samples)} samples, up to {a.max_changes} knobs changed "
           f"({t_gen:.0f} s to generate)")
-    by_target = collections.Counter(t for _, _, t in samples)
+    by_target = collections.Counter(str(t) for _, _, t in samples)  # Target records and names alike
     print(f"  targets: {', '.join(f'{t} {c}' for t, c in sorted(by_target.items()))}")
     print(f"  generated:        {n_generated} ({len(generated)} distinct kernels)")
     print(f"  refused:          {sum(refused.values())}")
