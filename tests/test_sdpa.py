@@ -57,6 +57,18 @@ def test_head_dim_presets_are_the_variants(d, variant):
     assert presets.default_schedule(d).head_dim == d
 
 
+def test_hopper_presets_are_h11_per_head_dim():
+    """HOPPER_D128 is examples/hopper/h11; D64 takes 224-row K/V tiles without ping-pong (measured faster on
+    the H200, presets.py), D256 80-row tiles, one work item per CTA."""
+    h11 = b200c.load_schedule_file(EXAMPLES + "hopper/h11_persistent.py")
+    assert presets.HOPPER_D128.replace(name=h11.name, blog_stage=h11.blog_stage) == h11
+    assert presets.HOPPER_D64 == presets.HOPPER_D128.replace(name="hopper_default_d64", head_dim=64, block_n=224,
+                                                             pingpong=False)
+    assert (presets.HOPPER_D256.block_n, presets.HOPPER_D256.persistent) == (80, False)
+    for d, s in presets.HOPPER_PRESETS.items():
+        assert b200c.plan(s, "sm90a") is not None and s.head_dim == d
+
+
 def test_presets_are_feasible():
     for d, s in presets.PRESETS.items():
         assert b200c.plan(s) is not None and s.head_dim == d

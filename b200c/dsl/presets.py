@@ -10,12 +10,13 @@ columns) and a two-slot K/V ring.
 Hopper (sm90a): ``HOPPER_D128`` is the Hopper progression's last stage
 (``examples/hopper/h11_persistent.py``: two ping-pong consumer warpgroups of 64
 rows, 176-row K/V tiles in a 4-slot ring, FA3's intra-warpgroup overlap, ex2,
-the ch.11 threshold, persistent); ``HOPPER_D64`` takes 192-row K/V tiles (its
-accumulators fit more columns), ``HOPPER_D256`` 80-row ones (FA3's tile at head
-dim 256; 4 slots of 40 KiB), not persistent (its consumers need 240 registers,
-which leaves the producer 24, too few for the persistent producer).
+the ch.11 threshold, persistent); ``HOPPER_D64`` takes 224-row K/V tiles (its
+accumulators fit more columns) and no ping-pong (measured faster at D = 64),
+``HOPPER_D256`` 80-row ones (FA3's tile at head dim 256; 4 slots of 40 KiB), not
+persistent (its consumers need 240 registers, which leaves the producer 24, too
+few for the persistent producer).
 
-Tests check that they equal those files apart from the name and the tile. The
+Tests check that the B200 presets equal those files apart from the name. The
 target record names its family (``Target.presets``: ``"b200"`` or ``"hopper"``).
 """
 from __future__ import annotations
@@ -84,7 +85,12 @@ HOPPER_D128 = Schedule(
     other_regs=40,                          # the persistent producer spilled at 24
 )
 
-HOPPER_D64 = HOPPER_D128.replace(name="hopper_default_d64", head_dim=64, block_n=192)
+# at head dim 64 a GEMM is half as long and the consumers' turns cost more than they hide: without
+# ping-pong and with 224-row K/V tiles, measured on the H200 in one run next to the ping-pong 192-row
+# tiles (b200c bench, 8x16x4096 / 4x16x8192 / 2x16x16384, dense then causal): 481/478/471 and
+# 414/466/488 TFLOPS against 435/466/463 and 394/434/462 (cuDNN 483/491/476, 434/463/462);
+# docs/hopper-progression.md lists the ten neighbours tried
+HOPPER_D64 = HOPPER_D128.replace(name="hopper_default_d64", head_dim=64, block_n=224, pingpong=False)
 
 # at head dim 256 the consumers need their 240 registers (232 spilled, measured), which leaves the producer 24:
 # not persistent (the persistent producer spills at 24)
