@@ -161,9 +161,8 @@ def _compile(args) -> int:
     out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
     _warn_extension(out, args.emit)
-    _not_an_input(out, args.file)
-    schedule, deps = load_with_dependencies(args.file)
-    _not_an_input(out, loaded=tuple(f for f, _ in deps))
+    schedule, deps = load_with_dependencies(args.file)  # deps: args.file and every file it loaded
+    _not_an_input(out, args.file, loaded=tuple(f for f, _ in deps))
     if out is not None:
         _writable(out)
     if args.target == AUTO:
@@ -327,6 +326,8 @@ def make_parser() -> argparse.ArgumentParser:
     d.add_argument("--target", type=_target_or_auto, default="auto",
                    help=_target_help("the schedule's own target (sm90a for examples/hopper, else sm100a)"))
     d.set_defaults(func=_draw)
+    for sp in sub.choices.values():
+        sp.set_defaults(subparser=sp)  # main() names a stray argument against this subcommand's help
     return p
 
 
@@ -340,8 +341,7 @@ def main(argv=None) -> int:
     _argv[:] = list(sys.argv[1:] if argv is None else argv)
     args, extra = _parsers[0].parse_known_args(argv)
     if extra:  # named against the subcommand's help, not the top level's
-        sub = _parsers[0]._subparsers._group_actions[0].choices[args.command]
-        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.func(args)
     except B200cError as e:

@@ -17,7 +17,6 @@ from ..errors import ScheduleError
 from .issue_order import MAX_KV_STAGES, default_order, parse_issue_order
 from .knobs import ENUMS
 
-_ENUMS = ENUMS  # b200c/dsl/knobs.py: the knob space, written once
 
 
 _INT_FIELDS = ("blog_stage", "block_m", "block_n", "head_dim", "q_stages", "kv_stages", "sw_exp2_per16",
@@ -60,7 +59,7 @@ def _types(s) -> None:
 
 
 def _enums(s) -> None:
-    for field, allowed in _ENUMS.items():
+    for field, allowed in ENUMS.items():  # b200c/dsl/knobs.py: the knob space, written once
         v = getattr(s, field)
         if v not in allowed:
             raise ScheduleError(f"{field}={v!r} is not one of {', '.join(map(repr, allowed))}")
