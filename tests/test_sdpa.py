@@ -115,9 +115,7 @@ def test_invalid_schedule_raises_instead_of_falling_back():
 
 def cases():
     q, k, v = t(), t(), t()
-    mask = torch.ones(128, 128, dtype=torch.bool).tril()
     return [
-        ("attn_mask", dict(query=q, key=k, value=v, attn_mask=mask), "attn_mask is given"),
         ("dropout", dict(query=q, key=k, value=v, dropout_p=0.5), "dropout_p=0.5"),
         ("fp16", dict(query=q.half(), key=k.half(), value=v.half()), "dtype torch.float16"),
         ("fp32", dict(query=q.float(), key=k.float(), value=v.float()), "dtype torch.float32"),

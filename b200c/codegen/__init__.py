@@ -77,7 +77,7 @@ def make_plan(schedule, target="sm100a"):
     return be.make_plan(schedule, issue)
 
 
-def lower(schedule, plan=None, target="sm100a", profile: bool = False):
+def lower(schedule, plan=None, target="sm100a", profile: bool = False, mods=None):
     """Kernel IR of ``schedule`` for ``target`` (its plan computed unless
     given); verified. ``profile``: insert the trace stamps of a profiling build.
 
@@ -85,6 +85,8 @@ def lower(schedule, plan=None, target="sm100a", profile: bool = False):
         TargetError: unknown target, or profiling asked of a backend without stamps.
         ScheduleError, IssueOrderError, ResourceError: see :func:`make_plan`.
         ProtocolError: the barrier protocol verifier rejected the IR (a bug).
+
+    ``mods``: see :func:`generate`.
     """
     from ..errors import TargetError
     from .targets import resolve
@@ -95,12 +97,22 @@ def lower(schedule, plan=None, target="sm100a", profile: bool = False):
         raise TargetError(f"profiling builds (trace stamps) are generated for {_profiled()} only; the "
                           f"{t.name} kernels do not stamp their roles yet")
     p = plan if plan is not None else make_plan(schedule, t)
+    if mods is not None and not mods.empty:
+        import msgspec
+
+        if not t.caps.mods:
+            raise TargetError(f"score_mod / mask_mod / sinks: the kernels of target {t.name!r} ({t.summary}) do not "
+                              "compile mods yet; use target 'sm100a', 'emulate' or 'sm90a'")
+        if profile:
+            raise TargetError("profiling builds of kernels with mods are not generated; profile the kernel without "
+                              "score_mod / mask_mod / sinks")
+        p = msgspec.structs.replace(p, mods=mods)
     ir = t.backend_module().lower(schedule, p, profile=profile)
     verify(ir)
     return ir
 
 
-def generate(schedule, target="sm100a", profile: bool = False) -> GeneratedKernel:
+def generate(schedule, target="sm100a", profile: bool = False, mods=None) -> GeneratedKernel:
     """Validate, plan, lower, verify and emit one schedule for ``target``.
 
     Args:
@@ -109,6 +121,8 @@ def generate(schedule, target="sm100a", profile: bool = False) -> GeneratedKerne
             (any spelling :func:`b200c.codegen.targets.resolve` accepts, or a Target).
         profile: a profiling build (targets whose ``caps.profile`` is set: sm90a): every role stamps its steps with
             ``%globaltimer`` into a trace buffer (``b200c bench --profile``).
+        mods: a :class:`b200c.dsl.mod_records.ModSet` (traced score_mod / mask_mod / sinks:
+            :func:`b200c.dsl.mods.trace_mods`) compiled into the kernel, or None.
 
     Raises:
         TargetError, ScheduleError, ResourceError, IssueOrderError, ProtocolError.
@@ -116,7 +130,7 @@ def generate(schedule, target="sm100a", profile: bool = False) -> GeneratedKerne
     from .targets import resolve
 
     t = resolve(target)
-    ir = lower(schedule, target=t, profile=profile)
+    ir = lower(schedule, target=t, profile=profile, mods=mods)
     li = launch_info(ir.plan, ir)
     return GeneratedKernel(source=t.backend_module().emit(ir, li), launch=li, target=t.name)
 

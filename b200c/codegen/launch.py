@@ -142,6 +142,8 @@ class LaunchInfo:
 
 def launch_info(plan, ir=None) -> LaunchInfo:
     """Launch configuration of a plan (wait sites from ``ir``, if given)."""
+    from . import mod_kernel
+
     return LaunchInfo(
         name=plan.name,
         threads=plan.threads,
@@ -161,4 +163,5 @@ def launch_info(plan, ir=None) -> LaunchInfo:
         trace_tracks=tuple(ir.trace_tracks) if ir is not None else (),
         trace_events=tuple(ir.trace_events) if ir is not None else (),
         serpentine=plan.serpentine,
+        params=tuple((p.name, p.kind) for p in mod_kernel.params(plan.mods)),
     )

@@ -125,6 +125,8 @@ class Plan(msgspec.Struct, frozen=True):
     tma_kv: Optional[TmaBoxes] = None
     # persistent + causal: odd rounds of the grid-stride loop run right to left (b200c/codegen/work.py)
     serpentine: bool = False
+    # the traced score_mod / mask_mod / sinks compiled into the kernel (b200c.dsl.mod_records.ModSet), or None
+    mods: object = None
 
     @property
     def kv_tma(self) -> TmaBoxes:

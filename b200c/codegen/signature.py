@@ -13,6 +13,7 @@ _CTYPES = {
     "bf16_ptr": "__nv_bfloat16* __restrict__",
     "f32_ptr": "float* __restrict__",
     "i32_ptr": "const int* __restrict__",
+    "ptr": "const void* __restrict__",
     "i64": "const int64_t",
     "i32": "const int",
     "f32": "const float",
@@ -25,6 +26,7 @@ class Param(msgspec.Struct, frozen=True):
     Attributes:
         name: C name (also the key the runtime fills it by).
         kind: ``tensor_map`` (128-B CUtensorMap by value), ``bf16_ptr``,
+            ``f32_ptr``, ``i32_ptr``, ``ptr`` (untyped: a captured tensor of the mods),
             ``i64``, ``i32`` or ``f32``.
         doc: what it holds, with units.
     """

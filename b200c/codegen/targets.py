@@ -41,6 +41,8 @@ class Capabilities(msgspec.Struct, frozen=True):
         varlen: packed variable-length batches (``cu_seqlens``).
         head_dims: head dims the backend generates.
         profile: profiling builds with trace stamps (``b200c bench --profile``).
+        mods: score_mod / mask_mod / block masks / attention sinks compiled into the kernels
+            (:mod:`b200c.codegen.mod_kernel`).
     """
 
     causal: bool
@@ -49,6 +51,7 @@ class Capabilities(msgspec.Struct, frozen=True):
     varlen: bool
     head_dims: tuple
     profile: bool
+    mods: bool = False
 
 
 class Target(msgspec.Struct, frozen=True):
@@ -107,8 +110,9 @@ class Target(msgspec.Struct, frozen=True):
         """The backend package (imported on first use)."""
         return importlib.import_module(self.backend)
 
-    def default_schedule(self, head_dim: int):
-        """The built-in schedule of this target for ``head_dim`` (:func:`b200c.dsl.presets.default_schedule`).
+    def default_schedule(self, head_dim: int, mods: bool = False):
+        """The built-in schedule of this target for ``head_dim`` (:func:`b200c.dsl.presets.default_schedule`;
+        ``mods``: the one for calls with a score_mod / mask_mod).
 
         Raises:
             ScheduleError: a head dim without one, or a target without built-in schedules.
@@ -118,7 +122,7 @@ class Target(msgspec.Struct, frozen=True):
 
         if not self.presets:
             raise ScheduleError(f"target {self.name!r} has no built-in schedules; pass a schedule")
-        return default_schedule(head_dim, self.presets)
+        return default_schedule(head_dim, self.presets, mods)
 
     def source_target(self) -> "Target":
         """The record of :attr:`source` (self for a native target)."""
@@ -128,7 +132,8 @@ class Target(msgspec.Struct, frozen=True):
         return self.name
 
 
-_TCGEN05_CAPS = Capabilities(causal=True, gqa=True, lse=True, varlen=True, head_dims=(64, 128, 256), profile=False)
+_TCGEN05_CAPS = Capabilities(causal=True, gqa=True, lse=True, varlen=True, head_dims=(64, 128, 256), profile=False,
+                             mods=True)
 
 REGISTRY: list = [
     Target(
@@ -149,7 +154,8 @@ REGISTRY: list = [
         backend="b200c.codegen.sm90", source="sm90a", compute_capability=(9, 0), devices="H100/H200",
         # -arch=sm_90a would also run a plain sm_90 pass, which rejects wgmma
         arch="sm_90a", nvcc_flags=("-gencode=arch=compute_90a,code=sm_90a",), header="b200c_sm90.cuh",
-        caps=Capabilities(causal=True, gqa=True, lse=True, varlen=True, head_dims=(64, 128, 256), profile=True),
+        caps=Capabilities(causal=True, gqa=True, lse=True, varlen=True, head_dims=(64, 128, 256), profile=True,
+                          mods=True),
         bounded_waits="debug", sass="hot_loop", presets="hopper",
     ),
 ]

@@ -56,6 +56,8 @@ class WorkItem(msgspec.Struct, frozen=True):
     n_kv: int
     n_full: int
     valid: bool
+    kv_lo: int = 0  # block mask: first visited tile and first full tile (else 0: tiles 0 .. n_kv - 1 in order)
+    full_lo: int = 0
 
 
 class WorkDecomposition(msgspec.Struct, frozen=True):
@@ -68,6 +70,9 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         order: the order work items are numbered in (:data:`ORDERS`).
         serpentine: persistent kernels: with ``causal``, odd rounds of the grid-stride loop take
             their items right to left (:meth:`position`).
+        block_sparse: a mask_mod's block mask gives each item's tiles (:meth:`item` with ``ranges``,
+            :meth:`kv_tile`): ``(kv_lo, full_lo, full_hi, kv_hi)`` per item id
+            (:meth:`item_id`); the full run is visited first, then the partial tiles.
     """
 
     block_m: int
@@ -75,6 +80,7 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
     q_stages: int
     order: str = "longest_first_per_head"
     serpentine: bool = False
+    block_sparse: bool = False
 
     def position(self, work: int, num_work: int, grid: int, causal: bool) -> int:
         """The item number that grid-stride index ``work`` stands for (the device's remap at the top
@@ -89,6 +95,20 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         in_round = min(grid, num_work - rnd * grid)
         return rnd * grid + in_round - 1 - pos
 
+    def item_id(self, work: int, seq_q: int, pack_heads: bool, causal: bool) -> int:
+        """The block-mask row of item number ``work``: ``(sequence, head or head group)`` major, the
+        item's actual Q group minor (causal's last-first numbering undone)."""
+        groups = self.q_groups(seq_q, pack_heads)
+        group, rest = work % groups, work // groups
+        return rest * groups + (groups - 1 - group if causal else group)
+
+    @staticmethod
+    def kv_tile(kv_lo: int, full_lo: int, n_full: int, v: int) -> int:
+        """The K/V tile of visit ``v`` of a block-sparse item: the full run first, then the partial
+        tiles before it, then those after it (the device's ``kv_tile``)."""
+        head = full_lo - kv_lo
+        return full_lo + v if v < n_full else (kv_lo + v - n_full if v < n_full + head else kv_lo + v)
+
     def q_groups(self, seq_q: int, pack_heads: bool) -> int:
         """Work items per (sequence, head or head group): ``ceil(S_q / block_m)`` Q tiles, grouped by
         ``q_stages`` unless heads are packed."""
@@ -102,11 +122,12 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
 
     def item(self, work: int, *, batch: int, heads: int, heads_kv: int, seq_q, seq_kv, causal: bool = False,
              pack_heads: bool = False, cu_seqlens_q: Optional[list] = None,
-             cu_seqlens_k: Optional[list] = None, grid: Optional[int] = None) -> WorkItem:
+             cu_seqlens_k: Optional[list] = None, grid: Optional[int] = None, ranges=None) -> WorkItem:
         """Work item ``work`` (0 <= work < :meth:`num_work`), as the device's ``decode_work`` gives it.
         ``seq_q``/``seq_kv``: the lengths (varlen: the longest, with the prefix sums given); ``grid``:
         the persistent kernel's CTAs (``work`` is then the grid-stride index, remapped by
-        :meth:`position`); None: ``work`` is the item number."""
+        :meth:`position`); None: ``work`` is the item number. ``ranges``: a block mask's rows
+        ``(kv_lo, full_lo, full_hi, kv_hi)`` by :meth:`item_id` (block-sparse kernels)."""
         if grid is not None:
             work = self.position(work, self.num_work(batch, heads, seq_q, pack_heads), grid, causal)
         groups = self.q_groups(seq_q, pack_heads)
@@ -137,6 +158,10 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         if causal:
             keys_of_first_row = q_tile * self.block_m + len_kv - len_q + 1
             full = min(full, 0 if keys_of_first_row < 0 else keys_of_first_row // self.block_n)
+        if ranges is not None:
+            kv_lo, full_lo, full_hi, kv_hi = (int(x) for x in ranges[rest * groups + group])
+            return WorkItem(b, h, h_kv, q_tile, q_row0, kv_row0, len_q, len_kv, kv_hi - kv_lo, full_hi - full_lo,
+                            valid, kv_lo, full_lo)
         return WorkItem(b, h, h_kv, q_tile, q_row0, kv_row0, len_q, len_kv, n_kv, min(full, n_kv), valid)
 
     def col_limit(self, item: WorkItem, row_in_seq: int, j: int, causal: bool = False) -> int:
@@ -151,12 +176,15 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
 def decomposition(plan) -> WorkDecomposition:
     """The work decomposition of a plan (every backend: the plan's tile and Q stages; the serpentine
     rounds where the backend's plan asks for them, :attr:`b200c.codegen.plan.Plan.serpentine`)."""
-    return WorkDecomposition(plan.tile.block_m, plan.tile.block_n, plan.q_stages, serpentine=plan.serpentine)
+    from .mod_kernel import block_sparse
+
+    return WorkDecomposition(plan.tile.block_m, plan.tile.block_n, plan.q_stages, serpentine=plan.serpentine,
+                             block_sparse=block_sparse(getattr(plan, "mods", None)))
 
 
 def template_args(d: WorkDecomposition) -> dict:
     """What ``templates/work.cuh.j2`` prints from (``work=`` in the kernel template)."""
-    return {"order": d.order, "serpentine": d.serpentine}
+    return {"order": d.order, "serpentine": d.serpentine, "block_sparse": d.block_sparse}
 
 
 __all__ = ["WorkItem", "WorkDecomposition", "ORDERS", "decomposition", "template_args"]

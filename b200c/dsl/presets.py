@@ -99,20 +99,32 @@ HOPPER_D256 = HOPPER_D128.replace(name="hopper_default_d256", head_dim=256, bloc
 
 HOPPER_PRESETS = {64: HOPPER_D64, 128: HOPPER_D128, 256: HOPPER_D256}
 
+# with a score_mod / mask_mod the consumers also compute the mods per score: at the presets' K/V tiles ptxas
+# spilled (softcap + a document mask: 316 / 264 B of spill stores at head dim 64 / 128; nvcc 13.0); at 160 / 128
+# rows softcap, a document mask, key padding and both compile without spills (ALiBi: 8 B at 128), at head dim 256
+# and 64 rows the masked path keeps 4-12 B (tests/test_mods_runtime.py pins them)
+HOPPER_MOD_PRESETS = {
+    64: HOPPER_D64.replace(name="hopper_mods_d64", block_n=160),
+    128: HOPPER_D128.replace(name="hopper_mods_d128", block_n=128),
+    256: HOPPER_D256.replace(name="hopper_mods_d256", block_n=64),
+}
+
 FAMILIES = {"b200": PRESETS, "hopper": HOPPER_PRESETS}
+MOD_FAMILIES = {"b200": PRESETS, "hopper": HOPPER_MOD_PRESETS}
 
 
-def default_schedule(head_dim: int, family: str = "b200") -> Schedule:
+def default_schedule(head_dim: int, family: str = "b200", mods: bool = False) -> Schedule:
     """The built-in schedule for head dim 64, 128 or 256 of a family of targets (``"b200"``:
     sm100a and its emulation; ``"hopper"``: sm90a). ``b200c.default_schedule(head_dim, target=...)``
-    takes a target name instead.
+    takes a target name instead. ``mods``: the schedule for calls with a score_mod / mask_mod
+    (Hopper: smaller K/V tiles, :data:`HOPPER_MOD_PRESETS`).
 
     Raises:
         ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family.
     """
     from ..errors import ScheduleError
 
-    table = FAMILIES.get(family)
+    table = (MOD_FAMILIES if mods else FAMILIES).get(family)
     if table is None:
         raise ScheduleError(f"no built-in schedules for {family!r}; families: {', '.join(map(repr, FAMILIES))}")
     try:

@@ -202,10 +202,11 @@ def _schedule_json(schedule, target: str = "auto") -> str:
 _defaults: dict = {}  # (device index, target, head dim) -> the built-in Schedule
 
 
-def default_schedule_for(q, target="auto"):
+def default_schedule_for(q, target="auto", mods: bool = False):
     """The built-in schedule a call without one runs (``schedule=None``): the presets of the call's
     target for q's head dim (b200c/dsl/presets.py); with ``target="auto"`` those of the device's
     native target (a Hopper GPU: the sm90a presets; a B200: sm100a's), never the emulation target's.
+    ``mods``: the presets for calls with a score_mod / mask_mod.
 
     Raises:
         ScheduleError: no built-in schedule for q's head dim.
@@ -213,11 +214,11 @@ def default_schedule_for(q, target="auto"):
     """
     d = int(q.shape[-1]) if q.dim() > 0 else 0
     dev = q.get_device() if q.is_cuda else -1
-    return _default(dev, target, d)
+    return _default(dev, target, d, mods)
 
 
-def _default(dev: int, target, d: int):
-    key = (dev, target, d)
+def _default(dev: int, target, d: int, mods: bool = False):
+    key = (dev, target, d, mods)
     hit = _defaults.get(key)
     if hit is not None:
         return hit
@@ -236,7 +237,7 @@ def _default(dev: int, target, d: int):
                 raise UnsupportedDeviceError(f"no native b200c target for the device ({name}, compute capability "
                                              f"{cap[0]}.{cap[1]}); pass a schedule and a target")
             t = natives[0]
-    s = t.default_schedule(d)
+    s = t.default_schedule(d, mods)
     _defaults[key] = s
     return s
 
@@ -377,7 +378,8 @@ except AttributeError:  # a torch without these internals: always use the dispat
 
 
 def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=None, return_lse: bool = False,
-              layout: str = "bhsd", target: str = "auto"):
+              layout: str = "bhsd", target: str = "auto", score_mod=None, mask_mod=None, sinks=None,
+              window_size=None):
     """Attention ``softmax(q @ k^T * softmax_scale [+ causal mask]) @ v`` with a b200c kernel,
     like FlashAttention's ``flash_attn_func``.
 
@@ -418,6 +420,32 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             examples/hopper: ``"sm90a"``), ``"sm100a"`` (B200), ``"sm90a"``
             (the native Hopper kernel of a Hopper schedule) or ``"emulate"``
             (the sm100a kernel on H100/H200, correctness only).
+        score_mod: FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx) -> score``,
+            applied to the scaled score (``q . k * softmax_scale``, natural-log
+            units, FP32) before the softmax; ``b``, ``h``, ``q_idx``, ``kv_idx``
+            are int32 (sequence, query head, query row and key position within
+            the sequence). Traced with torch.fx and compiled into the kernel
+            (the ops it may use: :data:`b200c.dsl.mods.OPS`); tensors it
+            captures are kernel inputs indexed by those arguments, so new
+            values do not recompile. Recipes: :mod:`b200c.mods`.
+        mask_mod: FlexAttention's ``mask_mod(b, h, q_idx, kv_idx) -> bool``
+            (True: the key is visible). Its block mask (which K/V tiles each
+            work item visits, and which of them it sees whole) is computed with
+            torch ops on q's device and cached per (function, captured tensors,
+            shapes); the kernel skips empty tiles and evaluates the mask on the
+            partial ones only. Combined with ``causal`` (both must hold). A row
+            that sees no key gives O = 0 and LSE = -inf.
+        sinks: attention sinks (gpt-oss): one logit per query head, a real
+            tensor (H,) on q's device, taken as an extra entry of every row's
+            softmax denominator (not of O); the LSE includes it.
+        window_size: ``(left, right)`` as flash_attn_func's: query row ``r``
+            sees keys ``r + S_kv - S_q - left .. r + S_kv - S_q + right``
+            (bottom-right aligned; -1: unbounded on that side). A built-in
+            mask_mod (combined with ``mask_mod`` and ``causal``); no mask
+            tensor.
+
+    Calls with ``score_mod``, ``mask_mod``, ``sinks`` or ``window_size`` run
+    eagerly (torch.compile breaks the graph around them) and are forward-only.
 
     Returns:
         torch.Tensor ``out``: bfloat16, q's shape and, for dense q, q's
@@ -467,6 +495,9 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         >>> o = b200c.attention(q, k, v, schedule=b200c.Schedule())
         >>> o, lse = b200c.attention(q, k[:, :4], v[:, :4], schedule=b200c.Schedule(), causal=True, return_lse=True)
     """
+    if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
+        return _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, score_mod,
+                               mask_mod, sinks, window_size)
     if torch.compiler.is_compiling():
         return _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target)
     if not (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor):
@@ -485,6 +516,39 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
         return (out, lse) if return_lse else out
     return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse)
+
+
+@torch.compiler.disable
+def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, score_mod, mask_mod,
+                    sinks, window_size):
+    """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
+    kernel arguments; see :mod:`b200c.runtime.mod_call`)."""
+    from . import mod_call
+    from .mod_window import window_mask
+
+    check_tensor_types(q, k, v)
+    _check_options(target, layout)
+    causal = flag_value("causal", causal)
+    return_lse = flag_value("return_lse", return_lse)
+    scale = _check_scale(softmax_scale)
+    _check_mod_scale(score_mod, scale)
+    if schedule is None:
+        schedule = default_schedule_for(q, target, mods=score_mod is not None or mask_mod is not None
+                                        or window_size is not None)
+    schedule_json = _schedule_json(schedule, target)
+    _forward_only_mods(q, k, v)
+    if q.dim() != 4 or k.dim() != 4:
+        raise LaunchError(f"q and k must be 4-D ({'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'}), got "
+                          f"{tuple(q.shape)} and {tuple(k.shape)}")
+    s_q, s_kv = (q.shape[2], k.shape[2]) if layout == "bhsd" else (q.shape[1], k.shape[1])
+    heads = q.shape[1] if layout == "bhsd" else q.shape[2]
+    if window_size is not None:
+        mask_mod = window_mask(window_size, s_q, s_kv, q.device, mask_mod, batch=q.shape[0])
+    mc = mod_call.prepare(score_mod, mask_mod, sinks, q).for_sizes(q.shape[0], heads, s_q, s_kv)
+    mc.check(q, heads)
+    out, lse = launcher.run((schedule_json, mc.mods_json), target, layout, q, k, v, scale, op.MODDED, causal,
+                            return_lse, mc)
+    return (out, lse) if return_lse else out
 
 
 def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str, causal: bool,
@@ -518,7 +582,7 @@ def _traced_json(q, schedule, target) -> str:
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule=None,
                      causal: bool = False, softmax_scale=None, return_lse: bool = False, target: str = "auto",
-                     check_seqlens: bool = True):
+                     check_seqlens: bool = True, score_mod=None, mask_mod=None, sinks=None, window_size=None):
     """Attention over a batch of sequences of different lengths packed into one tensor, like
     FlashAttention's ``flash_attn_varlen_func``.
 
@@ -549,6 +613,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             -inf). Pass False to skip the sync when the values are known to be
             right; wrong values are then undefined behaviour (out-of-bounds
             writes), as in FlashAttention.
+        score_mod, mask_mod, sinks, window_size: as :func:`b200c.attention`,
+            with ``b`` the sequence and ``q_idx`` / ``kv_idx`` positions within
+            it (the window per sequence; eager only, forward-only).
 
     Returns:
         ``out`` (q's shape, bfloat16) or ``(out, lse)`` with ``return_lse``.
@@ -561,6 +628,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     torch.compile: the custom op ``torch.ops.b200c.attention_varlen``;
     ``max_seqlen_*`` are graph constants.
     """
+    if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
+        return _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule,
+                                      causal, softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod,
+                                      sinks, window_size)
     if not torch.compiler.is_compiling():
         check_tensor_types(q, k, v)
     if type(target) is not str or target not in _TARGETS:
@@ -589,6 +660,74 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     out, lse = torch.ops.b200c.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                 schedule_json, scale, target, causal, return_lse, check_seqlens)
     return (out, lse) if return_lse else out
+
+
+@torch.compiler.disable
+def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule, causal,
+                           softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod, sinks,
+                           window_size=None):
+    """:func:`attention_varlen` with mods (eager; see :func:`_attention_mods`)."""
+    from . import mod_call
+    from .mod_window import window_mask
+
+    check_tensor_types(q, k, v)
+    _check_options(target, "bhsd")
+    max_seqlen_q = seqlen_value("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = seqlen_value("max_seqlen_k", max_seqlen_k)
+    causal = flag_value("causal", causal)
+    return_lse = flag_value("return_lse", return_lse)
+    check_seqlens = flag_value("check_seqlens", check_seqlens)
+    scale = _check_scale(softmax_scale)
+    _check_mod_scale(score_mod, scale)
+    if schedule is None:
+        schedule = default_schedule_for(q, target, mods=score_mod is not None or mask_mod is not None
+                                        or window_size is not None)
+    schedule_json = _schedule_json(schedule, target)
+    _forward_only_mods(q, k, v)
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(t, torch.Tensor):
+            raise LaunchError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
+    if q.dim() != 3:
+        raise LaunchError(f"q must be 3-D (total_q, H, D), got {tuple(q.shape)}")
+    if window_size is not None:
+        mask_mod = window_mask(window_size, max_seqlen_q, max_seqlen_k, q.device, mask_mod,
+                               cu_seqlens=(cu_seqlens_q, cu_seqlens_k))
+    mc = mod_call.prepare(score_mod, mask_mod, sinks, q).for_sizes(cu_seqlens_q.shape[0], q.shape[1],
+                                                                     max_seqlen_q, max_seqlen_k)
+    mc.check(q, q.shape[1])
+    out, lse = op.run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
+                                      scale, target, causal, return_lse, check_seqlens, mc)
+    return (out, lse) if return_lse else out
+
+
+_MIN_MOD_SCALE = 2.0 ** -60
+
+
+def _check_mod_scale(score_mod, scale) -> None:
+    """A score_mod's result is scaled back by 1 / softmax_scale in the kernel (the exponent folds the scale
+    in): below 2^-60 that factor would overflow FP32 for results above about 2^67.
+
+    Raises:
+        LaunchError: a score_mod with ``softmax_scale`` < 2^-60 (0 included).
+    """
+    if score_mod is not None and scale is not None and scale < _MIN_MOD_SCALE:
+        raise LaunchError(f"softmax_scale={scale!r} with a score_mod: the kernel gives score_mod the scaled score and "
+                          "scales its result back by 1 / softmax_scale, which overflows below 2^-60; pass "
+                          "softmax_scale=1 and scale the score inside score_mod instead (e.g. multiply it by 0)")
+
+
+def _forward_only_mods(q, k, v) -> None:
+    """Calls with mods are forward-only (the launcher checks the devices).
+
+    Raises:
+        BackwardNotSupportedError: an input requires grad (with grad mode on).
+    """
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        from ..errors import BackwardNotSupportedError
+
+        raise BackwardNotSupportedError(
+            "b200c attention with score_mod / mask_mod / sinks / window_size is forward-only and q, k or v requires "
+            "grad; call it under torch.no_grad() or on detached tensors (torch's flex_attention has a backward)")
 
 
 def attention_generated(q, k, v, generated, *, causal: bool = False, softmax_scale=None,

@@ -103,6 +103,15 @@ def kernel_arguments(problem, maps, out_strides, lse_strides, causal: bool, pack
     }
 
 
+def mod_defaults(info) -> dict:
+    """Null values of a kernel's mod parameters (:func:`b200c.codegen.mod_kernel.params`: block mask,
+    sinks, captured tensors); each call writes its own (:meth:`Entry.call`'s ``extra``)."""
+    from ..codegen.signature import ATTENTION_PARAMS
+
+    base = {p.name for p in ATTENTION_PARAMS}
+    return {name: 0 for name, _ in info.params if name not in base}
+
+
 class Entry:
     """One cached launch configuration (see the module docstring).
 
@@ -158,12 +167,13 @@ class Entry:
         self._launch = cu.cuLaunchKernel
         self._memset = cu.cuMemsetD32Async
 
-    def call(self, q: torch.Tensor, scale: float | None):
+    def call(self, q: torch.Tensor, scale: float | None, extra=None):
         """Allocate ``out`` (as ``torch.empty_like(q)``) and, when the entry wants it, the LSE, enqueue the
         kernel (asynchronous) and return ``(out, lse)``: the whole per-call work of a cached launch.
 
         The common case (q's device current, this entry's context bound, no emulator state) runs here
-        in one frame; anything else goes through :meth:`launch`.
+        in one frame; anything else goes through :meth:`launch`. ``extra``: other parameter values of
+        this call by name (a kernel with mods: captured tensors, sinks, the block mask), or None.
 
         Raises:
             as :meth:`launch`.
@@ -174,12 +184,14 @@ class Entry:
                     out, lse = self._alloc()
             else:  # CPU tensors (the stand-in driver of b200c.runtime.fake_driver)
                 out, lse = self._alloc()
-            self.launch(out, lse, scale)
+            self.launch(out, lse, scale, extra)
             return out, lse
         out = _empty(self.out_size, self.out_stride, self.out_dtype)
         lse = None if self.lse_shape is None else _empty(self.lse_shape, self.lse_stride, _F32)
         stream = _get_raw_stream(self.device)
         with _launch_lock:
+            if extra is not None:
+                self._write_extra(extra)
             self.out_ptr.value = out.data_ptr()
             self.lse_ptr.value = 0 if lse is None else lse.data_ptr()
             self.scale.value = self.default_scale if scale is None else scale
@@ -189,15 +201,21 @@ class Entry:
             if err not in self._ctx_errors:
                 self._raise("cuLaunchKernel", err)
             # another library made its context current: bind ours and launch once more (raises if that fails)
-            self._enqueue(out, lse, scale, True)
+            self._enqueue(out, lse, scale, True, extra)
         return out, lse
+
+    def _write_extra(self, extra) -> None:
+        """Write per-call parameter values by name (under the launch lock)."""
+        slot = self.block_params.slot
+        for name, value in extra.items():
+            slot(name).value = value
 
     def _alloc(self):
         """``(out, lse)`` for one call on the current device (see :meth:`call`)."""
         out = _empty(self.out_size, self.out_stride, self.out_dtype)
         return out, (None if self.lse_shape is None else _empty(self.lse_shape, self.lse_stride, _F32))
 
-    def launch(self, out: torch.Tensor, lse: torch.Tensor | None, scale: float | None) -> None:
+    def launch(self, out: torch.Tensor, lse: torch.Tensor | None, scale: float | None, extra=None) -> None:
         """Write ``out``'s and ``lse``'s pointers and the scale into the block and enqueue the kernel (asynchronous).
 
         Raises:
@@ -208,18 +226,20 @@ class Entry:
             driver.check_hang(self.lk)
         if _current_device() != self.device:
             with torch.cuda.device(self.device):
-                self._enqueue(out, lse, scale, True)
+                self._enqueue(out, lse, scale, True, extra)
             _bound.ctx = None  # leaving the device context made another context current
         else:
-            self._enqueue(out, lse, scale, False)
+            self._enqueue(out, lse, scale, False, extra)
 
-    def _enqueue(self, out, lse, scale, force_ctx: bool) -> None:
+    def _enqueue(self, out, lse, scale, force_ctx: bool, extra=None) -> None:
         ctx = self.context
         if force_ctx or getattr(_bound, "ctx", None) is not ctx:
             driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
             _bound.ctx = ctx
         stream = _get_raw_stream(self.device)
         with _launch_lock:
+            if extra is not None:
+                self._write_extra(extra)
             self.out_ptr.value = out.data_ptr()
             self.lse_ptr.value = 0 if lse is None else lse.data_ptr()
             self.scale.value = self.default_scale if scale is None else scale
@@ -284,7 +304,7 @@ def check_capabilities(lk, causal: bool, return_lse: bool, gqa: bool, varlen: bo
 
 
 def run(token, target: str, layout: str, q, k, v, scale: float | None, source, causal: bool = False,
-        return_lse: bool = False):
+        return_lse: bool = False, mod_call=None):
     """Attention on CUDA tensors through the entry cache; returns ``(out, lse)`` (allocated here).
 
     Args:
@@ -301,6 +321,8 @@ def run(token, target: str, layout: str, q, k, v, scale: float | None, source, c
             LaunchError when there is none) and ``source.load(token, target, device) -> LoadedKernel``.
         causal: bottom-right aligned causal mask.
         return_lse: also return the log-sum-exp, FP32 (B, H, S_q); else ``lse`` is None.
+        mod_call: a :class:`b200c.runtime.mod_call.ModCall` (the token's kernel has mods): its
+            per-call values (captured tensors, sinks, the block mask) are written before the launch.
 
     Raises:
         LaunchError, UnsupportedDeviceError, BuildError, ScheduleError, ResourceError,
@@ -313,6 +335,8 @@ def run(token, target: str, layout: str, q, k, v, scale: float | None, source, c
         e = _new_entry(key, layout, q, k, v, source, causal, return_lse)
         if not isinstance(e, Entry):
             return e  # an empty problem's result (no launch)
+    if mod_call is not None:
+        return e.call(q, scale, mod_call.values(e, causal))
     return e.call(q, scale)
 
 
@@ -348,6 +372,7 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     lse_strides = (h * s, s, 1) if return_lse else (0, 0, 0)
     values = kernel_arguments(problem, maps, tuple(out_view.stride()[:3]), lse_strides, causal, pack,
                               problem.head_dim ** -0.5)
+    values.update(mod_defaults(info))
     e = Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample)
     remember(key, e)
     return e

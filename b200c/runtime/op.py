@@ -34,10 +34,11 @@ _capability: dict[int, tuple[tuple[int, int], str]] = {}
 
 
 @functools.lru_cache(maxsize=256)
-def generated_kernel(schedule_json: str, target="sm100a"):
+def generated_kernel(schedule_json: str, target="sm100a", mods_json: str = ""):
     """``b200c.codegen.generate(Schedule.from_json(schedule_json), target)``, cached per
-    (JSON string, target); a target that builds another's source (the emulation target:
-    sm100a's) generates that one.
+    (JSON string, target, mods); a target that builds another's source (the emulation target:
+    sm100a's) generates that one. ``mods_json``: a :class:`b200c.dsl.mod_records.ModSet`'s JSON
+    (score_mod / mask_mod / sinks compiled in), "" for none.
 
     Raises:
         ScheduleError, ResourceError, IssueOrderError, TargetError.
@@ -46,7 +47,12 @@ def generated_kernel(schedule_json: str, target="sm100a"):
     from ..codegen.targets import resolve
     from ..dsl import Schedule
 
-    return codegen.generate(Schedule.from_json(schedule_json), resolve(target).source_target())
+    if not mods_json:
+        return codegen.generate(Schedule.from_json(schedule_json), resolve(target).source_target())
+    from ..dsl.mod_records import ModSet
+
+    return codegen.generate(Schedule.from_json(schedule_json), resolve(target).source_target(),
+                            mods=ModSet.from_json(mods_json))
 
 
 @functools.lru_cache(maxsize=256)
@@ -88,13 +94,14 @@ def kernel_for_generated(generated, target: str, device: int):
     return driver.load(build(generated, resolved), device)
 
 
-def loaded_kernel(schedule_json: str, target: str, device: int):
-    """The LoadedKernel for a schedule on a device: resolve target, generate, build, load (cached).
+def loaded_kernel(schedule_json: str, target: str, device: int, mods_json: str = ""):
+    """The LoadedKernel for a schedule (and mods, ``mods_json``: see :func:`generated_kernel`) on a
+    device: resolve target, generate, build, load (cached).
 
     Raises:
         UnsupportedDeviceError, BuildError, LaunchError, ScheduleError.
     """
-    key = (schedule_json, target, device)
+    key = (schedule_json, target, device) if not mods_json else (schedule_json, target, device, mods_json)
     lk = _kernels.get(key)
     if lk is None:
         from . import driver
@@ -104,7 +111,9 @@ def loaded_kernel(schedule_json: str, target: str, device: int):
         with _lock:
             lk = _kernels.get(key)
             if lk is None:
-                lk = kernel_for_generated(generated_kernel(schedule_json, resolved), target, device)
+                gen = (generated_kernel(schedule_json, resolved) if not mods_json
+                       else generated_kernel(schedule_json, resolved, mods_json))
+                lk = kernel_for_generated(gen, target, device)
                 _kernels[key] = lk
     return lk
 
@@ -187,8 +196,22 @@ class _Generated:
         return kernel_for_generated(generated, target, device)
 
 
+class _Modded:
+    """Kernel source of ``(schedule JSON, mods JSON)`` tokens: a schedule with score_mod / mask_mod /
+    sinks compiled in (:mod:`b200c.runtime.mod_call`)."""
+
+    @staticmethod
+    def specialize(token, head_dim: int):
+        return (specialized_json(token[0], head_dim), token[1])
+
+    @staticmethod
+    def load(token, target: str, device: int):
+        return loaded_kernel(token[0], target, device, token[1])
+
+
 SCHEDULES = _Schedules()
 GENERATED = _Generated()
+MODDED = _Modded()
 
 
 def run_schedule(q, k, v, schedule_json: str, softmax_scale: float | None, target: str, layout: str = "bhsd",
@@ -205,10 +228,15 @@ def run_schedule(q, k, v, schedule_json: str, softmax_scale: float | None, targe
 
 def run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                         schedule_json: str, softmax_scale: float | None, target: str, causal: bool = False,
-                        return_lse: bool = False, check_seqlens: bool = True):
-    """The varlen op's real impl (see :func:`b200c.runtime.varlen.run_varlen`); returns ``(out, lse)``."""
+                        return_lse: bool = False, check_seqlens: bool = True, mod_call=None):
+    """The varlen op's real impl (see :func:`b200c.runtime.varlen.run_varlen`); returns ``(out, lse)``.
+    ``mod_call``: the call's mods (:mod:`b200c.runtime.mod_call`), or None."""
     from .varlen import run_varlen
 
+    if mod_call is not None:
+        return run_varlen((schedule_json, mod_call.mods_json), target, q, k, v, cu_seqlens_q, cu_seqlens_k,
+                          max_seqlen_q, max_seqlen_k, softmax_scale, MODDED, causal, return_lse, check_seqlens,
+                          mod_call)
     return run_varlen(schedule_json, target, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                       softmax_scale, SCHEDULES, causal, return_lse, check_seqlens)
 

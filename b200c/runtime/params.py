@@ -22,12 +22,14 @@ KINDS = {
     "bf16_ptr": (8, 8, ctypes.c_uint64),
     "f32_ptr": (8, 8, ctypes.c_uint64),
     "i32_ptr": (8, 8, ctypes.c_uint64),
+    "ptr": (8, 8, ctypes.c_uint64),
     "i64": (8, 8, ctypes.c_int64),
     "i32": (4, 4, ctypes.c_int32),
     "f32": (4, 4, ctypes.c_float),
 }
 _RANGES = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1),
-           "bf16_ptr": (0, (1 << 64) - 1), "f32_ptr": (0, (1 << 64) - 1), "i32_ptr": (0, (1 << 64) - 1)}
+           "bf16_ptr": (0, (1 << 64) - 1), "f32_ptr": (0, (1 << 64) - 1), "i32_ptr": (0, (1 << 64) - 1),
+           "ptr": (0, (1 << 64) - 1)}
 
 
 def layout(spec) -> tuple[tuple[int, ...], int]:

@@ -19,7 +19,7 @@ import warnings
 import torch
 
 from ..errors import BarrierTimeoutError, BuildError, FallbackWarning, LaunchError, ScheduleError
-from . import api, inputs, op
+from . import api, inputs, op, sdpa_mask
 
 _torch_sdpa = torch._C._nn.scaled_dot_product_attention  # never the (possibly swapped) Python attribute
 _BF16 = torch.bfloat16
@@ -93,8 +93,6 @@ def _layout_reason(name: str, t, compiling: bool):
 
 def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: bool):
     """(key, message) of the first thing b200c does not support, or None."""
-    if attn_mask is not None:
-        return "attn_mask", "attn_mask is given (b200c has no explicit masks; is_causal=True with S_q == S_kv is supported)"
     if not isinstance(dropout_p, (int, float)) or dropout_p != 0:
         return "dropout", f"dropout_p={dropout_p} (b200c kernels have no dropout)"
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
@@ -126,6 +124,15 @@ def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: boo
     d = qs[3]
     if d not in inputs.HEAD_DIMS:
         return f"head_dim:{d}", f"head dim {d} (b200c kernels support 64, 128 and 256)"
+    if attn_mask is not None:
+        if compiling:
+            return "attn_mask:compile", ("attn_mask under torch.compile (b200c runs masks as mods, eagerly: call the "
+                                         "model without torch.compile, or b200c.attention(mask_mod=...))")
+        if is_causal:
+            return "attn_mask:causal", "attn_mask together with is_causal=True (torch's SDPA refuses the pair)"
+        r = sdpa_mask.mask_problem(attn_mask, q, k)
+        if r is not None:
+            return r
     if compiling and qs[0] and qs[1] and qs[2] and ks[2]:  # eagerly, b200c's own validation says it (a miss only)
         for name, t in (("query", q), ("key", k), ("value", v)):
             r = _layout_reason(name, t, compiling)
@@ -144,8 +151,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
         torch.nn.functional.scaled_dot_product_attention = b200c.scaled_dot_product_attention
 
-    b200c runs calls with: bfloat16 CUDA tensors, 4-D, D 64, 128 or 256, no
-    ``attn_mask``, ``dropout_p == 0``, ``is_causal`` only when S_q == S_kv
+    b200c runs calls with: bfloat16 CUDA tensors, 4-D, D 64, 128 or 256,
+    ``attn_mask`` None, boolean (True: attend) or additive (float), of any
+    shape that broadcasts to (B, H, S_q, S_kv) (key padding (B, 1, 1, S_kv),
+    (B, H, 1, S_kv), full masks; compiled in as mods, eagerly: a masked call
+    under torch.compile falls back), ``dropout_p == 0``, ``is_causal`` only when S_q == S_kv
     (torch aligns a causal mask with S_q != S_kv to the top-left corner,
     b200c to the bottom-right), ``scale`` None or >= 0 (and not so large
     that scale * log2(e) overflows FP32), strides the TMA rules accept, a
@@ -198,7 +208,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         else:
             s = None if scale is None else inputs.softmax_scale_value(scale)
             try:
-                if api._direct_path_ok(query, key, value):
+                if attn_mask is not None:
+                    score_mod, mask_mod = sdpa_mask.mods_of_mask(attn_mask)
+                    out = api._attention_mods(query, key, value, schedule, False, s, False, "bhsd", target, score_mod,
+                                              mask_mod, None, None)
+                elif api._direct_path_ok(query, key, value):
                     out = op.run_schedule(query, key, value, schedule_json, s, target, "bhsd", is_causal, False)[0]
                 else:
                     out = api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)

@@ -172,7 +172,7 @@ def _capturing(t: torch.Tensor) -> bool:
 
 def run_varlen(token, target: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
                scale: float | None, source, causal: bool = False, return_lse: bool = False,
-               check_values: bool = True):
+               check_values: bool = True, mod_call=None):
     """Varlen attention through the launch-entry cache; returns ``(out, lse)`` (lse None unless requested).
 
     Args: as :func:`b200c.attention_varlen` (validated here on a miss; ``scale``
@@ -180,7 +180,9 @@ def run_varlen(token, target: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seql
     ``check_values``: check cu_seqlens' values before the launch (a sync;
     skipped while a CUDA graph is being captured); query rows outside every
     sequence are then set to 0 (LSE -inf). Unchecked, those rows are
-    unspecified and wrong cu_seqlens are undefined behaviour.
+    unspecified and wrong cu_seqlens are undefined behaviour. ``mod_call``: a
+    :class:`b200c.runtime.mod_call.ModCall` (the token's kernel has mods; q_idx / kv_idx are
+    positions within each sequence, b the sequence).
 
     Raises:
         LaunchError, UnsupportedDeviceError, BuildError, ScheduleError,
@@ -204,7 +206,7 @@ def run_varlen(token, target: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seql
         return torch.zeros_like(q), lse
     out = torch.empty_like(q)
     lse = torch.empty(e.lse_shape, dtype=_F32, device=e.torch_device) if return_lse else None
-    e.launch(out, lse, scale)
+    e.launch(out, lse, scale, None if mod_call is None else mod_call.values(e, causal, (cu_seqlens_q, cu_seqlens_k)))
     if covered is not None:
         first, end = covered
         for rows in (slice(0, first), slice(end, e.problem.total_q)):
@@ -240,6 +242,7 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     lse_strides = (0, total, 1) if return_lse else (0, 0, 0)
     values = launcher.kernel_arguments(problem, maps, out_strides, lse_strides, causal, pack, problem.head_dim ** -0.5,
                                        (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()))
+    values.update(launcher.mod_defaults(info))
     e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device)
     launcher.remember(key, e)
     return e

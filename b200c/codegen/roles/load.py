@@ -17,6 +17,8 @@ differs between backends is read from the plan, not from a backend name:
 """
 from __future__ import annotations
 
+from ..mod_kernel import kv_row
+
 from ..ir import (Arrive, Assign, Comment, Decl, Loop, PhaseDecl, RoleIR, Scope, SetMaxNReg, Single,
                   TmaLoadTile, Wait, WorkLoop)
 
@@ -57,11 +59,10 @@ def _token(lw, tensors, note, tile: str = "j"):
     name = "load"
     one = _kv_tile_bytes(plan)
     tx = f"2 * {one}" if len(tensors) == 2 else one
-    row = f"{tile} * BLOCK_N" if tile.isidentifier() or tile.isdigit() else f"({tile}) * BLOCK_N"
     loads = []
     for n, t in enumerate(tensors):
         dst = "SMEM_KV + slot * KV_SLOT_BYTES" + (f" + {one}" if n == 1 else "")
-        loads.append(tile_load(lw, t, dst, f"w.kv_row0 + {row}", "kv_full", "slot", "w.h_kv"))
+        loads.append(tile_load(lw, t, dst, kv_row(plan, tile), "kv_full", "slot", "w.h_kv"))
     return Scope(note, (
         *lw.span("wait kv_empty", (Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", plan.kv_stages),
                                         lw.site(name, "kv_empty"), tile),)),

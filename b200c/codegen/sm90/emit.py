@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ..ir import KernelIR
 from ..render import environment, indent, render_block
-from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
+from .. import mod_kernel
+from ..signature import KERNEL_NAME, c_parameter_list
 from ..work import decomposition, template_args
 from .text import TEXT
 from .wgmma import wrappers
@@ -116,8 +117,9 @@ def emit(ir: KernelIR, launch) -> str:
         traced=bool(ir.trace_tracks),
         scale_units=_scale_units(ir),
         kernel_name=KERNEL_NAME,
-        params=ATTENTION_PARAMS,
+        params=mod_kernel.params(plan.mods),
         work=template_args(decomposition(plan)),
-        entry_params=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("),
+        entry_params=c_parameter_list(mod_kernel.params(plan.mods), f"{KERNEL_NAME}("),
+        mods=mod_kernel.template_args(plan.mods),
     )
     return text.rstrip() + "\n"

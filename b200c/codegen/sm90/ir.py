@@ -58,10 +58,24 @@ class Softmax(Node):
 
     tile: str
     masked: Optional[bool] = None  # known to be a masked (True) or whole (False) tile; None: decided at run time
+    q: str = "q"  # the Q stage (C expression): its head and rows for the mods
+    code: tuple = ()  # with mods: the call lines (b200c/codegen/sm90/softmax.py softmax_call_lines)
 
     def describe(self) -> str:
         how = {None: f"masked per row unless {self.tile} < w.n_full", True: "masked per row", False: "whole"}
-        return f"softmax(s) of K/V tile {self.tile} in place ({how[self.masked]})"
+        return f"softmax(s) of K/V tile {self.tile} in place ({how[self.masked]})" + (
+            "; score_mod / mask_mod first" if self.code else "")
+
+
+class ApplyModsFn(Node):
+    """Defines ``apply_mods``: every S register of a tile through ``mod_entry``
+    (:mod:`b200c.codegen.mod_kernel`: score_mod, and mask_mod on the masked tiles), with the
+    register's row and column from the wgmma D fragment layout (its lines ``code``)."""
+
+    code: tuple = ()
+
+    def describe(self) -> str:
+        return "fn apply_mods: score_mod / mask_mod on the S registers"
 
 
 class RescaleO(Node):
@@ -139,7 +153,10 @@ class StoreOFn(Node):
 
     mode: str
     top_p: bool = False
+    sinks: bool = False  # a per-head sink logit joins every row's denominator (and the LSE)
     code: tuple = ()
 
     def describe(self) -> str:
-        return "fn store_o: O / rowsum, BF16 stores, LSE" + (" (top-P roundings in O's normaliser only)" if self.top_p else "")
+        return "fn store_o: O / rowsum, BF16 stores, LSE" + (
+            " (top-P roundings in O's normaliser only)" if self.top_p else "") + (", attention sinks" if self.sinks
+                                                                                 else "")

@@ -8,11 +8,14 @@ from ..ir import Decl, KernelIR, RoleIR
 from ..lowering import Lowering
 from ..plan import Plan
 from ..roles import load
-from .softmax import rescale_fn, softmax_fn, store_fn
+from ..mod_kernel import template_args as mod_args
+from .softmax import apply_mods_fn, rescale_fn, softmax_fn, store_fn
 
 
-def _functions(s) -> tuple:
-    return (softmax_fn(s), softmax_fn(s, masked=True), rescale_fn(s), store_fn(s))
+def _functions(s, plan) -> tuple:
+    mods = (apply_mods_fn(plan),) if mod_args(plan.mods)["any"] else ()
+    return (softmax_fn(s), softmax_fn(s, masked=True), *mods, rescale_fn(s),
+            store_fn(s, plan.mods is not None and plan.mods.sinks))
 
 
 def _traced(lw, role: RoleIR, track: str, writer: str) -> RoleIR:
@@ -45,4 +48,4 @@ def lower(schedule, plan: Plan, profile: bool = False) -> KernelIR:
         tracks += [f"consumer {q}" for q in range(plan.q_stages)]
     return KernelIR(plan=plan, roles=tuple(roles), wait_sites=tuple(lw.sites),
                     trace_tracks=tuple(tracks) if profile else (), trace_events=tuple(lw.events),
-                    functions=_functions(schedule))
+                    functions=_functions(schedule, plan))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import msgspec
 
 from .. import softmax_rules as rules
-from .ir import RescaleFn, SoftmaxFn, StoreOFn
+from ..mod_kernel import kv_col0
+from .ir import ApplyModsFn, RescaleFn, Softmax, SoftmaxFn, StoreOFn
 
 
 def softmax_fn(s, masked: bool = False) -> SoftmaxFn:
@@ -24,9 +25,10 @@ def softmax_fn(s, masked: bool = False) -> SoftmaxFn:
     return msgspec.structs.replace(n, code=softmax_lines(n))
 
 
-def store_fn(s) -> StoreOFn:
-    """The ``store_o`` definition (the epilogue: O / l and the LSE)."""
-    n = StoreOFn(rules.exp_mode(s), rules.top_p_rounding(s))
+def store_fn(s, sinks: bool = False) -> StoreOFn:
+    """The ``store_o`` definition (the epilogue: O / l and the LSE; ``sinks``: with the per-head sink
+    logit in the denominator)."""
+    n = StoreOFn(rules.exp_mode(s), rules.top_p_rounding(s), sinks)
     return msgspec.structs.replace(n, code=store_lines(n))
 
 
@@ -34,6 +36,57 @@ def rescale_fn(s) -> RescaleFn:
     """The ``rescale_o`` definition (skips a warp none of whose rows rebased: blog ch.11)."""
     skip = s.rescale_threshold is not None
     return RescaleFn(skip, code=rescale_lines(skip))
+
+
+def apply_mods_fn(plan) -> ApplyModsFn:
+    """The ``apply_mods`` definition of a kernel with a score_mod or mask_mod."""
+    return ApplyModsFn(code=apply_mods_lines(plan))
+
+
+def apply_mods_lines(plan) -> tuple:
+    """The lines of ``apply_mods``: S register ``4i + e`` of this thread holds row ``row0 + 8 (e >> 1)``
+    and column ``8i + 2 (lane % 4) + (e & 1)`` of the tile (PTX ISA 9.7.15.5.1.1.1)."""
+    return (
+        "// score_mod / mask_mod on one S tile in place: register 4i + e holds row row0 + 8 (e >> 1) and column",
+        "// 8i + 2 (lane % 4) + (e & 1) of the tile (wgmma D fragment, PTX 9.7.15.5.1.1.1); each through mod_entry",
+        "__device__ __forceinline__ void apply_mods(float (&s)[S_REGS], const Ctx& c, const WorkItem& w, const int h, "
+        "const int row0,",
+        "                                           const int j, const bool masked) {",
+        f"  const int col0 = {kv_col0(plan)} + 2 * (int)(threadIdx.x & 3);",
+        "#pragma unroll",
+        "  for (int i = 0; i < S_REGS / 4; ++i)",
+        "#pragma unroll",
+        "    for (int e = 0; e < 4; ++e)",
+        "      s[4 * i + e] = mod_entry(c, w, h, row0 + 8 * (e >> 1), col0 + 8 * i + (e & 1), s[4 * i + e], masked);",
+        "}",
+    )
+
+
+def softmax_node(plan, tile: str, masked=None, q: str = "q") -> Softmax:
+    """The softmax of K/V tile ``tile`` (visit number, a C expression); ``masked``: known to be a masked
+    (True) or whole (False) tile, None: decided at run time. With mods the call lines are written here:
+    ``apply_mods`` first (score_mod on every tile, mask_mod on the masked ones), and whole tiles take
+    the -inf-safe ``softmax_tile_masked`` with no column limit when a score_mod may give -inf."""
+    from ..mod_kernel import template_args
+
+    m = template_args(plan.mods)
+    if not m["any"]:
+        return Softmax(tile, masked, q)
+    head = f"q_head_of(c, w, {q})"
+    lims = f"col_limit(c, w, row_in_seq, {tile}), col_limit(c, w, row_in_seq + 8, {tile})"
+    masked_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, true);",
+                    f"softmax_tile_masked(s, st, c.scale_units, {lims});"]
+    if m["score"]:
+        whole_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, false);",
+                       "softmax_tile_masked(s, st, c.scale_units, BLOCK_N, BLOCK_N);  // a score_mod may give -inf"]
+    else:
+        whole_lines = ["softmax_tile(s, st, c.scale_units);"]
+    if masked is None:
+        code = [f"if ({tile} < w.n_full) {{", *("  " + x for x in whole_lines), "} else {",
+                *("  " + x for x in masked_lines), "}"]
+    else:
+        code = masked_lines if masked else whole_lines
+    return Softmax(tile, masked, q, code=tuple(code))
 
 
 def _exp(mode: str) -> str:
@@ -232,14 +285,31 @@ def store_lines(n: StoreOFn) -> tuple:
         out += ["    float a = st.adj[r];  // the top-P roundings: O's normaliser only",
                 "    a += __shfl_xor_sync(0xffffffffu, a, 1);",
                 "    a += __shfl_xor_sync(0xffffffffu, a, 2);"]
+    if n.sinks:
+        out += [
+            "    // attention sink: the head's logit joins the denominator (not O), all in log2 units rebased to",
+            "    // mx = max(row max, sink) so neither term overflows; a row that saw no key: O = 0, LSE = the sink",
+            f"    const float m2 = {m_log2}, snk = c.sinks[head] * 1.4426950408889634f, mx = fmaxf(m2, snk);",
+            "    const float f = st.m[r] == -INFINITY ? 0.f : ex2_approx_ftz(m2 - mx), es = ex2_approx_ftz(snk - mx);",
+            f"    inv[r] = f / (({norm}) * f + es);",
+            "    const int row = row0 + 8 * r;",
+            "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",
+            "      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * "
+            "c.lse_stride_s] =",
+            f"          {rules.lse_natural('mx', 'l * f + es')};",
+            "  }",
+        ]
+    else:
+        out += [
+            f"    inv[r] = l == 0.f ? 0.f : 1.f / ({norm});  // no visible key: the row stays 0 (a NaN sum stays NaN)",
+            "    const int row = row0 + 8 * r;",
+            "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",
+            "      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * "
+            "c.lse_stride_s] =",
+            f"          l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')};",
+            "  }",
+        ]
     out += [
-        f"    inv[r] = l == 0.f ? 0.f : 1.f / ({norm});  // no visible key: the row stays 0 (a NaN sum stays NaN)",
-        "    const int row = row0 + 8 * r;",
-        "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",
-        "      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * "
-        "c.lse_stride_s] =",
-        f"          l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')};",
-        "  }",
         "  __nv_bfloat16* base = c.out + (int64_t)w.tma_b * c.out_stride_b + head * c.out_stride_h + 2 * (lane & 3);",
         "#pragma unroll",
         "  for (int r = 0; r < 2; ++r) {",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ..ir import KernelIR, SetMaxNReg
 from ..render import environment, indent, render_block
-from ..signature import ATTENTION_PARAMS, KERNEL_NAME, c_parameter_list
+from .. import mod_kernel
+from ..signature import KERNEL_NAME, c_parameter_list
 from ..work import decomposition, template_args
 from .text import TEXT
 
@@ -81,7 +82,8 @@ def emit(ir: KernelIR, launch) -> str:
         alloc_warp=0,
         work=template_args(decomposition(plan)),
         kernel_name=KERNEL_NAME,
-        entry_params=c_parameter_list(ATTENTION_PARAMS, f"{KERNEL_NAME}("),
-        params=ATTENTION_PARAMS,
+        entry_params=c_parameter_list(mod_kernel.params(plan.mods), f"{KERNEL_NAME}("),
+        mods=mod_kernel.template_args(plan.mods),
+        params=mod_kernel.params(plan.mods),
     )
     return text.rstrip() + "\n"

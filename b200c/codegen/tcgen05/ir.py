@@ -89,6 +89,7 @@ class RowmaxPass(Node):
     mask: bool = False
     sw_from: Optional[int] = None
     nan_max: bool = False
+    mods: str = ""  # with mods: the statement putting each loaded score through mod_entry (before the mask)
     code: tuple = ()  # the C lines, written from these fields by tcgen05/softmax_text.py
 
     def describe(self) -> str:
@@ -188,6 +189,7 @@ class ScoresFromTmem(Node):
     width: int
     load_width: int
     mask: bool = False
+    mods: str = ""  # with mods: the statement putting each re-read score through mod_entry (before the mask)
 
     def describe(self) -> str:
         m = "; mask columns >= col_lim" if self.mask else ""
@@ -337,9 +339,11 @@ class Epilogue(Node):
     mode: str = "ex2"
     width: int = 32
     lse_adjust: bool = False
+    sinks: bool = False  # a per-head sink logit joins the denominator (and the LSE), not O
 
     def describe(self) -> str:
-        return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})")
+        return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})"
+                + (", attention sinks" if self.sinks else ""))
 
 
 class CtaSync(Node):

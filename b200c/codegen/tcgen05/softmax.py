@@ -39,16 +39,39 @@ def _with_code(node, write):
     return msgspec.structs.replace(node, code=write(node))
 
 
-def rowmax_pass(lw, s_col: str, mask: bool = False) -> RowmaxPass:
+def mods_statement(lw, width: int, masked: bool, q: str = "q") -> str:
+    """With a score_mod or mask_mod: the loop putting ``s[0:width]`` (columns ``c0 ..`` of the visited
+    tile ``j``, this thread's row ``row_in_seq``) through ``mod_entry`` (:mod:`b200c.codegen.mod_kernel`;
+    ``masked``: the mask_mod applies); else "" (no mods, or a whole tile and no score_mod)."""
+    from ..mod_kernel import kv_col0, template_args
+
+    m = template_args(lw.plan.mods)
+    if not (m["score"] or (masked and m["mask"])):  # whole tiles of a mask_mod alone: nothing to apply
+        return ""
+    return (f"for (int k = 0; k < {width}; ++k) s[k] = mod_entry(c, w, q_head_of(c, w, {q}), row_in_seq, "
+            f"{kv_col0(lw.plan)} + c0 + k, s[k], {'true' if masked else 'false'});  // score_mod / mask_mod")
+
+
+def guard(lw, mask: bool) -> bool:
+    """Whether a tile's softmax must be -inf-safe (a row may have no finite score): masked tiles, and
+    every tile when a score_mod may give -inf."""
+    from ..mod_kernel import template_args
+
+    return mask or template_args(lw.plan.mods)["score"]
+
+
+def rowmax_pass(lw, s_col: str, mask: bool = False, q: str = "q") -> RowmaxPass:
     """Pass 1 over S (blog ch.1 §B, ch.10 cache, minor 15 wide/deferred loads, chains, 3-input max);
-    ``mask``: the masked-tile copy (partial last tile, causal diagonal)."""
+    ``mask``: the masked-tile copy (partial last tile, causal diagonal). With mods each loaded score
+    goes through ``mod_entry`` first (:func:`mods_statement`)."""
     s = lw.s
     # masked tiles re-read S instead of caching it: the register cache plus the mask spilled at stages
     # 10-11's 168 registers (measured); re-reading high to low keeps P's writes behind the reads
     return _with_code(RowmaxPass(s_col=s_col, ncols=_cols(lw), load_width=s.s_load_cols,
                                  wait_each=not s.deferred_s_wait, chains=s.rowmax_chains, max3=s.rowmax_max3,
                                  cache_from=_cols(lw) if mask else cache_from(lw), mask=mask,
-                                 sw_from=top_p_sw_from(lw), nan_max=nan_max(lw)), softmax_text.rowmax_pass)
+                                 sw_from=top_p_sw_from(lw), nan_max=nan_max(lw),
+                                 mods=mods_statement(lw, s.s_load_cols, mask, q)), softmax_text.rowmax_pass)
 
 
 def nan_max(lw) -> bool:
@@ -156,7 +179,7 @@ def rowsum_total(names) -> list:
     return nodes + [Assign("row_sum", f"{total}.x + {total}.y")]
 
 
-def p_passes(lw, q: str, parts, mask: bool = False, carried: tuple = ()) -> list:
+def p_passes(lw, q: str, parts, mask: bool = False, carried: tuple = (), guarded: bool = False) -> list:
     """Pass 2 over S for one K/V tile: P = exp(S - max), rowsum +=, P stored.
 
     ``parts``: (lo, hi, label, nodes to emit after the part) in production
@@ -165,12 +188,13 @@ def p_passes(lw, q: str, parts, mask: bool = False, carried: tuple = ()) -> list
     ``row_sum`` once after the last (minor 16), except those in ``carried``
     (see :func:`carried_rowsum`), which the caller declares before the K/V
     loop and combines after it. ``mask``: the masked-tile copy (re-read
-    scores masked, P relative to ``max_use``).
+    scores masked, P relative to ``max_use``); ``guarded``: P relative to
+    ``max_use`` on a whole tile too (a score_mod may give a row no finite score).
     """
     accs = {}
     scopes = []
     for i, (lo, hi, label, after) in enumerate(parts):
-        scopes.append((_p_part(lw, q, lo, hi, label, i == 0, accs, mask), after))
+        scopes.append((_p_part(lw, q, lo, hi, label, i == 0, accs, mask, guarded), after))
     for name in carried:
         accs.pop(name, None)
     out = []
@@ -205,7 +229,8 @@ def _nest_add(names) -> str:
     return expr
 
 
-def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict, mask: bool) -> Scope:
+def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict, mask: bool,
+            guarded: bool = False) -> Scope:
     """One part of pass 2 over S columns [lo, hi). Cached columns (blog ch.10)
     are produced high to low from registers, the rest re-read from TMEM (also
     high to low when a cache exists, so P, written into the upper half of S,
@@ -231,7 +256,8 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict, ma
     def chunk(source, acc):
         name, typ = acc
         accs[name] = typ
-        return (source, ExpScores(w, mode, ranges, pk and mode == "ex2", group, "max_use" if mask else "row_max"),
+        return (source, ExpScores(w, mode, ranges, pk and mode == "ex2", group,
+                                  "max_use" if mask or guarded else "row_max"),
                 PackP(w),
                 RowsumAdd(w, s.rowsum, name, typ, pk), store)
 
@@ -243,7 +269,7 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict, ma
         # minor 15's wide loads: one load per chunk; before it, loads of s_load_cols (one x32 re-read next to
         # the 96-column register cache pushes stage 10's softmax over its 168 registers: measured, spills)
         width = w if s.deferred_s_wait else min(s.s_load_cols, w)
-        src = ScoresFromTmem(f"TMEM_S({q})", w, width, mask)
+        src = ScoresFromTmem(f"TMEM_S({q})", w, width, mask, mods_statement(lw, w, mask, q))
         if high_to_low:
             body.append(ColumnLoop(top - w, lo, -w, "columns re-read from TMEM", chunk(src, _acc_of(lw, False))))
         else:
@@ -273,4 +299,4 @@ def epilogue(lw, q: str, rowsum: str) -> Epilogue:
     regs = lw.role_spec("correction").regs if rowsum == "smem" else None
     width = 16 if regs is not None and regs < 128 else 32
     return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw), exp_mode(lw), width,
-                    top_p_rounding(lw) and rowsum == "reg")
+                    top_p_rounding(lw) and rowsum == "reg", lw.plan.mods is not None and lw.plan.mods.sinks)

@@ -111,6 +111,8 @@ def rowmax_pass(n) -> tuple:
             f"  float s[{n.load_width}];", f"  tmem_ld_x{n.load_width}(trow + {n.s_col} + c0, s);"]
     if n.wait_each:
         out.append("  tmem_wait_ld();")
+    if n.mods:
+        out += ["  #pragma unroll", "  " + n.mods]
     if n.mask:
         out += ["  #pragma unroll",
                 f"  for (int k = 0; k < {n.load_width}; ++k) s[k] = c0 + k < col_lim ? s[k] : -INFINITY;  // masked key"]

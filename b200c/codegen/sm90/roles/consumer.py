@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from ...ir import (Arrive, Comment, Decl, If, Loop, NamedBarArrive, NamedBarSync, PhaseDecl, PhaseRef, RingAdvance,
                    RoleIR, Scope, Wait, WorkLoop)
-from ..ir import ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from ..ir import ConsumerInit, PackP, RescaleO, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from ..softmax import softmax_node
 
 KV_BUF = "SMEM_KV + {slot} * KV_SLOT_BYTES"  # SMEM offset of a ring slot
 Q_BUF = "SMEM_Q + q * TILE_BYTES"  # this consumer's Q rows (``q``: the role's Q stage)
@@ -89,7 +90,7 @@ class _Builder:
     def softmax(self, tile: str, masked=None) -> tuple:
         """Softmax of S(tile), masked per row on the tiles some row does not see whole (``masked``:
         known to be (not) such a tile; None: decided at run time)."""
-        return self.lw.span("softmax", (Softmax(tile, masked),))
+        return self.lw.span("softmax", (softmax_node(self.lw.plan, tile, masked),))
 
 
 def _qk_first_tile(b: _Builder) -> tuple:

@@ -7,8 +7,10 @@ every warp's PV finished reading the slot before it is refilled.
 from __future__ import annotations
 
 from ...ir import Arrive, Comment, Decl, Loop, NamedBarSync, PhaseDecl, RoleIR, Single, Wait, WorkLoop
+from ...mod_kernel import kv_row
 from ...roles.load import tile_load
-from ..ir import ConsumerInit, PackP, RescaleO, Softmax, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from ..ir import ConsumerInit, PackP, RescaleO, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from ..softmax import softmax_node
 from .consumer import row_in_seq
 
 
@@ -19,13 +21,13 @@ def build(lw) -> RoleIR:
         Comment("load K(j) and V(j) into the one K/V slot"),
         Single("thread0", (
             Arrive("kv_full", by="thread", tx_bytes="KV_SLOT_BYTES"),
-            tile_load(lw, "k", "SMEM_KV", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv"),
-            tile_load(lw, "v", "SMEM_KV + KV_TILE_BYTES", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv"),
+            tile_load(lw, "k", "SMEM_KV", kv_row(lw.plan), "kv_full", None, "w.h_kv"),
+            tile_load(lw, "v", "SMEM_KV + KV_TILE_BYTES", kv_row(lw.plan), "kv_full", None, "w.h_kv"),
         )),
         *lw.span("wait K/V", (Wait("kv_full", None, lw.phase("kv_full_ph"), lw.site(name, "kv_full"), "j"),)),
         *lw.span("issue", (WgmmaQK("c.smem + SMEM_Q", "c.smem + SMEM_KV"),)),
         *lw.span("wait QK", (WgmmaWait(0, "s", "S(j) ready"),)),
-        *lw.span("softmax", (Softmax("j"),)),
+        *lw.span("softmax", (softmax_node(lw.plan, "j", None, "0"),)),
         PackP(),
         RescaleO(),
         *lw.span("issue", (WgmmaPV("SMEM_KV + KV_TILE_BYTES"),)),

@@ -6,6 +6,7 @@ Thread 0 issues every TMA load and MMA; all 128 threads wait on each hand-off
 from __future__ import annotations
 
 from ...ir import Arrive, Comment, Decl, If, Loop, PhaseDecl, RoleIR, Single, TmaLoadTile, Wait, WorkLoop
+from ...mod_kernel import kv_row
 from .. import softmax as sm
 from ..ir import Commit, CtaSync, IssueEnd, MmaPV, MmaQK
 
@@ -26,8 +27,8 @@ def build(lw) -> RoleIR:
         Comment("load K(j) and V(j) into the one K/V slot (blog ch.1: wait on every hand-off)"),
         Single("thread0", (
             Arrive("kv_full", by="thread", tx_bytes="2 * TILE_BYTES"),
-            TmaLoadTile("k", "SMEM_KV", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv", str(lw.plan.tile.block_n)),
-            TmaLoadTile("v", "SMEM_KV + TILE_BYTES", "w.kv_row0 + j * BLOCK_N", "kv_full", None, "w.h_kv",
+            TmaLoadTile("k", "SMEM_KV", kv_row(lw.plan), "kv_full", None, "w.h_kv", str(lw.plan.tile.block_n)),
+            TmaLoadTile("v", "SMEM_KV + TILE_BYTES", kv_row(lw.plan), "kv_full", None, "w.h_kv",
                         str(lw.plan.tile.block_n)),
         )),
         Wait("kv_full", None, ph["kv_full"], lw.site(name, "kv_full"), "j", fence_after=True),
@@ -35,7 +36,7 @@ def build(lw) -> RoleIR:
         Single("thread0", (MmaQK(0, "TMEM_S(0)", "kmajor_desc(c.smem + SMEM_Q)", "kmajor_desc(c.smem + SMEM_KV)"), Commit("s_full"))),
         Wait("s_full", None, ph["s_full"], lw.site(name, "s_full"), "j", fence_after=True),
         Decl("const int", "col_lim", "col_limit(c, w, row_in_seq, j)", model="0"),
-        sm.rowmax_pass(lw, "TMEM_S(0)", mask=True),
+        sm.rowmax_pass(lw, "TMEM_S(0)", mask=True, q="0"),
         sm.rebase(lw, mask=True),
         If("j > 0", (sm.rescale_o(lw, "0", "reg", skip_unit=s.rescale_threshold is not None),)),
         *sm.p_passes(lw, "0", [(0, lw.plan.tile.block_n, "all", [])], mask=True),

@@ -32,7 +32,7 @@ def build(lw) -> RoleIR:
         out = [
             Wait("s_full", "q", lw.phase("s_full_ph"), lw.site(name, "s_full"), "j", fence_after=True),
             sm.rowmax_pass(lw, "TMEM_S(q)", mask),
-            sm.rebase(lw, mask, carried),
+            sm.rebase(lw, sm.guard(lw, mask), carried),
         ]
         if s.correction_warps:
             out += [Comment("blog ch.12: the correction warps rescale O with the published factor"),
@@ -44,11 +44,12 @@ def build(lw) -> RoleIR:
             split = n - s.early_pv_cols
             out += sm.p_passes(lw, "q", [
                 (split, n, "published first, blog ch.13", [Arrive("p_hi_ready", "q", by="warp", fence_before=True)]),
-                (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])], mask, carried)
+                (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])], mask, carried,
+                sm.guard(lw, mask))
         else:
             out += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="warp", fence_before=True)])], mask,
-                               carried)
-        out += sm.top_p_round(lw, mask)
+                               carried, sm.guard(lw, mask))
+        out += sm.top_p_round(lw, sm.guard(lw, mask))
         return tuple(out)
 
     item = [
@@ -60,9 +61,12 @@ def build(lw) -> RoleIR:
     item += [Decl("float2", a, "make_float2(0.f, 0.f)") for a in carried]  # f32x2 partial rowsums across tiles
     if s.s_cache_cols:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
+    row_decl = Decl("const int", "row_in_seq", "q_tile_of(c, w, q) * BLOCK_M + (int)row", model="0")
+    mods = bool(sm.mods_statement(lw, 1, False))  # a score_mod: every tile reads its row
     item += [
+        *((row_decl,) if mods else ()),
         Loop("j", "0", "w.n_full", tile(False), "K/V tiles every row sees whole (the steady state)"),
-        Decl("const int", "row_in_seq", "q_tile_of(c, w, q) * BLOCK_M + (int)row", model="0"),
+        *(() if mods else (row_decl,)),
         Loop("j", "w.n_full", "w.n_kv", (Decl("const int", "col_lim", "col_limit(c, w, row_in_seq, j)", model="0"),
                                        *tile(True)),
              "masked tiles: the partial last K/V tile, the causal diagonal"),

@@ -1,0 +1,147 @@
+"""What a kernel with mods (score_mod / mask_mod / attention sinks, :mod:`b200c.dsl.mod_records`)
+adds to the shared parts every backend prints: entry parameters, kernel-context fields and their
+initialisation, the traced device functions (:mod:`b200c.codegen.mods`) and ``mod_entry``, the one
+function both backends call per score entry. Decided here in Python; the templates print the lines.
+
+Per score entry (query row ``row`` of the sequence, key column ``col``, head ``h``):
+
+* indices past the sequence (the partial last Q and K/V tiles) are clamped into it, so a captured
+  tensor is never indexed past the problem's shape by the kernel itself; those entries are masked
+  afterwards (``col_limit``) or belong to rows that are never stored;
+* ``score_mod`` sees the scaled score ``s * softmax_scale`` (natural-log units, FlexAttention's
+  convention) and its result is scaled back (``* inv_scale``), so the backends' exponent
+  arithmetic (scale folded into the exponent, blog ch.8) is unchanged;
+* ``mask_mod`` is evaluated on the K/V tiles the block mask calls partial only (``masked``); a
+  false entry is -inf.
+
+Block sparsity (a mask_mod): the kernel reads per work item ``(kv_lo, full_lo, full_hi, kv_hi)``
+from ``kv_ranges`` (:mod:`b200c.runtime.block_mask`, computed with torch ops on the GPU) and visits
+the full tiles first, then the partial ones (``kv_tile`` in ``templates/work.cuh.j2``).
+"""
+from __future__ import annotations
+
+from ..dsl.mod_records import ModSet
+from .signature import ATTENTION_PARAMS, Param
+
+_PTR = {"f32": "float", "bf16": "__nv_bfloat16", "f16": "__half", "i32": "int", "i64": "long long", "bool": "bool"}
+
+
+def block_sparse(mods) -> bool:
+    """Whether the kernel takes a block mask (it has a mask_mod)."""
+    return mods is not None and mods.mask_mod is not None
+
+
+def params(mods) -> tuple:
+    """The kernel's entry parameters: :data:`~b200c.codegen.signature.ATTENTION_PARAMS`, then the
+    mods' (block mask, sinks, one pointer and ``ndim`` strides per captured tensor)."""
+    if mods is None or mods.empty:
+        return ATTENTION_PARAMS
+    out = list(ATTENTION_PARAMS)
+    if block_sparse(mods):
+        out.append(Param("kv_ranges", "i32_ptr", "block mask: (kv_lo, full_lo, full_hi, kv_hi) K/V tiles per work item"))
+    if mods.sinks:
+        out.append(Param("sinks", "f32_ptr", "attention sink logit per query head (natural-log units), FP32 (H,)"))
+    for k, t in enumerate(mods.captured):
+        out.append(Param(f"cap{k}", "ptr", f"captured tensor {k} of the mods ({t.dtype}, {t.ndim}-D)"))
+        out += [Param(f"cap{k}_stride{d}", "i64", f"element stride of captured tensor {k}, dim {d}")
+                for d in range(t.ndim)]
+    return tuple(out)
+
+
+def ctx_fields(mods) -> tuple:
+    """Lines of the kernel context's mod fields."""
+    if mods is None or mods.empty:
+        return ()
+    from . import mods as lowering
+
+    out = []
+    if block_sparse(mods):
+        out.append("  const int4* kv_ranges;  // block mask: (kv_lo, full_lo, full_hi, kv_hi) per work item")
+    if mods.score_mod is not None:
+        out.append("  float inv_scale;        // 1 / softmax_scale: score_mod's result back in raw score units")
+    out += ["  " + line.strip() for line in lowering.ctx_fields(mods)]
+    return tuple(out)
+
+
+def ctx_init(mods) -> tuple:
+    """Lines of the entry that fill the context's mod fields from the parameters."""
+    if mods is None or mods.empty:
+        return ()
+    out = []
+    if block_sparse(mods):
+        out.append("  c.kv_ranges = reinterpret_cast<const int4*>(kv_ranges);")
+    if mods.score_mod is not None:
+        out.append("  c.inv_scale = 1.f / softmax_scale;")
+    if mods.sinks:
+        out.append("  c.sinks = sinks;")
+    for k, t in enumerate(mods.captured):
+        out.append(f"  c.cap{k} = static_cast<const {_PTR[t.dtype]}*>(cap{k});")
+        out += [f"  c.cap{k}_stride[{d}] = cap{k}_stride{d};" for d in range(t.ndim)]
+    return tuple(out)
+
+
+def functions(mods) -> tuple:
+    """Lines of the traced device functions and ``mod_entry`` (after the context and work item)."""
+    if mods is None or (mods.score_mod is None and mods.mask_mod is None):
+        return ()
+    from . import mods as lowering
+
+    out = list(lowering.device_functions(mods))
+    score = mods.score_mod is not None
+    mask = mods.mask_mod is not None
+    out += [
+        "",
+        "// One score entry through the mods: row `row` / key `col` of the sequence, query head h. Indices past the",
+        "// sequence are clamped into it (no branch, and a captured tensor is never read past the problem's shape);",
+        "// those entries are masked after (col_limit) or belong to rows that are not stored."
+        + (" score_mod sees the scaled" if score else ""),
+    ]
+    if score:
+        out.append("// score (natural-log units) and its result goes back to raw score units (the exponent folds the "
+                   "scale in, blog ch.8).")
+    if mask:
+        out.append("// mask_mod runs on the tiles the block mask calls partial (masked); false: -inf.")
+    out += [
+        "__device__ __forceinline__ float mod_entry(const Ctx& c, const WorkItem& w, const int h, const int row, "
+        "const int col,",
+        "                                           const float s, const bool masked) {",
+        "  const int r = min(row, w.len_q - 1);",
+        "  const int k = masked ? max(min(col, w.len_kv - 1), 0) : col;  // whole tiles lie inside the sequence",
+        ("  float x = score_mod(c, s * c.softmax_scale, w.b, h, r, k) * c.inv_scale;" if score
+         else "  float x = s;"),
+    ]
+    if mask:
+        out.append("  if (masked && !mask_mod(c, w.b, h, r, k)) x = -INFINITY;")
+    out += ["  return x;", "}"]
+    return tuple(out)
+
+
+def template_args(mods) -> dict:
+    """What the kernel templates print for the mods (empty strings without mods)."""
+    return {
+        "ctx_fields": "\n".join(ctx_fields(mods)),
+        "ctx_init": "\n".join(ctx_init(mods)),
+        "functions": "\n".join(functions(mods)),
+        "score": mods is not None and mods.score_mod is not None,
+        "mask": block_sparse(mods),
+        "sinks": mods is not None and mods.sinks,
+        "any": mods is not None and (mods.score_mod is not None or mods.mask_mod is not None),
+    }
+
+
+def kv_row(plan, tile: str = "j") -> str:
+    """C expression of the first K/V row of K/V tile number ``tile`` (visit order) of the work item:
+    with a block mask the visit order maps to tiles through ``kv_tile``."""
+    t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) else (tile if tile.isidentifier() or tile.isdigit()
+                                                                else f"({tile})")
+    return f"w.kv_row0 + {t} * BLOCK_N"
+
+
+def kv_col0(plan, tile: str = "j") -> str:
+    """C expression of the first key column (in the sequence) of visited K/V tile ``tile``."""
+    t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) else tile
+    return f"{t} * BLOCK_N"
+
+
+__all__ = ["block_sparse", "params", "ctx_fields", "ctx_init", "functions", "template_args", "kv_row", "kv_col0",
+           "ModSet"]

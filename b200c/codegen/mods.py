@@ -1,0 +1,339 @@
+"""Lowering of traced attention mods (:mod:`b200c.dsl.mods`) to CUDA C.
+
+:func:`device_functions` writes the kernel's ``score_mod`` / ``mask_mod`` device functions, one
+``const <type> vN = <expr>;`` line per traced value (literals are written where they are used), and
+:func:`ctx_fields` the members of the kernel's ``struct Ctx`` they read: per captured tensor ``k`` a typed
+pointer ``cap{k}`` and its element strides ``cap{k}_stride[d]``, plus ``sinks`` when the kernel has
+attention sinks. The text needs ``<cuda_bf16.h>`` (which includes ``<cuda_fp16.h>``) and ``<stdint.h>``.
+
+Values are ``float`` (f32), ``int`` (i32) and ``bool``; an operand of another type than the one an
+operation computes in is converted explicitly (``(float)q_idx``), so C's implicit conversions never
+decide a result. No torch import.
+"""
+from __future__ import annotations
+
+import math
+import struct
+from fractions import Fraction
+
+from ..dsl.mod_records import ModGraph, ModNode, ModSet
+from ..dsl.mods import COMPARISONS, FLOAT_FUNCTIONS, const_value
+
+# canonical op -> C expression template ({0}, {1}, {2}: the operands, already converted to the type the op
+# computes in); a dict gives one template per computing type
+C_OPS: dict[str, object] = {
+    "const": "{0}",  # the literal (see c_literal)
+    "load": "c.cap{0}[{1}]",  # captured tensor index, element offset (see C_LOAD for the conversion)
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "truediv": "__fdividef({0}, {1})",  # 2 ulp (an IEEE division is a slow subroutine in the softmax's loop)
+    "floordiv": "mod_floordiv({0}, {1})",
+    "mod": "mod_floormod({0}, {1})",
+    "neg": "-{0}",
+    "abs": {"f32": "fabsf({0})", "i32": "abs({0})"},
+    "pow": "powf({0}, {1})",
+    "exp": "__expf({0})",
+    "exp2": "exp2f({0})",
+    "log": "logf({0})",
+    "log2": "log2f({0})",
+    "sqrt": "sqrtf({0})",
+    "rsqrt": "rsqrtf({0})",
+    # 1 - 2 / (1 + e^2x): an exp and a reciprocal (absolute error ~1e-7; tanhf is a long subroutine: softcap ran at
+    # 197 TFLOPS with it on the H200, scripts/bench_mods.py); saturates to +-1, NaN stays NaN
+    "tanh": "(1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * {0})))",
+    "sigmoid": "__fdividef(1.0f, 1.0f + __expf(-{0}))",
+    "sin": "sinf({0})",
+    "cos": "cosf({0})",
+    # torch.minimum / maximum / clamp propagate NaN (fminf / fmaxf would return the other operand)
+    "minimum": {"f32": "({0} != {0} || {1} != {1} ? NAN : fminf({0}, {1}))", "i32": "min({0}, {1})",
+                "bool": "{0} && {1}"},
+    "maximum": {"f32": "({0} != {0} || {1} != {1} ? NAN : fmaxf({0}, {1}))", "i32": "max({0}, {1})",
+                "bool": "{0} || {1}"},
+    "clamp": {"f32": "({0} != {0} ? {0} : fminf(fmaxf({0}, {1}), {2}))", "i32": "min(max({0}, {1}), {2})",
+              "bool": "({0} || {1}) && {2}"},
+    "where": "{0} ? {1} : {2}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "logical_and": "{0} && {1}",
+    "logical_or": "{0} || {1}",
+    "logical_not": "!{0}",
+    "bitwise_and": "{0} & {1}",
+    "bitwise_or": "{0} | {1}",
+    "bitwise_xor": "{0} ^ {1}",
+    "bitwise_not": {"i32": "~{0}", "bool": "!{0}"},
+    "to_float": "(float){0}",
+    "to_int": "(int){0}",
+    "to_bool": "(bool){0}",
+    "round_bf16": "__bfloat162float(__float2bfloat16_rn({0}))",
+    "round_f16": "__half2float(__float2half_rn({0}))",
+}
+
+# captured tensor dtype -> (C element type, conversion of an element to its value type)
+C_TENSOR_TYPES: dict[str, str] = {"f32": "float", "bf16": "__nv_bfloat16", "f16": "__half", "i32": "int",
+                                  "i64": "long long", "bool": "bool"}
+C_LOAD: dict[str, str] = {"f32": "{0}", "bf16": "__bfloat162float({0})", "f16": "__half2float({0})", "i32": "{0}",
+                          "i64": "(int){0}", "bool": "{0}"}
+C_VALUE_TYPES: dict[str, str] = {"f32": "float", "i32": "int", "bool": "bool"}
+
+# Python's floor division and modulo, as torch computes them (floor_divide / remainder: c10's
+# div_floor_integer / div_floor_floating and remainder's fmod correction)
+_I2F_HELPER = (
+    "// int -> float for |x| < 2^22 (sums and differences of indices below 2^21) with an integer and an FP32 add",
+    "// around the magic number 1.5 * 2^23: the I2F conversion runs on the quarter-rate pipe the softmax's exp2",
+    "// needs (ALiBi: one per score, as many as the exp2s)",
+    "__device__ __forceinline__ float mod_i2f(const int x) { return __int_as_float(0x4B400000 + x) - 12582912.0f; }",
+)
+
+_HELPERS = {
+    "floordiv": (
+        "// Python's floor division (torch.floor_divide): rounds toward -inf",
+        "__device__ __forceinline__ int mod_floordiv(const int a, const int b) {",
+        "  const int r = a % b;",
+        "  return (r != 0 && ((r < 0) != (b < 0))) ? a / b - 1 : a / b;",
+        "}",
+        "__device__ __forceinline__ float mod_floordiv(const float a, const float b) {",
+        "  if (b == 0.0f) return a / b;",
+        "  const float m = fmodf(a, b);",
+        "  float d = (a - m) / b;",
+        "  if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) d -= 1.0f;",
+        "  if (d == 0.0f) return copysignf(0.0f, a / b);",
+        "  const float f = floorf(d);",
+        "  return d - f > 0.5f ? f + 1.0f : f;",
+        "}",
+    ),
+    "mod": (
+        "// Python's modulo (torch.remainder): the result has the divisor's sign",
+        "__device__ __forceinline__ int mod_floormod(const int a, const int b) {",
+        "  const int r = a % b;",
+        "  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;",
+        "}",
+        "__device__ __forceinline__ float mod_floormod(const float a, const float b) {",
+        "  const float r = fmodf(a, b);",
+        "  return (r != 0.0f && ((b < 0.0f) != (r < 0.0f))) ? r + b : r;",
+        "}",
+    ),
+}
+
+
+def c_literal(value, vtype: str) -> str:
+    """A Python value as a C literal of ``vtype``: f32 ``30.0f``, ``1e-05f``, ``INFINITY``, ``NAN`` (the
+    shortest text that reads back as the same FP32 number, at full precision), i32 ``7``, bool ``true``.
+    A negative literal is parenthesized (``(-2.0f)``) so that it can follow any operator."""
+    if vtype == "bool":
+        return "true" if value else "false"
+    if vtype == "i32":
+        v = int(value)
+        if v == -(2 ** 31):
+            return "(-2147483647 - 1)"
+        return f"({v})" if v < 0 else str(v)
+    v = float(value)
+    if math.isnan(v):
+        return "NAN"
+    try:
+        f32 = _f32(v)
+    except OverflowError:
+        f32 = math.copysign(math.inf, v)
+    if math.isinf(f32):
+        return "INFINITY" if f32 > 0 else "(-INFINITY)"
+    text = _shortest_f32(f32)
+    return f"({text}f)" if text.startswith("-") else f"{text}f"
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _reads_as(text: str, x: float) -> bool:
+    """Whether C reads the decimal ``text`` as the FP32 number ``x`` (finite, >= 0): exact rounding to
+    nearest, ties to even, without going through a double."""
+    exact, fx = Fraction(text), Fraction(x)
+    if x == 0:
+        return exact == 0
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    below = Fraction(struct.unpack("<f", struct.pack("<I", bits - 1))[0])
+    above_f = struct.unpack("<f", struct.pack("<I", bits + 1))[0]
+    above = fx + (fx - below) if math.isinf(above_f) else Fraction(above_f)
+    lo, hi = (fx + below) / 2, (fx + above) / 2
+    return lo < exact < hi or (exact in (lo, hi) and bits % 2 == 0)
+
+
+def _shortest_f32(x: float) -> str:
+    """The shortest decimal C reads as the finite FP32 number ``x``, written like Python's repr
+    (``30.0``, ``0.1``, ``1e-05``, ``-2.5``)."""
+    mag = abs(x)
+    text = repr(mag)
+    for digits in range(1, 10):
+        candidate = f"{mag:.{digits}g}"
+        if _reads_as(candidate, mag):
+            text = repr(float(candidate))
+            if not _reads_as(text, mag):
+                text = candidate
+            break
+    return ("-" if math.copysign(1.0, x) < 0 else "") + text
+
+
+def _compute_types(node: ModNode, types: dict) -> list:
+    """The type each operand of ``node`` is converted to before the op (None: as it is)."""
+    op, args = node.op, node.args
+    if op in ("truediv", "pow", "round_bf16", "round_f16") or op in FLOAT_FUNCTIONS:
+        return ["f32"] * len(args)
+    if op in COMPARISONS:
+        ts = [types[a] for a in args]
+        t = "f32" if "f32" in ts else "i32" if "i32" in ts else "bool"
+        return [t, t]
+    if op in ("logical_and", "logical_or", "logical_not"):
+        return ["bool"] * len(args)
+    if op == "where":
+        return ["bool", node.type, node.type]
+    if op in ("to_float", "to_int", "to_bool", "load"):
+        return [None] * len(args)
+    return [node.type] * len(args)  # arithmetic, min/max/clamp, bitwise: the result's type
+
+
+SMALL_INDEX = 1 << 21  # B, H, S_q, S_kv below this when ModSet.small_indices
+_I2F_EXACT = 1 << 22  # mod_i2f is exact for |x| < 2^22
+
+
+def _bounds(graph: ModGraph, small: bool) -> dict:
+    """An upper bound of |value| for the int values computed from the indices by add / sub / neg / abs /
+    mul / min / max and int literals (None: unknown, e.g. a loaded value)."""
+    by_name = {n.name: n for n in graph.nodes}
+    out = {}
+    for n in graph.nodes:
+        b = None
+        if n.type != "i32":
+            pass
+        elif n.op == "param":
+            b = SMALL_INDEX - 1 if small else None  # B, H, S below 2^21: indices <= 2^21 - 1
+        elif n.op == "const":
+            b = abs(int(const_value(n)))
+        else:
+            args = [out.get(a) if by_name[a].type == "i32" else None for a in n.args]
+            if all(x is not None for x in args):
+                if n.op in ("add", "sub"):
+                    b = args[0] + args[1]
+                elif n.op in ("neg", "abs"):
+                    b = args[0]
+                elif n.op == "mul":
+                    b = args[0] * args[1]
+                elif n.op in ("minimum", "maximum", "clamp"):
+                    b = max(args)
+        out[n.name] = b
+    return out
+
+
+def _convert(atom: str, src: str, dst, bound=None) -> str:
+    if dst is None or src == dst:
+        return atom
+    if src == "i32" and dst == "f32" and bound is not None and bound < _I2F_EXACT:
+        return f"mod_i2f({atom})"
+    return f"({C_VALUE_TYPES[dst]}){atom}"
+
+
+def _template(op: str, vtype: str) -> str:
+    t = C_OPS[op]
+    return t[vtype] if isinstance(t, dict) else t
+
+
+def _body(graph: ModGraph, mods: ModSet) -> list:
+    by_name = {n.name: n for n in graph.nodes}
+    types = {n.name: n.type for n in graph.nodes}
+    bounds = _bounds(graph, mods.small_indices)
+
+    def atom(name: str, want) -> str:
+        n = by_name[name]
+        if n.op == "const":  # literals are written in the type they are used in
+            return c_literal(const_value(n), want or n.type)
+        return _convert(name, n.type, want, bounds.get(name))
+
+    lines = []
+    for n in graph.nodes:
+        if n.op in ("param", "const"):
+            continue
+        if n.op == "load":
+            cap = mods.captured[n.tensor]
+            terms = []
+            for d, a in enumerate(n.args):
+                if by_name[a].op == "const":
+                    v = const_value(by_name[a])
+                    if v:
+                        terms.append(f"(int64_t){v} * c.cap{n.tensor}_stride[{d}]")
+                else:
+                    terms.append(f"(int64_t){a} * c.cap{n.tensor}_stride[{d}]")
+            expr = C_LOAD[cap.dtype].format(C_OPS["load"].format(n.tensor, " + ".join(terms) or "0"))
+        else:
+            want = _compute_types(n, types)
+            operands = [atom(a, w) for a, w in zip(n.args, want)]
+            if n.op == "to_float" and types[n.args[0]] == "i32":
+                expr = _convert(operands[0], "i32", "f32", bounds.get(n.args[0]))
+            else:
+                expr = _template(n.op, n.type).format(*operands)
+        lines.append(f"  const {C_VALUE_TYPES[n.type]} {n.name} = {expr};")
+    out = graph.output
+    lines.append(f"  return {atom(out, None)};")
+    return lines
+
+
+def _needs(mods: ModSet) -> set:
+    ops = set()
+    for g in (mods.score_mod, mods.mask_mod):
+        if g is not None:
+            ops.update(n.op for n in g.nodes)
+    return ops
+
+
+def device_functions(mods: ModSet) -> tuple:
+    """The C lines (no trailing newlines) of the kernel's mod device functions, for the mods present:
+
+    ``__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, const int h,
+    const int q_idx, const int kv_idx)`` and ``__device__ __forceinline__ bool mask_mod(const Ctx& c,
+    const int b, const int h, const int q_idx, const int kv_idx)``, each after a comment with the traced
+    expression, preceded by the helpers they call (``mod_floordiv`` / ``mod_floormod``, int and float
+    overloads, emitted only when used). They read captured tensor ``k`` as ``c.cap{k}`` with the strides
+    ``c.cap{k}_stride[d]`` (:func:`ctx_fields`). Empty when ``mods`` has neither function."""
+    lines: list = []
+    used = _needs(mods)
+    for op in ("floordiv", "mod"):
+        if op in used:
+            lines.extend(_HELPERS[op])
+    body = {kind: _body(getattr(mods, kind), mods) for kind in ("score_mod", "mask_mod")
+            if getattr(mods, kind) is not None}
+    if any("mod_i2f(" in line for b in body.values() for line in b):
+        lines.extend(_I2F_HELPER)
+    signatures = {
+        "score_mod": "__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, "
+                     "const int h, const int q_idx, const int kv_idx) {",
+        "mask_mod": "__device__ __forceinline__ bool mask_mod(const Ctx& c, const int b, const int h, "
+                    "const int q_idx, const int kv_idx) {",
+    }
+    for kind in ("score_mod", "mask_mod"):
+        g = getattr(mods, kind)
+        if g is None:
+            continue
+        lines.append(f"// {kind}, traced with torch.fx: {g.expression}")
+        lines.append(signatures[kind])
+        lines.extend(body[kind])
+        lines.append("}")
+    return tuple(lines)
+
+
+def ctx_fields(mods: ModSet) -> tuple:
+    """The member declarations the mods add to the kernel's ``struct Ctx``: per captured tensor ``k`` a
+    pointer ``const T* cap{k};`` (T from its dtype: float, __nv_bfloat16, __half, int, long long, bool)
+    and ``int64_t cap{k}_stride[ndim];`` (element strides, torch's ``tensor.stride()``), then
+    ``const float* sinks;`` (FP32, (H,)) when ``mods.sinks``."""
+    lines = []
+    for k, cap in enumerate(mods.captured):
+        lines.append(f"const {C_TENSOR_TYPES[cap.dtype]}* cap{k};  // {cap.dtype}, {cap.ndim}-D")
+        lines.append(f"int64_t cap{k}_stride[{cap.ndim}];")
+    if mods.sinks:
+        lines.append("const float* sinks;  // per-head attention sink logits, FP32, (H,)")
+    return tuple(lines)
+
+
+__all__ = ["C_OPS", "C_LOAD", "C_TENSOR_TYPES", "C_VALUE_TYPES", "c_literal", "device_functions", "ctx_fields"]

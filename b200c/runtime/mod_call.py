@@ -1,0 +1,166 @@
+"""Calls with mods (score_mod / mask_mod / attention sinks): the traced functions (cached per
+function), the kernel token and each launch's values of the mods' kernel parameters.
+
+A :class:`ModCall` holds what one call adds to the plain attention call: the
+:class:`~b200c.dsl.mod_records.ModSet` (part of the kernel's identity: the traced graph, not the
+function's name or the captured values), the captured tensors and the sink logits (kernel
+arguments, written per launch, so new values never recompile) and the mask function the block mask
+is computed from (:mod:`b200c.runtime.block_mask`, cached per mask, captured tensors, shapes and
+tile shape).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+
+from ..errors import LaunchError
+
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i32": torch.int32,
+                 "i64": torch.int64, "bool": torch.bool}
+_traced: "OrderedDict" = OrderedDict()  # (function identities) -> (functions, ModSet, tensors)
+_traced_lock = threading.Lock()
+_MAX_TRACED = 128
+
+
+class ModCall:
+    """The mods of one call.
+
+    Attributes:
+        mods: the :class:`~b200c.dsl.mod_records.ModSet` compiled into the kernel.
+        mods_json: its canonical JSON (the kernel token's second half).
+        tensors: the captured tensors, in ``mods.captured`` order (kernel parameters ``cap{k}``).
+        sinks: FP32 (H,) sink logits on the call's device, or None.
+        mask_fn: the mask_mod (evaluated with torch ops for the block mask), or None.
+        mask_uses: the mask_mod's arguments that its value depends on.
+    """
+
+    __slots__ = ("mods", "mods_json", "tensors", "sinks", "mask_fn", "mask_uses")
+
+    def __init__(self, mods, tensors, sinks, mask_fn, mask_uses):
+        self.mods = mods
+        self.mods_json = mods.to_json()
+        self.tensors = tuple(tensors)
+        self.sinks = sinks
+        self.mask_fn = mask_fn
+        self.mask_uses = mask_uses
+
+    def for_sizes(self, *sizes) -> "ModCall":
+        """This call's mods with :attr:`~b200c.dsl.mod_records.ModSet.small_indices` set when every size
+        (B, H, S_q, S_kv; varlen: the longest sequences) is below 2^21: the kernel may then convert
+        index sums to float without the I2F (another kernel, cached like any)."""
+        from ..codegen.mods import SMALL_INDEX
+
+        if self.mods.small_indices or not all(0 <= int(s) < SMALL_INDEX for s in sizes):
+            return self
+        import msgspec
+
+        out = ModCall(msgspec.structs.replace(self.mods, small_indices=True), self.tensors, self.sinks, self.mask_fn,
+                      self.mask_uses)
+        return out
+
+    def check(self, q, heads: int) -> None:
+        """The captured tensors and the sinks are usable with query ``q`` (H = ``heads``).
+
+        Raises:
+            LaunchError: a tensor on another device, or sinks that are not (H,) real numbers.
+        """
+        for k, t in enumerate(self.tensors):
+            if t.device != q.device:
+                raise LaunchError(f"the mods capture a tensor on {t.device} (captured tensor {k}, shape "
+                                  f"{tuple(t.shape)}) but q is on {q.device}; move it to {q.device}")
+        if self.sinks is not None and tuple(self.sinks.shape) != (heads,):
+            raise LaunchError(f"sinks has shape {tuple(self.sinks.shape)}; it must be (H,) = ({heads},): one logit "
+                              "per query head")
+
+    def values(self, entry, causal: bool, cu_seqlens=None) -> dict:
+        """The mods' kernel parameter values for one launch of ``entry`` (a
+        :class:`b200c.runtime.launcher.Entry`): captured pointers and strides, sinks, block mask
+        (``cu_seqlens``: a varlen call's two prefix-sum tensors)."""
+        out = {}
+        for k, t in enumerate(self.tensors):
+            out[f"cap{k}"] = t.data_ptr()
+            for d, st in enumerate(t.stride()):
+                out[f"cap{k}_stride{d}"] = st
+        if self.mods.sinks:
+            out["sinks"] = self.sinks.data_ptr()
+        if self.mods.mask_mod is not None:
+            out["kv_ranges"] = self.ranges(entry, causal, cu_seqlens).data_ptr()
+        return out
+
+    def ranges(self, entry, causal: bool, cu_seqlens=None) -> torch.Tensor:
+        """The block mask of this call (:func:`b200c.runtime.block_mask.kv_ranges`), cached."""
+        from .block_mask import cached_kv_ranges, kv_ranges
+
+        p = entry.problem
+        info = entry.lk.built.launch
+        work = info.work()
+        device = entry.torch_device
+        caps = tuple((t.data_ptr(), t._version, tuple(t.shape), t.stride()) for t in self.tensors)
+        seqs = None if cu_seqlens is None else tuple((t.data_ptr(), t._version) for t in cu_seqlens)
+        key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,
+               p.seq_q, p.seq_kv, causal, entry.pack_heads, str(device))
+
+        def compute():
+            return kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv, seq_q=p.seq_q,
+                             seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
+                             cu_seqlens_q=None if cu_seqlens is None else cu_seqlens[0],
+                             cu_seqlens_k=None if cu_seqlens is None else cu_seqlens[1], device=device,
+                             uses=self.mask_uses)
+
+        return cached_kv_ranges(key, compute)
+
+
+def _identity(fn) -> tuple:
+    """What a traced function's result depends on besides its code: the function object, its
+    closure's and defaults' objects (a rebound closure variable traces again)."""
+    if fn is None:
+        return (None,)
+    cells = tuple(id(c.cell_contents) for c in (getattr(fn, "__closure__", None) or ()))
+    return (id(fn), cells, id(getattr(fn, "__defaults__", None)))
+
+
+def prepare(score_mod=None, mask_mod=None, sinks=None, q=None) -> ModCall:
+    """Trace ``score_mod`` / ``mask_mod`` (cached per function and closure) and check ``sinks``.
+
+    Args:
+        score_mod: ``(score, b, h, q_idx, kv_idx) -> score`` or None.
+        mask_mod: ``(b, h, q_idx, kv_idx) -> bool`` or None.
+        sinks: per-head sink logits, a real tensor (H,) on q's device (converted to FP32), or None.
+        q: the call's query (for the sinks' device), or None.
+
+    Raises:
+        ScheduleError: a function cannot be traced or uses an op outside the table
+            (:func:`b200c.dsl.mods.trace_mods`).
+        LaunchError: sinks that are not a real floating tensor.
+    """
+    from ..dsl.mods import trace_mods, uses
+
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point() or sinks.dim() != 1:
+            raise LaunchError(f"sinks must be a 1-D floating tensor of one logit per query head (H,), got "
+                              f"{type(sinks).__name__}" + (f" of shape {tuple(sinks.shape)}, dtype {sinks.dtype}"
+                                                           if isinstance(sinks, torch.Tensor) else ""))
+        if q is not None and sinks.device != q.device:
+            raise LaunchError(f"sinks is on {sinks.device} but q is on {q.device}; move it to {q.device}")
+        sinks = sinks.detach().to(torch.float32).contiguous()
+    key = (_identity(score_mod), _identity(mask_mod), sinks is not None)
+    with _traced_lock:
+        hit = _traced.get(key)
+        if hit is not None and hit[0] == (score_mod, mask_mod):
+            _traced.move_to_end(key)
+            mods, tensors = hit[1], hit[2]
+        else:
+            hit = None
+    if hit is None:
+        mods, tensors = trace_mods(score_mod=score_mod, mask_mod=mask_mod, sinks=sinks)
+        with _traced_lock:
+            _traced[key] = ((score_mod, mask_mod), mods, tensors)
+            while len(_traced) > _MAX_TRACED:
+                _traced.popitem(last=False)
+    mask_uses = uses(mods.mask_mod) if mods.mask_mod is not None else frozenset()
+    return ModCall(mods, tensors, sinks, mask_mod, mask_uses)
+
+
+__all__ = ["ModCall", "prepare"]
