@@ -172,3 +172,24 @@ def test_hopper_mod_presets_compile_without_spills(d, tmp_path):
     # head dim 256: the consumers' 240 registers hold a 128-register O; the masked path spills a few bytes
     # (nvcc 13.0: 4 B of stores, 16 B of loads)
     assert res.resources()["spill_bytes"] <= (32 if d == 256 else 0), res.log
+
+
+def test_tracing_after_the_one_line_swap_with_a_partial(monkeypatch):
+    """The capstone swaps F.scaled_dot_product_attention for a functools.partial: torch.overrides' table
+    (built on first use by torch.fx, from every function's __name__) must still build (measured on the H200:
+    AttributeError 'functools.partial' object has no attribute '__name__' on LTX-2's masked calls)."""
+    import functools
+
+    import torch.nn.functional as F
+
+    from b200c.dsl.mods import trace_mods
+    from b200c.runtime.sdpa_mask import mods_of_mask
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", functools.partial(b200c.scaled_dot_product_attention))
+    torch.overrides._get_overridable_functions.cache_clear()
+    try:
+        score_mod, mask_mod = mods_of_mask(torch.zeros(2, 1, 1, 10).bfloat16())
+        ms, tensors = trace_mods(score_mod=score_mod, mask_mod=mask_mod)
+        assert ms.score_mod.expression == "score + cap0[b, 0, 0, kv_idx]" and len(tensors) == 1
+    finally:
+        torch.overrides._get_overridable_functions.cache_clear()

@@ -800,10 +800,35 @@ def _definition(fn) -> str:
     return f" (function defined at {code.co_filename}:{code.co_firstlineno})"
 
 
+def _override_tables_ready(torch) -> None:
+    """torch.fx's tracer asks ``torch.overrides`` for its table of overridable functions, built once
+    from the ``__name__`` of every function of torch and torch.nn.functional; a ``functools.partial``
+    swapped in for one of them (the one-line swap of ``F.scaled_dot_product_attention``, measured: the
+    LTX-2 capstone's masked calls) has no ``__name__`` and breaks the build. Such partials are named
+    after the function they wrap, then the table is built."""
+    import functools
+
+    try:
+        torch.overrides.get_overridable_functions()
+        return
+    except AttributeError:
+        pass
+    for ns in (torch, torch.nn.functional):
+        for name, value in list(vars(ns).items()):
+            if isinstance(value, functools.partial) and not hasattr(value, "__name__"):
+                try:
+                    value.__name__ = getattr(value.func, "__name__", name)
+                except (AttributeError, TypeError):
+                    pass
+    torch.overrides.get_overridable_functions()
+
+
 def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]:
     import torch
     import torch.fx
     from torch.overrides import TorchFunctionMode
+
+    _override_tables_ready(torch)
 
     params = SCORE_PARAMS if kind == "score_mod" else MASK_PARAMS
     signature = f"{kind}({', '.join(params)})"
