@@ -520,9 +520,10 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
 
 @torch.compiler.disable
 def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, score_mod, mask_mod,
-                    sinks, window_size):
+                    sinks, window_size, prepared=None):
     """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
-    kernel arguments; see :mod:`b200c.runtime.mod_call`)."""
+    kernel arguments; see :mod:`b200c.runtime.mod_call`). ``prepared``: a ModCall made by the caller
+    (the SDPA drop-in's attn_mask, :mod:`b200c.runtime.sdpa_mask`) instead of the functions."""
     from . import mod_call
     from .mod_window import window_mask
 
@@ -534,7 +535,7 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     _check_mod_scale(score_mod, scale)
     if schedule is None:
         schedule = default_schedule_for(q, target, mods=score_mod is not None or mask_mod is not None
-                                        or window_size is not None)
+                                        or window_size is not None or prepared is not None)
     schedule_json = _schedule_json(schedule, target)
     _forward_only_mods(q, k, v)
     if q.dim() != 4 or k.dim() != 4:
@@ -544,7 +545,8 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     heads = q.shape[1] if layout == "bhsd" else q.shape[2]
     if window_size is not None:
         mask_mod = window_mask(window_size, s_q, s_kv, q.device, mask_mod, batch=q.shape[0])
-    mc = mod_call.prepare(score_mod, mask_mod, sinks, q).for_sizes(q.shape[0], heads, s_q, s_kv)
+    mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
+    mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
     mc.check(q, heads)
     out, lse = launcher.run((schedule_json, mc.mods_json), target, layout, q, k, v, scale, op.MODDED, causal,
                             return_lse, mc)

@@ -180,6 +180,12 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
     use_q, use_k = "q_idx" in uses, "kv_idx" in uses
     extents = {"b": ("B", batch), "h": ("H", heads), "q_idx": ("S_q", seq_q), "kv_idx": ("S_kv", seq_kv)}
 
+    if not use_q and (batch if use_b else 1) * (heads if use_h else 1) * n_kv * bn <= budget:
+        lq = lens_q if varlen else torch.full((1,), seq_q, dtype=torch.int64, device=device)
+        lk = lens_k if varlen else torch.full((1,), seq_kv, dtype=torch.int64, device=device)
+        return _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads, lq, lk, device, uses,
+                       extents)
+
     # chunk sizes, greedily: K/V columns, then Q rows, then heads, then sequences; costs are the
     # evaluated mask (b and h only count where the mask or the bounds depend on them) and the per-tile
     # any/all tensors of one chunk (every b and h of the chunk, all K/V tiles)
@@ -253,6 +259,51 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
                 ids = (rest * q_groups + torch.arange(r0, r1, **i64).view(1, 1, -1)).reshape(-1)
                 out[ids] = _ranges(nonempty.reshape(-1, n_kv), full.reshape(-1, n_kv), tile_idx)
     return out.contiguous()
+
+
+def _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads, lq, lk, device, uses,
+            extents) -> torch.Tensor:
+    """:func:`kv_ranges` of a mask that does not read ``q_idx`` (key padding, per-head key biases): the
+    mask is evaluated once per (b, h, key), not per query row (LTX-2's cross-attention, 12,288 query
+    rows, spent most of a forward on the full grid), and combined with the rows' bounds (lengths,
+    causal) per K/V tile. ``full`` is exact (the mask sees every key of the tile and every row's
+    bound covers it); ``non-empty`` may call a tile non-empty where the mask's keys and a row's
+    bound do not meet (causal): such a tile is visited as partial and masked, never skipped wrongly."""
+    bm, bn, qs = work.block_m, work.block_n, work.q_stages
+    n_kv = -(-seq_kv // bn)
+    q_groups = work.q_groups(seq_q, pack_heads)
+    hu = qs if pack_heads else 1
+    ru = bm if pack_heads else qs * bm
+    use_b, use_h = "b" in uses, "h" in uses
+    i64 = dict(dtype=torch.int64, device=device)
+    zero = torch.zeros((1, 1, 1, 1), **i64)
+    cols = torch.arange(n_kv * bn, **i64).clamp(max=seq_kv - 1)
+    args = (torch.arange(batch, **i64).view(-1, 1, 1, 1) if use_b else zero,
+            torch.arange(heads, **i64).view(1, -1, 1, 1) if use_h else zero, zero,
+            cols.view(1, 1, 1, -1) if "kv_idx" in uses else zero)
+    shape = torch.broadcast_shapes(*(a.shape for a in args))
+    m = _eval_mask(mask_fn, args, shape, extents, device).expand(shape)[:, :, 0]  # (B|1, H|1, n_kv * bn)
+    m = m.reshape(m.shape[0], m.shape[1], n_kv, bn)
+    m_any, m_all = m.any(dim=3), m.all(dim=3)  # (B|1, H|1, n_kv)
+    if pack_heads and use_h:  # an item's heads: union for non-empty, intersection for full
+        m_any = m_any.reshape(m_any.shape[0], heads // hu, hu, n_kv).any(dim=2)
+        m_all = m_all.reshape(m_all.shape[0], heads // hu, hu, n_kv).all(dim=2)
+    # the rows' bounds per K/V tile: row r sees keys c < lim(r) (the length, and causal's diagonal)
+    rows = torch.arange(q_groups * ru, **i64).view(1, -1, 1)
+    lq, lk = lq.view(-1, 1, 1), lk.view(-1, 1, 1)
+    lim = torch.minimum(lk, rows + lk - lq + 1) if causal else lk.expand(-1, rows.shape[1], 1)
+    tiles = torch.arange(n_kv, **i64).view(1, 1, -1)
+    valid = rows < lq
+    r_any = valid & (tiles * bn < lim)                 # (B|1, rows, n_kv)
+    r_all = ~valid | ((tiles + 1) * bn <= lim)
+    b_any = r_any.reshape(r_any.shape[0], q_groups, ru, n_kv).any(dim=2)  # (B|1, q_groups, n_kv)
+    b_all = r_all.reshape(r_all.shape[0], q_groups, ru, n_kv).all(dim=2)
+    units = heads // hu
+    nonempty = m_any.unsqueeze(2) & b_any.unsqueeze(1)  # (B|1, units|1, q_groups, n_kv)
+    full = m_all.unsqueeze(2) & b_all.unsqueeze(1) & b_any.unsqueeze(1)
+    nonempty = nonempty.expand(batch, units, q_groups, n_kv).reshape(-1, n_kv)
+    full = full.expand(batch, units, q_groups, n_kv).reshape(-1, n_kv)
+    return _ranges(nonempty, full, torch.arange(n_kv, **i64)).contiguous()
 
 
 def _ranges(nonempty: torch.Tensor, full: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -209,9 +209,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             s = None if scale is None else inputs.softmax_scale_value(scale)
             try:
                 if attn_mask is not None:
-                    score_mod, mask_mod = sdpa_mask.mods_of_mask(attn_mask)
-                    out = api._attention_mods(query, key, value, schedule, False, s, False, "bhsd", target, score_mod,
-                                              mask_mod, None, None)
+                    out = api._attention_mods(query, key, value, schedule, False, s, False, "bhsd", target, None, None,
+                                              None, None, sdpa_mask.mod_call_of_mask(attn_mask))
                 elif api._direct_path_ok(query, key, value):
                     out = op.run_schedule(query, key, value, schedule_json, s, target, "bhsd", is_causal, False)[0]
                 else:
