@@ -212,3 +212,62 @@ def test_tracing_after_the_one_line_swap_with_a_partial(monkeypatch):
         assert ms.score_mod.expression == "score + cap0[b, 0, 0, kv_idx]" and len(tensors) == 1
     finally:
         torch.overrides._get_overridable_functions.cache_clear()
+
+
+def test_block_mask_cache_is_not_fooled_by_a_reused_address(fd):
+    """Two cu_seqlens tensors at one address with the same version (a freed block reused by the allocator)
+    get their own block masks (found by review: the cache keyed by pointer and version alone returned the
+    first batch's tiles)."""
+    import numpy as np
+
+    x = torch.randn(1280, 4, 128).bfloat16()
+    buf = np.array([0, 1024, 1280], dtype=np.int32)
+    window = mods.sliding_window(100)
+    ranges = []
+    for values in ([0, 1024, 1280], [0, 256, 1280]):
+        buf[:] = values
+        cu = torch.from_numpy(buf)  # a new tensor over the same memory, version 0
+        b200c.attention_varlen(x, x, x, cu, cu, 1024, 1024, schedule=HOPPER, mask_mod=window)
+        L = fd.launches[-1]
+        info = L.kernel
+        work = WorkDecomposition(info.block_m, info.block_n, info.q_stages)
+        n = work.num_work(2, 4, 1024, bool(L.params["pack_heads"]))
+        got = _ranges_at(L.params["kv_ranges"], n)
+        want = block_mask.kv_ranges(window, work, batch=2, heads=4, heads_kv=4, seq_q=1024, seq_kv=1024,
+                                    pack_heads=bool(L.params["pack_heads"]), cu_seqlens_q=cu, cu_seqlens_k=cu)
+        assert torch.equal(got, want), values
+        ranges.append(got)
+    assert not torch.equal(ranges[0], ranges[1])
+
+
+CAP = 30.0
+
+
+def test_trace_cache_sees_rebound_globals_and_attributes(fd):
+    global CAP
+    q = t()
+
+    def capped(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / CAP) * CAP
+
+    class Scaled:
+        def __init__(self):
+            self.alpha = 1.0
+
+        def mod(self, score, b, h, q_idx, kv_idx):
+            return score * self.alpha
+
+    s = Scaled()
+    try:
+        b200c.attention(q, q, q, schedule=HOPPER, score_mod=capped)
+        CAP = 20.0
+        b200c.attention(q, q, q, schedule=HOPPER, score_mod=capped)
+        assert fd.loads == 2  # the new constant traced again: another kernel
+        b200c.attention(q, q, q, schedule=HOPPER, score_mod=s.mod)
+        b200c.attention(q, q, q, schedule=HOPPER, score_mod=s.mod)  # a new bound-method object, same state
+        assert fd.loads == 3
+        s.alpha = 5.0
+        b200c.attention(q, q, q, schedule=HOPPER, score_mod=s.mod)
+        assert fd.loads == 4
+    finally:
+        CAP = 30.0

@@ -139,7 +139,8 @@ def kv_row(plan, tile: str = "j") -> str:
 
 def kv_col0(plan, tile: str = "j") -> str:
     """C expression of the first key column (in the sequence) of visited K/V tile ``tile``."""
-    t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) else tile
+    t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) else (tile if tile.isidentifier() or tile.isdigit()
+                                                                else f"({tile})")
     return f"{t} * BLOCK_N"
 
 

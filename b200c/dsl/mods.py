@@ -806,21 +806,24 @@ def _override_tables_ready(torch) -> None:
     swapped in for one of them (the one-line swap of ``F.scaled_dot_product_attention``, measured: the
     LTX-2 capstone's masked calls) has no ``__name__`` and breaks the build. Such partials are named
     after the function they wrap, then the table is built."""
-    import functools
-
     try:
         torch.overrides.get_overridable_functions()
         return
     except AttributeError:
         pass
-    for ns in (torch, torch.nn.functional):
+    for ns in (torch, torch.nn.functional, torch.functional, torch.linalg, torch.fft, torch.special, torch.nn.init):
         for name, value in list(vars(ns).items()):
-            if isinstance(value, functools.partial) and not hasattr(value, "__name__"):
+            if callable(value) and not isinstance(value, type) and not hasattr(value, "__name__"):
                 try:
-                    value.__name__ = getattr(value.func, "__name__", name)
+                    value.__name__ = getattr(getattr(value, "func", None), "__name__", name)
                 except (AttributeError, TypeError):
                     pass
-    torch.overrides.get_overridable_functions()
+    try:
+        torch.overrides.get_overridable_functions()
+    except AttributeError as e:
+        raise ScheduleError(f"torch.fx cannot trace the mods in this process: torch.overrides could not list torch's "
+                            f"functions ({e}); a callable without a __name__ was swapped in for one of them: give it "
+                            "a __name__ (functools.wraps) or swap in a plain function") from None
 
 
 def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]:

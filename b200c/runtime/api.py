@@ -495,6 +495,8 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         >>> o = b200c.attention(q, k, v, schedule=b200c.Schedule())
         >>> o, lse = b200c.attention(q, k[:, :4], v[:, :4], schedule=b200c.Schedule(), causal=True, return_lse=True)
     """
+    if window_size is not None and type(window_size) in (tuple, list) and tuple(window_size) == (-1, -1):
+        window_size = None  # flash_attn's "no window": the plain kernel
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
         return _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, score_mod,
                                mask_mod, sinks, window_size)
@@ -719,11 +721,17 @@ def _check_mod_scale(score_mod, scale) -> None:
 
 
 def _forward_only_mods(q, k, v) -> None:
-    """Calls with mods are forward-only (the launcher checks the devices).
+    """Calls with mods are forward-only and not captured in CUDA graphs (the launcher checks the devices).
 
     Raises:
         BackwardNotSupportedError: an input requires grad (with grad mode on).
+        LaunchError: a CUDA graph is being captured (a call's block mask is a cached tensor the graph
+            would keep a pointer to after the cache freed it).
     """
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise LaunchError("calls with score_mod / mask_mod / sinks / window_size cannot be captured in a CUDA graph "
+                          "yet (their block masks and traced functions are cached per call); run them eagerly, "
+                          "or capture calls without mods")
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         from ..errors import BackwardNotSupportedError
 

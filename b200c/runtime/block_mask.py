@@ -361,6 +361,14 @@ class BlockMaskCache:
                 self._entries.popitem(last=False)
         return value
 
+    def put(self, key: Hashable, value) -> None:
+        """Store ``value`` under ``key`` (replacing what is there), evicting past ``maxsize``."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
     def clear(self) -> None:
         """Drop every entry and reset the hit/miss counts."""
         with self._lock:
@@ -376,8 +384,9 @@ _CACHE = BlockMaskCache()
 
 
 def cached_kv_ranges(key: Hashable, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
-    """The module-wide :class:`BlockMaskCache` (64 entries): the ranges stored under ``key``, else
-    ``compute()`` (e.g. a ``functools.partial`` of :func:`kv_ranges`) stored under it."""
+    """The module-wide :class:`BlockMaskCache` (64 entries): the value stored under ``key``, else
+    ``compute()`` (e.g. a ``functools.partial`` of :func:`kv_ranges`; the runtime stores the ranges with
+    the tensors they were computed from, :meth:`b200c.runtime.mod_call.ModCall.ranges`) stored under it."""
     return _CACHE.get(key, compute)
 
 

@@ -21,7 +21,7 @@ _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.floa
                  "i64": torch.int64, "bool": torch.bool}
 _traced: "OrderedDict" = OrderedDict()  # (function identities) -> (functions, ModSet, tensors)
 _traced_lock = threading.Lock()
-_MAX_TRACED = 128
+_MAX_TRACED = 32  # each entry keeps its functions (and what they capture) alive
 
 
 class ModCall:
@@ -91,7 +91,7 @@ class ModCall:
 
     def ranges(self, entry, causal: bool, cu_seqlens=None) -> torch.Tensor:
         """The block mask of this call (:func:`b200c.runtime.block_mask.kv_ranges`), cached."""
-        from .block_mask import cached_kv_ranges, kv_ranges
+        from .block_mask import _CACHE, cached_kv_ranges, kv_ranges
 
         p = entry.problem
         info = entry.lk.built.launch
@@ -102,23 +102,71 @@ class ModCall:
         key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,
                p.seq_q, p.seq_kv, causal, entry.pack_heads, str(device))
 
+        inputs = self.tensors + (tuple(cu_seqlens) if cu_seqlens is not None else ())
+        cuda = device.type == "cuda"
+        stream = torch.cuda.current_stream(device) if cuda else None
+
         def compute():
-            return kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv, seq_q=p.seq_q,
-                             seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
-                             cu_seqlens_q=None if cu_seqlens is None else cu_seqlens[0],
-                             cu_seqlens_k=None if cu_seqlens is None else cu_seqlens[1], device=device,
-                             uses=self.mask_uses)
+            ranges = kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv, seq_q=p.seq_q,
+                               seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
+                               cu_seqlens_q=None if cu_seqlens is None else cu_seqlens[0],
+                               cu_seqlens_k=None if cu_seqlens is None else cu_seqlens[1], device=device,
+                               uses=self.mask_uses)
+            done = None
+            if cuda:
+                done = torch.cuda.Event()
+                done.record(stream)
+            # the inputs are kept with the result: a pointer and version seen again belong to the same tensors
+            # only while they are alive (a freed block reused by new values would otherwise hit)
+            return ranges, inputs, stream, done
 
-        return cached_kv_ranges(key, compute)
+        ranges, kept, made_on, done = cached_kv_ranges(key, compute)
+        if any(a is not b for a, b in zip(kept, inputs)):  # other tensors at the same addresses: compute again
+            hit = compute()
+            _CACHE.put(key, hit)
+            ranges, kept, made_on, done = hit
+        if cuda and made_on != stream:  # computed on another stream: wait for it, and keep it alive for this one
+            stream.wait_event(done)
+            ranges.record_stream(stream)
+        return ranges
 
 
-def _identity(fn) -> tuple:
-    """What a traced function's result depends on besides its code: the function object, its
-    closure's and defaults' objects (a rebound closure variable traces again)."""
+def _identity(fn, depth: int = 3) -> tuple:
+    """What a traced function's result depends on besides its code: the function object, the objects
+    its closure cells, defaults and the globals its code names hold, one level into objects' attributes
+    (``self.alpha``), and nested functions the same way. A rebound variable or attribute traces again;
+    state mutated inside a container (a list changed in place) is not seen."""
     if fn is None:
         return (None,)
-    cells = tuple(id(c.cell_contents) for c in (getattr(fn, "__closure__", None) or ()))
-    return (id(fn), cells, id(getattr(fn, "__defaults__", None)))
+    if depth == 0 or not callable(fn):
+        return (id(fn),)
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and getattr(fn, "__func__", None) is not None:  # a bound method: its function and object
+        return (_identity(fn.__func__, depth - 1), id(owner),
+                tuple((k, id(v)) for k, v in getattr(owner, "__dict__", {}).items()))
+    code = getattr(fn, "__code__", None)
+    if code is None and hasattr(fn, "__call__") and hasattr(type(fn), "__call__"):  # a callable object
+        return (id(fn), tuple((k, id(v)) for k, v in getattr(fn, "__dict__", {}).items()))
+    values = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    glb = getattr(fn, "__globals__", {})
+    values += [glb[n] for n in (code.co_names if code is not None else ()) if n in glb]
+    out = [id(fn), id(getattr(fn, "__defaults__", None))]
+    for v in values:
+        if callable(v) and getattr(v, "__code__", None) is not None:
+            out.append(_identity(v, depth - 1))
+        elif hasattr(v, "__dict__") and not isinstance(v, (type, type(torch))) and not isinstance(v, torch.Tensor):
+            out.append((id(v), tuple((k, id(a)) for k, a in vars(v).items())))
+        else:
+            out.append(id(v))
+    return tuple(out)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+        return True
+    except ValueError:  # an empty cell (a variable assigned after the function was made)
+        return False
 
 
 def prepare(score_mod=None, mask_mod=None, sinks=None, q=None) -> ModCall:
@@ -148,7 +196,7 @@ def prepare(score_mod=None, mask_mod=None, sinks=None, q=None) -> ModCall:
     key = (_identity(score_mod), _identity(mask_mod), sinks is not None)
     with _traced_lock:
         hit = _traced.get(key)
-        if hit is not None and hit[0] == (score_mod, mask_mod):
+        if hit is not None and hit[0][0] == score_mod and hit[0][1] == mask_mod:
             _traced.move_to_end(key)
             mods, tensors = hit[1], hit[2]
         else:

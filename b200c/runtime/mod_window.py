@@ -11,7 +11,7 @@ import torch
 from ..errors import LaunchError
 
 _bounds: dict = {}  # key -> (inputs kept alive, (B, 2) int32 bounds); a handful per process
-_fns: dict = {}  # (bounds key, id(mask_mod)) -> (mask_mod, the window's function): traced once
+_fns: dict = {}  # (bounds key, id(mask_mod)) -> (mask_mod, bounds, the window's function): traced once
 _lock = threading.Lock()
 _FAR = 1 << 30  # an unbounded side
 
@@ -66,13 +66,13 @@ def window_mask(window_size, s_q: int, s_kv: int, device, mask_mod=None, batch: 
     fkey = (key, id(mask_mod))
     with _lock:
         f = _fns.get(fkey)
-    if f is not None and f[0] is mask_mod:
-        return f[1]
+    if f is not None and f[0] is mask_mod and f[1] is bounds:  # the function closes over these very bounds
+        return f[2]
     fn = _window_fn(bounds, left >= 0, right >= 0, mask_mod)
     with _lock:
         if len(_fns) > 256:
             _fns.clear()
-        _fns[fkey] = (mask_mod, fn)
+        _fns[fkey] = (mask_mod, bounds, fn)
     return fn
 
 
