@@ -30,8 +30,12 @@ def rows(torch, B, H, S, dev):
     def window(b, h, q, kv):
         return (q >= kv) & (q - kv <= 1024)
 
+    from b200c.dsl.presets import default_schedule
+
+    mods_preset = default_schedule(128, "hopper", mods=True)  # what calls with mods run (128-row K/V tiles)
     return [
         ("dense", {}, None, None, "dense"),
+        ("dense, the mods preset's tiles (no mod)", dict(schedule=mods_preset), None, None, None),
         ("causal", dict(causal=True), None, causal, "causal"),
         ("sliding window 1024 (causal)", dict(window_size=(1024, 0)), None, window, None),
         ("softcap 30", dict(score_mod=mods.softcap(30.0)), mods.softcap(30.0), None, None),
