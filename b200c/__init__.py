@@ -44,25 +44,27 @@ def plan(schedule, target: str = "sm100a"):
     return make_plan(schedule, target)
 
 
-def generate(schedule, target: str = "sm100a", profile: bool = False):
+def generate(schedule, target: str = "sm100a", profile: bool = False, mods=None):
     """Validate ``schedule`` and return its GeneratedKernel for ``target``
-    (``"sm100a"``, ``"emulate"`` or ``"sm90a"``; see b200c.codegen.generate)."""
+    (``"sm100a"``, ``"emulate"`` or ``"sm90a"``; see b200c.codegen.generate). ``mods``: a traced
+    ModSet (``b200c.dsl.mods.trace_mods(score_mod=..., mask_mod=...)[0]``) compiled in, or None."""
     from .codegen import generate as _generate
 
-    return _generate(schedule, target, profile=profile)
+    return _generate(schedule, target, profile=profile, mods=mods)
 
 
-def default_schedule(head_dim: int, target: str = "sm100a"):
+def default_schedule(head_dim: int, target: str = "sm100a", mods: bool = False):
     """The built-in schedule of ``target`` (``"sm100a"``, ``"emulate"``: the blog's stage 18 and its
     head-dim variants; ``"sm90a"``: the Hopper progression's last stage) for head dim 64, 128 or 256
-    (b200c/dsl/presets.py). What ``b200c.attention(schedule=None)`` and the SDPA drop-in run.
+    (b200c/dsl/presets.py). What ``b200c.attention(schedule=None)`` and the SDPA drop-in run;
+    ``mods=True``: what they run for calls with a score_mod / mask_mod (Hopper: smaller K/V tiles).
 
     Raises:
         TargetError: unknown target. ScheduleError: another head dim.
     """
     from .codegen.targets import resolve
 
-    return resolve(target).default_schedule(head_dim)
+    return resolve(target).default_schedule(head_dim, mods)
 
 
 # The entry points that need torch live in b200c.runtime and are imported on first use

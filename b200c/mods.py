@@ -34,6 +34,7 @@ Importing this module imports torch; ``import b200c`` does not import it.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable, Union
 
 import torch
@@ -57,9 +58,9 @@ def _int_tensor(name: str, t, ndims: tuple, shape_text: str) -> None:
 
 
 def _non_negative_int(name: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:  # numpy ints too
         raise ScheduleError(f"{name}={v!r}; it must be an int >= 0")
-    return v
+    return int(v)
 
 
 def softcap(cap: float) -> Callable:
@@ -74,8 +75,11 @@ def softcap(cap: float) -> Callable:
     Raises:
         ScheduleError: ``cap`` is not a finite number > 0.
     """
-    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
-        raise ScheduleError(f"softcap(cap={cap!r}): cap must be a finite number > 0 (e.g. 50.0)")
+    if (isinstance(cap, bool) or not isinstance(cap, numbers.Real) or not math.isfinite(cap) or cap <= 0
+            or cap > 1e30):
+        raise ScheduleError(f"softcap(cap={cap!r}): cap must be a number > 0 and <= 1e30 (FP32 arithmetic on the "
+                            "GPU: score / cap and cap * tanh), e.g. 50.0")
+    cap = float(cap)
     cap = float(cap)
 
     def softcap_score(score, b, h, q_idx, kv_idx):
@@ -94,8 +98,9 @@ def alibi_slopes(heads: int, device=None) -> torch.Tensor:
     Raises:
         ScheduleError: ``heads`` is not an int >= 1.
     """
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1:
+    if isinstance(heads, bool) or not isinstance(heads, numbers.Integral) or heads < 1:
         raise ScheduleError(f"alibi_slopes(heads={heads!r}): heads must be an int >= 1")
+    heads = int(heads)
 
     def power_of_two(n: int) -> list:
         return [2.0 ** (-8.0 * i / n) for i in range(1, n + 1)]
@@ -121,7 +126,8 @@ def alibi(slopes: torch.Tensor) -> Callable:
     Raises:
         ScheduleError: ``slopes`` is not a 1-D float tensor.
     """
-    if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1 or not slopes.dtype.is_floating_point:
+    if (not isinstance(slopes, torch.Tensor) or slopes.dim() != 1
+            or slopes.dtype not in (torch.float32, torch.bfloat16, torch.float16)):
         what = (f"a tensor of dtype {slopes.dtype} and shape {tuple(slopes.shape)}"
                 if isinstance(slopes, torch.Tensor) else f"a {type(slopes).__name__}")
         raise ScheduleError(f"alibi(slopes): slopes is {what}; pass a float32 tensor of shape (H,), e.g. "
@@ -246,10 +252,21 @@ def key_padding(lengths: torch.Tensor) -> Callable:
 
 
 def _check_masks(name: str, mask_mods) -> None:
+    import inspect
+
     for i, m in enumerate(mask_mods):
         if not callable(m):
             raise ScheduleError(f"{name}: argument {i} is a {type(m).__name__}; pass mask_mod functions "
                                 "(b, h, q_idx, kv_idx) -> bool")
+        try:
+            inspect.signature(m).bind(0, 0, 0, 0)
+        except TypeError:
+            what = getattr(m, "__name__", type(m).__name__)
+            raise ScheduleError(f"{name}: argument {i} ({what}) cannot be called as mask_mod(b, h, q_idx, kv_idx); "
+                                "pass mask_mods (e.g. b200c.mods.causal(), called: the recipes return the "
+                                "function)") from None
+        except ValueError:  # no signature to read (a builtin): tracing checks it
+            pass
 
 
 def and_masks(*mask_mods: Callable) -> Callable:

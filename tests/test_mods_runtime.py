@@ -271,3 +271,32 @@ def test_trace_cache_sees_rebound_globals_and_attributes(fd):
         assert fd.loads == 4
     finally:
         CAP = 30.0
+
+
+def test_fresh_user_frictions():
+    """Found by a fresh-user trial: a learned table (nn.Parameter) in a mod, recipes given numpy scalars,
+    a recipe factory passed uncalled to and_masks, float64 slopes, an FP32-overflowing cap, and the
+    facade's generate / default_schedule for mods."""
+    import numpy as np
+
+    from b200c.dsl.mods import trace_mods
+
+    emb = torch.nn.Embedding(64, 4)
+
+    def rel_bias(score, b, h, q_idx, kv_idx):
+        return score + emb.weight[torch.clamp(q_idx - kv_idx, 0, 63), h]
+
+    ms, tensors = trace_mods(score_mod=rel_bias)
+    assert ms.score_mod.expression == "score + cap0[clamp(q_idx - kv_idx, 0, 63), h]"
+    assert tensors[0].data_ptr() == emb.weight.data_ptr() and not tensors[0].requires_grad
+    assert float(mods.softcap(np.float32(30.0))(torch.tensor(3.0), 0, 0, 0, 0)) == pytest.approx(30 * np.tanh(0.1))
+    assert mods.alibi_slopes(np.int64(4)).shape == (4,)
+    with pytest.raises(ScheduleError, match=r"causal\(\), called"):
+        mods.and_masks(mods.causal)
+    with pytest.raises(ScheduleError, match="float32 tensor"):
+        mods.alibi(torch.ones(4, dtype=torch.float64))
+    with pytest.raises(ScheduleError, match="<= 1e30"):
+        mods.softcap(1e39)
+    s = b200c.default_schedule(128, target="sm90a", mods=True)
+    assert s.name == "hopper_mods_d128" and s.block_n == 128
+    assert "// score_mod, traced with torch.fx" in b200c.generate(s, "sm90a", mods=ms).source

@@ -870,6 +870,12 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
             super().__init__()
             self.sites: dict = {}
 
+        def create_arg(self, a):
+            if isinstance(a, torch.nn.Parameter):  # a learned table (T5's relative bias): read like any captured
+                a = a.detach()                     # tensor (calls with mods are forward-only); same storage
+                made.made.pop(id(a), None)         # not a value the function made: a kernel input, not a constant
+            return super().create_arg(a)
+
         def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
             node = super().create_node(kind, target, args, kwargs, name, type_expr)
             site = _user_site(_stack_frames())

@@ -101,8 +101,9 @@ HOPPER_PRESETS = {64: HOPPER_D64, 128: HOPPER_D128, 256: HOPPER_D256}
 
 # with a score_mod / mask_mod the consumers also compute the mods per score: at the presets' K/V tiles ptxas
 # spilled (softcap + a document mask: 316 / 264 B of spill stores at head dim 64 / 128; nvcc 13.0); at 160 / 128
-# rows softcap, a document mask, key padding and both compile without spills (ALiBi: 8 B at 128), at head dim 256
-# and 64 rows the masked path keeps 4-12 B (tests/test_mods_runtime.py pins them)
+# rows softcap, a document mask, key padding and softcap + document compile without spills; at head dim 128 ALiBi
+# keeps 16 B, causal & document 40 B, both 56-92 B (spill stores + loads, a fresh-user trial); at head dim 256 and
+# 64 rows the masked path keeps 4-20 B (tests/test_mods_runtime.py pins softcap + document)
 HOPPER_MOD_PRESETS = {
     64: HOPPER_D64.replace(name="hopper_mods_d64", block_n=160),
     128: HOPPER_D128.replace(name="hopper_mods_d128", block_n=128),
