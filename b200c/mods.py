@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from typing import Callable, Union
 
 import torch
@@ -269,6 +270,20 @@ def _check_masks(name: str, mask_mods) -> None:
             pass
 
 
+def _combined(name: str, mask_mods, join, empty) -> Callable:
+    """The mask_mod ``join``-ing every one of ``mask_mods`` (``empty`` of q_idx's shape with none)."""
+    def combined(b, h, q_idx, kv_idx):
+        if not mask_mods:
+            return empty(q_idx, dtype=torch.bool)
+        result = mask_mods[0](b, h, q_idx, kv_idx)
+        for m in mask_mods[1:]:
+            result = join(result, m(b, h, q_idx, kv_idx))
+        return result
+
+    combined.__name__ = combined.__qualname__ = name
+    return combined
+
+
 def and_masks(*mask_mods: Callable) -> Callable:
     """A mask_mod that is True where every one of ``mask_mods`` is (``m0 & m1 & ...``); with none,
     every key is visible. E.g. ``and_masks(causal(), document(doc_ids))``.
@@ -277,16 +292,7 @@ def and_masks(*mask_mods: Callable) -> Callable:
         ScheduleError: an argument is not callable.
     """
     _check_masks("and_masks", mask_mods)
-
-    def and_mask(b, h, q_idx, kv_idx):
-        if not mask_mods:
-            return torch.ones_like(q_idx, dtype=torch.bool)
-        result = mask_mods[0](b, h, q_idx, kv_idx)
-        for m in mask_mods[1:]:
-            result = result & m(b, h, q_idx, kv_idx)
-        return result
-
-    return and_mask
+    return _combined("and_mask", mask_mods, operator.and_, torch.ones_like)
 
 
 def or_masks(*mask_mods: Callable) -> Callable:
@@ -297,13 +303,4 @@ def or_masks(*mask_mods: Callable) -> Callable:
         ScheduleError: an argument is not callable.
     """
     _check_masks("or_masks", mask_mods)
-
-    def or_mask(b, h, q_idx, kv_idx):
-        if not mask_mods:
-            return torch.zeros_like(q_idx, dtype=torch.bool)
-        result = mask_mods[0](b, h, q_idx, kv_idx)
-        for m in mask_mods[1:]:
-            result = result | m(b, h, q_idx, kv_idx)
-        return result
-
-    return or_mask
+    return _combined("or_mask", mask_mods, operator.or_, torch.zeros_like)

@@ -23,12 +23,20 @@ from __future__ import annotations
 from ..dsl.mod_records import ModSet
 from .signature import ATTENTION_PARAMS, Param
 
-_PTR = {"f32": "float", "bf16": "__nv_bfloat16", "f16": "__half", "i32": "int", "i64": "long long", "bool": "bool"}
-
 
 def block_sparse(mods) -> bool:
     """Whether the kernel takes a block mask (it has a mask_mod)."""
     return mods is not None and mods.mask_mod is not None
+
+
+def has_score_mod(mods) -> bool:
+    """Whether the kernel applies a score_mod (every tile then takes the -inf-safe softmax)."""
+    return mods is not None and mods.score_mod is not None
+
+
+def has_mods(mods) -> bool:
+    """Whether the kernel puts its scores through ``mod_entry`` (a score_mod or a mask_mod)."""
+    return has_score_mod(mods) or block_sparse(mods)
 
 
 def params(mods) -> tuple:
@@ -57,7 +65,7 @@ def ctx_fields(mods) -> tuple:
     out = []
     if block_sparse(mods):
         out.append("  const int4* kv_ranges;  // block mask: (kv_lo, full_lo, full_hi, kv_hi) per work item")
-    if mods.score_mod is not None:
+    if has_score_mod(mods):
         out.append("  float inv_scale;        // 1 / softmax_scale: score_mod's result back in raw score units")
     out += ["  " + line.strip() for line in lowering.ctx_fields(mods)]
     return tuple(out)
@@ -70,25 +78,26 @@ def ctx_init(mods) -> tuple:
     out = []
     if block_sparse(mods):
         out.append("  c.kv_ranges = reinterpret_cast<const int4*>(kv_ranges);")
-    if mods.score_mod is not None:
+    if has_score_mod(mods):
         out.append("  c.inv_scale = 1.f / softmax_scale;")
     if mods.sinks:
         out.append("  c.sinks = sinks;")
+    from .mods import C_TENSOR_TYPES
+
     for k, t in enumerate(mods.captured):
-        out.append(f"  c.cap{k} = static_cast<const {_PTR[t.dtype]}*>(cap{k});")
+        out.append(f"  c.cap{k} = static_cast<const {C_TENSOR_TYPES[t.dtype]}*>(cap{k});")
         out += [f"  c.cap{k}_stride[{d}] = cap{k}_stride{d};" for d in range(t.ndim)]
     return tuple(out)
 
 
 def functions(mods) -> tuple:
     """Lines of the traced device functions and ``mod_entry`` (after the context and work item)."""
-    if mods is None or (mods.score_mod is None and mods.mask_mod is None):
+    if not has_mods(mods):
         return ()
     from . import mods as lowering
 
     out = list(lowering.device_functions(mods))
-    score = mods.score_mod is not None
-    mask = mods.mask_mod is not None
+    score, mask = has_score_mod(mods), block_sparse(mods)
     out += [
         "",
         "// One score entry through the mods: row `row` / key `col` of the sequence, query head h. Indices past the",
@@ -122,27 +131,21 @@ def template_args(mods) -> dict:
         "ctx_fields": "\n".join(ctx_fields(mods)),
         "ctx_init": "\n".join(ctx_init(mods)),
         "functions": "\n".join(functions(mods)),
-        "score": mods is not None and mods.score_mod is not None,
-        "mask": block_sparse(mods),
-        "sinks": mods is not None and mods.sinks,
-        "any": mods is not None and (mods.score_mod is not None or mods.mask_mod is not None),
     }
 
 
-def kv_row(plan, tile: str = "j") -> str:
-    """C expression of the first K/V row of K/V tile number ``tile`` (visit order) of the work item:
-    with a block mask the visit order maps to tiles through ``kv_tile``."""
-    t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) else (tile if tile.isidentifier() or tile.isdigit()
-                                                                else f"({tile})")
-    return f"w.kv_row0 + {t} * BLOCK_N"
-
-
 def kv_col0(plan, tile: str = "j") -> str:
-    """C expression of the first key column (in the sequence) of visited K/V tile ``tile``."""
+    """C expression of the first key column (in the sequence) of K/V tile number ``tile`` (visit order)
+    of the work item: with a block mask the visit order maps to tiles through ``kv_tile``."""
     t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) else (tile if tile.isidentifier() or tile.isdigit()
                                                                 else f"({tile})")
     return f"{t} * BLOCK_N"
 
 
-__all__ = ["block_sparse", "params", "ctx_fields", "ctx_init", "functions", "template_args", "kv_row", "kv_col0",
-           "ModSet"]
+def kv_row(plan, tile: str = "j") -> str:
+    """C expression of the first K/V row (in the tensors) of K/V tile number ``tile`` (visit order)."""
+    return f"w.kv_row0 + {kv_col0(plan, tile)}"
+
+
+__all__ = ["block_sparse", "has_score_mod", "has_mods", "params", "ctx_fields", "ctx_init", "functions",
+           "template_args", "kv_row", "kv_col0", "ModSet"]

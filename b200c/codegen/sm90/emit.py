@@ -102,6 +102,7 @@ def emit(ir: KernelIR, launch) -> str:
     roles = [dict(name=r.name, blog=r.blog, where=_where(r), per_q_stage=bool(r.instances),
                   accumulators=r.name in ("consumer", "cta"), body=indent(render_block(env, r.body)))
              for r in ir.roles if r.body]
+    params = mod_kernel.params(plan.mods)
     text = env.get_template("kernel.cu.j2").render(
         plan=plan,
         li=launch,
@@ -117,9 +118,9 @@ def emit(ir: KernelIR, launch) -> str:
         traced=bool(ir.trace_tracks),
         scale_units=_scale_units(ir),
         kernel_name=KERNEL_NAME,
-        params=mod_kernel.params(plan.mods),
+        params=params,
         work=template_args(decomposition(plan)),
-        entry_params=c_parameter_list(mod_kernel.params(plan.mods), f"{KERNEL_NAME}("),
+        entry_params=c_parameter_list(params, f"{KERNEL_NAME}("),
         mods=mod_kernel.template_args(plan.mods),
     )
     return text.rstrip() + "\n"

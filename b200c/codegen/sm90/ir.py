@@ -59,7 +59,7 @@ class Softmax(Node):
     tile: str
     masked: Optional[bool] = None  # known to be a masked (True) or whole (False) tile; None: decided at run time
     q: str = "q"  # the Q stage (C expression): its head and rows for the mods
-    code: tuple = ()  # with mods: the call lines (b200c/codegen/sm90/softmax.py softmax_call_lines)
+    code: tuple = ()  # with mods: the call lines (b200c/codegen/sm90/softmax.py softmax_node)
 
     def describe(self) -> str:
         how = {None: f"masked per row unless {self.tile} < w.n_full", True: "masked per row", False: "whole"}

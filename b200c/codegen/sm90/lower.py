@@ -8,12 +8,12 @@ from ..ir import Decl, KernelIR, RoleIR
 from ..lowering import Lowering
 from ..plan import Plan
 from ..roles import load
-from ..mod_kernel import template_args as mod_args
+from ..mod_kernel import has_mods
 from .softmax import apply_mods_fn, rescale_fn, softmax_fn, store_fn
 
 
 def _functions(s, plan) -> tuple:
-    mods = (apply_mods_fn(plan),) if mod_args(plan.mods)["any"] else ()
+    mods = (apply_mods_fn(plan),) if has_mods(plan.mods) else ()
     return (softmax_fn(s), softmax_fn(s, masked=True), *mods, rescale_fn(s),
             store_fn(s, plan.mods is not None and plan.mods.sinks))
 

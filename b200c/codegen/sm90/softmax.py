@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import softmax_rules as rules
-from ..mod_kernel import kv_col0
+from ..mod_kernel import has_mods, has_score_mod, kv_col0
 from .ir import ApplyModsFn, RescaleFn, Softmax, SoftmaxFn, StoreOFn
 
 
@@ -67,16 +67,13 @@ def softmax_node(plan, tile: str, masked=None, q: str = "q") -> Softmax:
     (True) or whole (False) tile, None: decided at run time. With mods the call lines are written here:
     ``apply_mods`` first (score_mod on every tile, mask_mod on the masked ones), and whole tiles take
     the -inf-safe ``softmax_tile_masked`` with no column limit when a score_mod may give -inf."""
-    from ..mod_kernel import template_args
-
-    m = template_args(plan.mods)
-    if not m["any"]:
+    if not has_mods(plan.mods):
         return Softmax(tile, masked, q)
     head = f"q_head_of(c, w, {q})"
     lims = f"col_limit(c, w, row_in_seq, {tile}), col_limit(c, w, row_in_seq + 8, {tile})"
     masked_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, true);",
                     f"softmax_tile_masked(s, st, c.scale_units, {lims});"]
-    if m["score"]:
+    if has_score_mod(plan.mods):
         whole_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, false);",
                        "softmax_tile_masked(s, st, c.scale_units, BLOCK_N, BLOCK_N);  // a score_mod may give -inf"]
     else:
@@ -292,24 +289,19 @@ def store_lines(n: StoreOFn) -> tuple:
             f"    const float m2 = {m_log2}, snk = c.sinks[head] * 1.4426950408889634f, mx = fmaxf(m2, snk);",
             "    const float f = st.m[r] == -INFINITY ? 0.f : ex2_approx_ftz(m2 - mx), es = ex2_approx_ftz(snk - mx);",
             f"    inv[r] = f / (({norm}) * f + es);",
-            "    const int row = row0 + 8 * r;",
-            "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",
-            "      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * "
-            "c.lse_stride_s] =",
-            f"          {rules.lse_natural('mx', 'l * f + es')};",
-            "  }",
         ]
+        lse = rules.lse_natural("mx", "l * f + es")
     else:
-        out += [
-            f"    inv[r] = l == 0.f ? 0.f : 1.f / ({norm});  // no visible key: the row stays 0 (a NaN sum stays NaN)",
-            "    const int row = row0 + 8 * r;",
-            "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",
-            "      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * "
-            "c.lse_stride_s] =",
-            f"          l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')};",
-            "  }",
-        ]
+        out.append(f"    inv[r] = l == 0.f ? 0.f : 1.f / ({norm});  // no visible key: the row stays 0 (a NaN sum stays "
+                   "NaN)")
+        lse = f"l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')}"
     out += [
+        "    const int row = row0 + 8 * r;",
+        "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",
+        "      c.lse[(int64_t)w.tma_b * c.lse_stride_b + head * c.lse_stride_h + (int64_t)(w.q_row0 + row) * "
+        "c.lse_stride_s] =",
+        f"          {lse};",
+        "  }",
         "  __nv_bfloat16* base = c.out + (int64_t)w.tma_b * c.out_stride_b + head * c.out_stride_h + 2 * (lane & 3);",
         "#pragma unroll",
         "  for (int r = 0; r < 2; ++r) {",

@@ -70,6 +70,7 @@ def emit(ir: KernelIR, launch) -> str:
                           rows=r.name in ("cta", "softmax", "correction"), pin_trow=r.name == "correction",
                           pin_bases=r.name == "mma",
                           prelude=indent(render_block(env, lead)), body=indent(render_block(env, r.body[len(lead):]))))
+    params = mod_kernel.params(plan.mods)
     text = env.get_template("kernel.cu.j2").render(
         plan=plan,
         li=launch,
@@ -82,8 +83,8 @@ def emit(ir: KernelIR, launch) -> str:
         alloc_warp=0,
         work=template_args(decomposition(plan)),
         kernel_name=KERNEL_NAME,
-        entry_params=c_parameter_list(mod_kernel.params(plan.mods), f"{KERNEL_NAME}("),
+        entry_params=c_parameter_list(params, f"{KERNEL_NAME}("),
         mods=mod_kernel.template_args(plan.mods),
-        params=mod_kernel.params(plan.mods),
+        params=params,
     )
     return text.rstrip() + "\n"

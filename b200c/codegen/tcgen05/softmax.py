@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from .. import softmax_rules as rules
+from ..mod_kernel import block_sparse, has_score_mod, kv_col0
 from ..ir import Assign, Decl, Scope
 from . import softmax_text
 from .ir import (ColumnLoop, Epilogue, ExpScores, PackP, Rebase, RescaleO, RowmaxPass, RowsumAdd, ScoresFromCache,
@@ -43,11 +44,8 @@ def mods_statement(lw, width: int, masked: bool, q: str = "q") -> str:
     """With a score_mod or mask_mod: the loop putting ``s[0:width]`` (columns ``c0 ..`` of the visited
     tile ``j``, this thread's row ``row_in_seq``) through ``mod_entry`` (:mod:`b200c.codegen.mod_kernel`;
     ``masked``: the mask_mod applies); else "" (no mods, or a whole tile and no score_mod)."""
-    from ..mod_kernel import kv_col0, template_args
-
-    m = template_args(lw.plan.mods)
-    if not (m["score"] or (masked and m["mask"])):  # whole tiles of a mask_mod alone: nothing to apply
-        return ""
+    if not (has_score_mod(lw.plan.mods) or (masked and block_sparse(lw.plan.mods))):
+        return ""  # no mods, or a whole tile of a mask_mod alone: nothing to apply
     return (f"for (int k = 0; k < {width}; ++k) s[k] = mod_entry(c, w, q_head_of(c, w, {q}), row_in_seq, "
             f"{kv_col0(lw.plan)} + c0 + k, s[k], {'true' if masked else 'false'});  // score_mod / mask_mod")
 
@@ -55,9 +53,7 @@ def mods_statement(lw, width: int, masked: bool, q: str = "q") -> str:
 def guard(lw, mask: bool) -> bool:
     """Whether a tile's softmax must be -inf-safe (a row may have no finite score): masked tiles, and
     every tile when a score_mod may give -inf."""
-    from ..mod_kernel import template_args
-
-    return mask or template_args(lw.plan.mods)["score"]
+    return mask or has_score_mod(lw.plan.mods)
 
 
 def rowmax_pass(lw, s_col: str, mask: bool = False, q: str = "q") -> RowmaxPass:

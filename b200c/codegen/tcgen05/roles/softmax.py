@@ -12,6 +12,7 @@ from __future__ import annotations
 from ...ir import Arrive, Comment, Decl, If, Loop, PhaseDecl, RoleIR, Wait, WorkLoop
 from .. import softmax as sm
 from ..ir import StoreStats
+from ...mod_kernel import has_score_mod
 from ...roles.load import setmaxnreg
 
 
@@ -62,11 +63,11 @@ def build(lw) -> RoleIR:
     if s.s_cache_cols:
         item.append(Decl("float", "s_cache", "{}", array=s.s_cache_cols))
     row_decl = Decl("const int", "row_in_seq", "q_tile_of(c, w, q) * BLOCK_M + (int)row", model="0")
-    mods = bool(sm.mods_statement(lw, 1, False))  # a score_mod: every tile reads its row
+    every_tile = has_score_mod(lw.plan.mods)  # a score_mod reads the row on every tile
     item += [
-        *((row_decl,) if mods else ()),
+        *((row_decl,) if every_tile else ()),
         Loop("j", "0", "w.n_full", tile(False), "K/V tiles every row sees whole (the steady state)"),
-        *(() if mods else (row_decl,)),
+        *(() if every_tile else (row_decl,)),
         Loop("j", "w.n_full", "w.n_kv", (Decl("const int", "col_lim", "col_limit(c, w, row_in_seq, j)", model="0"),
                                        *tile(True)),
              "masked tiles: the partial last K/V tile, the causal diagonal"),
