@@ -53,11 +53,13 @@ def generate(schedule, target: str = "sm100a", profile: bool = False, mods=None)
     return _generate(schedule, target, profile=profile, mods=mods)
 
 
-def default_schedule(head_dim: int, target: str = "sm100a", mods: bool = False):
+def default_schedule(head_dim: int, target: str = "sm100a", mods=False):
     """The built-in schedule of ``target`` (``"sm100a"``, ``"emulate"``: the blog's stage 18 and its
     head-dim variants; ``"sm90a"``: the Hopper progression's last stage) for head dim 64, 128 or 256
     (b200c/dsl/presets.py). What ``b200c.attention(schedule=None)`` and the SDPA drop-in run;
-    ``mods=True``: what they run for calls with a score_mod / mask_mod (Hopper: smaller K/V tiles).
+    ``mods=True``: what they run for calls with a score_mod / mask_mod (Hopper: smaller K/V tiles);
+    ``mods=<a traced ModSet>``: what a call with those mods runs (light ones, such as ALiBi, keep the dense
+    tiles: :func:`b200c.dsl.mods.light`).
 
     Raises:
         TargetError: unknown target. ScheduleError: another head dim.

@@ -2,14 +2,21 @@
 window_size compiled into the kernel of the device's built-in schedule) against FlexAttention
 (torch.compile'd ``flex_attention`` with the same functions and a ``create_block_mask`` block mask)
 and, where it has the feature, cuDNN through torch SDPA (dense, causal). CUDA events, L2 flushed,
-median of the timed runs (b200c.bench.timing). TFLOPS count the score entries that take part
+median of the timed runs, the kernels of a row timed in the same rounds (b200c.bench.timing.time_interleaved:
+the GPU's clock drifts over a run). TFLOPS count the score entries that take part
 (4 * D flops each: QK and PV), so masked rows compare the work that has to be done. Each b200c
 output is checked against FlexAttention's (max |difference| printed).
+
+Two columns measure b200c against itself: "vs dense" is the time of b200c's dense kernel on the same
+K/V tiles (the schedule the row's call picks), timed in the same rounds, over the row's time; "per tile" is the row's time per K/V tile it
+computes (tiles the block mask does not skip, counted from the kernel's work decomposition) over the
+dense kernel's time per tile: 1.00 is time proportional to the tiles computed.
 
     python scripts/bench_mods.py [--shape 4x16x8192x128] [--iters 20] [--md table.md]
 """
 import argparse
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +39,7 @@ def rows(torch, B, H, S, dev):
 
     from b200c.dsl.presets import default_schedule
 
-    mods_preset = default_schedule(128, "hopper", mods=True)  # what calls with mods run (128-row K/V tiles)
+    mods_preset = default_schedule(128, "hopper", mods=True)  # what calls with mask_mods run (128-row K/V tiles)
     return [
         ("dense", {}, None, None, "dense"),
         ("dense, the mods preset's tiles (no mod)", dict(schedule=mods_preset), None, None, None),
@@ -58,6 +65,35 @@ def visible_entries(torch, mask_mod, B, H, S, dev) -> int:
     return total
 
 
+def row_schedule(q, kw):
+    """The schedule a row's b200c call runs (its own, or the built-in one its mods pick)."""
+    import b200c
+    from b200c.dsl.mods import trace_mods
+    from b200c.runtime.api import default_schedule_for
+
+    if "schedule" in kw:
+        return kw["schedule"]
+    if not any(x in kw for x in ("score_mod", "mask_mod", "window_size")):
+        return default_schedule_for(q)
+    if "window_size" in kw:
+        return default_schedule_for(q, mods=True)
+    ms, _ = trace_mods(score_mod=kw.get("score_mod"), mask_mod=kw.get("mask_mod"))
+    return b200c.default_schedule(int(q.shape[-1]), target="sm90a", mods=ms)
+
+
+def tiles_computed(torch, schedule, mask_mod, B, H, S, dev) -> int:
+    """K/V tiles the kernel computes over all work items: every tile (no mask), or those the block mask
+    keeps (b200c.runtime.block_mask.kv_ranges on the schedule's work decomposition)."""
+    from b200c.codegen.work import WorkDecomposition
+    from b200c.runtime.block_mask import kv_ranges
+
+    work = WorkDecomposition(schedule.block_m, schedule.block_n, schedule.q_stages)
+    if mask_mod is None:
+        return work.num_work(B, H, S) * -(-S // schedule.block_n)
+    r = kv_ranges(mask_mod, work, batch=B, heads=H, heads_kv=H, seq_q=S, seq_kv=S, device=dev)
+    return int((r[:, 3] - r[:, 0]).sum())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="4x16x8192x128", help="BxHxSxD (default 4x16x8192x128, the issue's shape)")
@@ -70,7 +106,7 @@ def main() -> int:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     import b200c
-    from b200c.bench.timing import time_ms
+    from b200c.bench.timing import time_interleaved
 
     B, H, S, D = (int(x) for x in args.shape.split("x"))
     dev = "cuda"
@@ -81,10 +117,18 @@ def main() -> int:
     lines = [f"b200c vs FlexAttention (torch {torch.__version__}, torch.compile'd) and cuDNN, {name}, "
              f"B={B} H={H} S={S} D={D}, median of {args.iters} runs (CUDA events, L2 flushed); TFLOPS over the score "
              "entries that take part", "",
-             "| row | b200c TFLOPS | FlexAttention TFLOPS | b200c / Flex | cuDNN TFLOPS | b200c / cuDNN | max abs diff vs Flex |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| row | b200c TFLOPS | FlexAttention TFLOPS | b200c / Flex | cuDNN TFLOPS | b200c / cuDNN | vs dense | "
+             "per tile | max abs diff vs Flex |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(lines), flush=True)
     with torch.no_grad():
+        # the GPU's clock settles under load within a few seconds (the first timing of a cold H200 ran ~10 %
+        # faster than the same kernel a second later): warm it up before the first row
+        t_end = time.perf_counter() + 5.0
+        while time.perf_counter() < t_end:
+            for _ in range(10):
+                b200c.attention(q, k, v)
+            torch.cuda.synchronize()
         for row, kw, score_mod, mask_mod, cudnn in rows(torch, B, H, S, dev):
             work = 4 * D * visible_entries(torch, mask_mod, B, H, S, dev)
 
@@ -101,17 +145,26 @@ def main() -> int:
 
             o1, o2 = ours(), theirs()
             diff = float((o1.float() - o2.float()).abs().max())
-            t1 = time_ms(ours, iters=args.iters).median_ms
-            t2 = time_ms(theirs, iters=args.iters).median_ms
+            sched = row_schedule(q, kw)
+            tiles, dense_tiles = (tiles_computed(torch, sched, m, B, H, S, dev) for m in (mask_mod, None))
+
+            def dense(sched=sched):
+                return b200c.attention(q, k, v, schedule=sched)
+
+            def cud(causal=cudnn == "causal"):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+            fns = [dense, ours, theirs] + ([cud] if cudnn else [])
+            times = [x.median_ms for x in time_interleaved(fns, iters=args.iters)]
+            t0, t1, t2 = times[:3]
             tf1, tf2 = work / t1 / 1e9, work / t2 / 1e9
             c_tf = c_ratio = "-"
             if cudnn:
-                def cud(causal=cudnn == "causal"):
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                t3 = time_ms(cud, iters=args.iters).median_ms
-                c_tf, c_ratio = f"{work / t3 / 1e9:.0f}", f"{t3 / t1:.2f}"
-            line = f"| {row} | {tf1:.0f} | {tf2:.0f} | {t2 / t1:.2f} | {c_tf} | {c_ratio} | {diff:.2e} |"
+                c_tf, c_ratio = f"{work / times[3] / 1e9:.0f}", f"{times[3] / t1:.2f}"
+            per_tile = (t1 / tiles) / (t0 / dense_tiles)
+            line = (f"| {row} | {tf1:.0f} | {tf2:.0f} | {t2 / t1:.2f} | {c_tf} | {c_ratio} | {t0 / t1:.2f} | "
+                    f"{per_tile:.2f} | {diff:.2e} |")
             lines.append(line)
             print(line, flush=True)
     if args.md:

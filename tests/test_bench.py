@@ -157,3 +157,41 @@ def test_markdown_orders_stages():
     text = report.markdown(rows, {"device": "d", "iters": 3})
     lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
     assert lines[1].startswith("|  | torch SDPA cuDNN | 600") and "| 1 | a | 200 (33%) WRONG |" in lines[2]
+
+
+def test_time_interleaved_runs_the_functions_in_rounds(monkeypatch):
+    """Each round runs every function once in order, bracketed by its own events; each function's
+    Timing is the median over the rounds of its own events (CUDA stand-ins: the events read a clock
+    that each function advances by its own amount)."""
+    import torch
+
+    from b200c.bench import timing
+
+    clock = [0.0]
+    calls = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = clock[0]
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(timing, "_flush_buffer", lambda device: torch.zeros(4))
+
+    def fn(name, ms):
+        def run():
+            calls.append(name)
+            clock[0] += ms + len(calls) * 1e-3  # drift: later runs are slower
+        return run
+
+    a, b = timing.time_interleaved([fn("a", 2.0), fn("b", 5.0)], warmup=1, iters=3, device=0)
+    assert calls == ["a", "b"] * 4
+    assert [round(x, 3) for x in a.runs_ms] == [2.003, 2.005, 2.007]
+    assert [round(x, 3) for x in b.runs_ms] == [5.004, 5.006, 5.008]
+    assert round(a.median_ms, 3) == 2.005 and round(b.min_ms, 3) == 5.004

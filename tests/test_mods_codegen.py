@@ -6,16 +6,20 @@ nvcc); on a GPU the nvcc build runs too."""
 import shutil
 import subprocess
 
+import msgspec
 import pytest
 import torch
 
-from b200c.codegen.mods import C_LOAD, C_OPS, C_TENSOR_TYPES, c_literal, ctx_fields, device_functions
+from b200c.codegen.mods import (C_LOAD, C_OPS, C_TENSOR_TYPES, c_literal, ctx_fields, device_functions,
+                               score_bias_parts)
 from b200c.dsl.mod_records import TENSOR_DTYPES, CapturedTensor, ModSet
 from b200c.dsl.mods import OPS, trace_mods
 from test_mods_trace import B, CASES, H, SKV, SQ, evaluate
 
 SCORE_SIG = ("__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, const int h, "
-             "const int q_idx, const int kv_idx) {")
+             "const int q_idx, const int kv_idx,",
+             "                                           const int kv_off = 0) {  // kv_off: the part of kv_idx known at "
+             "compile time")
 MASK_SIG = ("__device__ __forceinline__ bool mask_mod(const Ctx& c, const int b, const int h, const int q_idx, "
             "const int kv_idx) {")
 
@@ -29,7 +33,7 @@ def test_softcap_function_text():
     mods, _ = trace_mods(lambda score, b, h, q_idx, kv_idx: torch.tanh(score / 30.0) * 30.0)
     assert device_functions(mods) == (
         "// score_mod, traced with torch.fx: tanh(score / 30.0) * 30.0",
-        SCORE_SIG,
+        *SCORE_SIG,
         "  const float v1 = __fdividef(score, 30.0f);",
         "  const float v2 = (1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * v1)));",
         "  const float v4 = v2 * 30.0f;",
@@ -46,7 +50,7 @@ def test_mask_with_captured_tensors_text():
                                mask_mod=lambda b, h, q_idx, kv_idx: doc[b, q_idx] == doc[b, kv_idx],
                                sinks=torch.zeros(4))
     lines = device_functions(mods)
-    assert lines[0] == "// score_mod, traced with torch.fx: score + cap0[kv_idx, h]" and lines[1] == SCORE_SIG
+    assert lines[0] == "// score_mod, traced with torch.fx: score + cap0[kv_idx, h]" and lines[1:3] == SCORE_SIG
     assert ("  const float v0 = __bfloat162float(c.cap0[(int64_t)kv_idx * c.cap0_stride[0] + "
             "(int64_t)h * c.cap0_stride[1]]);") in lines
     i = lines.index("// mask_mod, traced with torch.fx: cap1[b, q_idx] == cap1[b, kv_idx]")
@@ -128,6 +132,7 @@ _HOST_PRELUDE = r"""
 #define __expf(x) expf(x)
 #define __fdividef(x, y) ((x) / (y))
 #define rsqrtf(x) (1.0f / sqrtf(x))
+static inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 struct __nv_bfloat16 { uint16_t bits; };
@@ -159,6 +164,7 @@ static const void* TO_DEVICE(const void* p, size_t n) {
 """
 
 N_POINTS = 96
+SPLIT_CASES: list = []  # the cases the last program() evaluated through score_bias_parts
 
 
 def _points(seed=0):
@@ -180,10 +186,14 @@ def _array(name: str, values, ctype: str) -> str:
     return f"alignas(16) static const {ctype} {name}[] = {{{', '.join(values)}}};"
 
 
-def program(cases, mode: str, points) -> str:
+def program(cases, mode: str, points, kv_off: str = "") -> str:
     """One C++ (mode "host") or CUDA (mode "cuda") translation unit that evaluates every case's mod at
-    ``points`` and prints ``case point value`` lines (``%a``); each case lives in its own namespace."""
+    ``points`` and prints ``case point value`` lines (``%a``); each case lives in its own namespace.
+    ``kv_off``: a C expression of ``i`` passed to score_mod as the compile-time part of kv_idx (as the
+    kernels pass the key's column within a fragment; "" passes none)."""
     score, b, h, q, kv = points
+    split = SPLIT_CASES
+    split.clear()
     out = [_HOST_PRELUDE if mode == "host" else _CUDA_PRELUDE]
     out.append(_array("P_SCORE", [f"{x.hex()}f" for x in score.tolist()], "float"))
     for name, t in (("P_B", b), ("P_H", h), ("P_Q", q), ("P_KV", kv)):
@@ -197,8 +207,15 @@ def program(cases, mode: str, points) -> str:
         out.append("  int unused;")
         out.append("};")
         out.extend(device_functions(mods))
-        call = ("score_mod(c, s[i], b[i], h[i], q[i], kv[i])" if kind == "score_mod"
+        off = f", {kv_off}" if kv_off else ""
+        call = (f"score_mod(c, s[i], b[i], h[i], q[i], kv[i]{off})" if kind == "score_mod"
                 else "(mask_mod(c, b[i], h[i], q[i], kv[i]) ? 1.0f : 0.0f)")
+        parts = score_bias_parts(mods) if kind == "score_mod" and kv_off else ()
+        if parts:  # the Hopper whole-tile path: the bias from its per-row base and per-key slope
+            out.extend(parts)
+            call = (f"[&]{{ float sl, ba; const int k = {kv_off}; score_bias_parts(c, b[i], h[i], q[i], kv[i] - k, sl, "
+                    "ba); return s[i] + (ba + sl * (float)k); }()")
+            split.append(i)
         params = "const Ctx c, const float* s, const int* b, const int* h, const int* q, const int* kv, float* o, int n"
         if mode == "host":
             out.append(f"void run({params}) {{ for (int i = 0; i < n; i++) o[i] = {call}; }}")
@@ -278,6 +295,28 @@ def test_c_lowering_matches_the_interpreter_on_the_host(tmp_path):
     src = tmp_path / "mods_host.cpp"
     src.write_text(program(cases, "host", points))
     exe = tmp_path / "mods_host"
+    r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    compare(cases, points, run.stdout, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ on PATH to run the C lowering on the host")
+def test_c_lowering_with_small_indices_and_a_compile_time_key_part(tmp_path):
+    """With small_indices (int -> float through mod_i2f) and kv_idx split into a run-time and a
+    compile-time part (kv_off, as the kernels call score_mod), every case still gives the interpreter's
+    values: the per-row / per-key split of index arithmetic (ALiBi's slope * (kv_idx - q_idx)) is exact
+    up to FP32 rounding."""
+    cases = [(kind, msgspec.structs.replace(mods, small_indices=True), tensors)
+             for kind, mods, tensors in traced_cases()]
+    assert any("per row + per key" in line for _, mods, _ in cases for line in device_functions(mods))
+    points = _points(seed=3)
+    src = tmp_path / "mods_split.cpp"
+    src.write_text(program(cases, "host", points, kv_off="kv[i] % 13"))
+    split = [CASES[i][0] for i in SPLIT_CASES]
+    assert len(split) >= 3, split  # score + a per-head bias, ALiBi-like index arithmetic, ...
+    exe = tmp_path / "mods_split"
     r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)

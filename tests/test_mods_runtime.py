@@ -300,3 +300,68 @@ def test_fresh_user_frictions():
     s = b200c.default_schedule(128, target="sm90a", mods=True)
     assert s.name == "hopper_mods_d128" and s.block_n == 128
     assert "// score_mod, traced with torch.fx" in b200c.generate(s, "sm90a", mods=ms).source
+
+
+def test_light_mods_keep_the_dense_tiles():
+    """ALiBi and a per-head bias add a few instructions per score: the Hopper presets keep the dense K/V
+    tiles for them; softcap (a tanh per score), an additive bias read per key and every mask_mod take the
+    mods' smaller tiles (b200c.dsl.mods.light, b200c.dsl.presets.default_schedule)."""
+    from b200c.dsl.mods import light, trace_mods
+    from b200c.dsl.presets import HOPPER_MOD_PRESETS, HOPPER_PRESETS, default_schedule
+
+    slopes, bias = mods.alibi_slopes(4), torch.zeros(4, 64)
+    light_ones = [dict(score_mod=mods.alibi(slopes)), dict(score_mod=lambda s, b, h, q, kv: s + slopes[h]),
+                  dict(score_mod=lambda s, b, h, q, kv: s * 2 - (q - kv) * 0.5), {}]
+    heavy = [dict(score_mod=mods.softcap(30.0)), dict(score_mod=lambda s, b, h, q, kv: s + bias[h, kv]),
+             dict(score_mod=lambda s, b, h, q, kv: s / (kv + 1)), dict(mask_mod=mods.causal()),
+             dict(score_mod=mods.alibi(slopes), mask_mod=mods.causal())]
+    for kw in light_ones + heavy:
+        ms, _ = trace_mods(**kw)
+        assert light(ms) == (kw in light_ones), kw
+        for d in (64, 128, 256):
+            want = (HOPPER_PRESETS if kw in light_ones else HOPPER_MOD_PRESETS)[d]
+            assert default_schedule(d, "hopper", mods=ms) == want
+            assert b200c.default_schedule(d, target="sm90a", mods=ms) == want
+    assert b200c.default_schedule(128, target="sm100a", mods=trace_mods(**heavy[0])[0]).block_n == 128
+
+
+def test_alibi_call_takes_the_dense_preset(fd):
+    """A call with ALiBi and no schedule runs the dense preset's kernel (with the mods compiled in)."""
+    q = torch.randn(1, 2, 64, 128).bfloat16()
+    b200c.attention(q, q, q, score_mod=mods.alibi(mods.alibi_slopes(2)), target="sm90a")
+    info = fd.launches[-1].kernel
+    assert (info.name, info.block_n) == ("hopper_default_d128", 176)
+    b200c.attention(q, q, q, score_mod=mods.softcap(30.0), target="sm90a")
+    info = fd.launches[-1].kernel
+    assert (info.name, info.block_n) == ("hopper_mods_d128", 128)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
+    """ALiBi at the dense presets' K/V tiles (224 / 176 / 80 rows): no spills, and its steady K/V loop is
+    the dense one plus one FFMA per score (slope * k, k the key's column in the thread's fragment; the
+    bias at the fragment's first column is a per-row offset of the softmax: softmax_tile_biased) and a
+    fixed few per tile (the slope's load, the per-row bases, the top P's exponent). Exact counts, nvcc 13.0."""
+    import msgspec
+
+    from b200c.dsl.mods import trace_mods
+    from b200c.dsl.presets import HOPPER_PRESETS
+    from b200c.nvcc import compile_cuda
+    from b200c.sass.disasm import disassemble
+    from b200c.sass.hopper import hot_loop
+
+    ms, _ = trace_mods(score_mod=mods.alibi(mods.alibi_slopes(4)))
+    ms = msgspec.structs.replace(ms, small_indices=True)  # as the runtime compiles calls below 2^21 per index
+    s = HOPPER_PRESETS[d]
+    loops = {}
+    for name, m in (("dense", None), ("alibi", ms)):
+        res = compile_cuda(b200c.codegen.generate(s, "sm90a", mods=m).source, tmp_path / f"{name}.cubin", "cubin",
+                           "sm_90a")
+        assert res.resources()["spill_bytes"] == 0, res.log
+        loops[name] = hot_loop(disassemble(tmp_path / f"{name}.cubin"))
+        assert not [x for x in loops[name]["body"] if "LDL" in x or "STL" in x]
+    s_regs = s.block_n // 2  # S registers per thread: 64 rows x block_n over 128 threads
+    assert loops["alibi"]["ffma"] - loops["dense"]["ffma"] == s_regs + 2  # + the top P's exponent per row
+    assert loops["alibi"]["mufu_ex2"] == loops["dense"]["mufu_ex2"]
+    assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 30, 128: 45, 256: 30}[d]

@@ -110,15 +110,30 @@ def functions(mods) -> tuple:
                    "scale in, blog ch.8).")
     if mask:
         out.append("// mask_mod runs on the tiles the block mask calls partial (masked); false: -inf.")
+    additive = score and lowering.additive_score_mod(mods)
+    if score:
+        out.append("// col_off: the part of col known at compile time (passed on to score_mod as kv_off on whole tiles).")
+    if additive:
+        out += ["// The score_mod is score + bias: score_mod(-0.0f, ...) is the bias exactly (-0 + x = x), added in raw",
+                "// score units with one FMA (no scaling of the score there and back)."]
     out += [
         "__device__ __forceinline__ float mod_entry(const Ctx& c, const WorkItem& w, const int h, const int row, "
         "const int col,",
-        "                                           const float s, const bool masked) {",
+        "                                           const int col_off, const float s, const bool masked) {",
         "  const int r = min(row, w.len_q - 1);",
-        "  const int k = masked ? max(min(col, w.len_kv - 1), 0) : col;  // whole tiles lie inside the sequence",
-        ("  float x = score_mod(c, s * c.softmax_scale, w.b, h, r, k) * c.inv_scale;" if score
-         else "  float x = s;"),
     ]
+    # a score_mod that indexes no captured tensor by kv_idx takes the column as it is on every tile (its
+    # entries past the sequence are masked after), keeping the compile-time part
+    clamp_score = score and lowering.reads_by_kv(mods.score_mod)
+    if clamp_score or mask:
+        out.append("  const int k = masked ? max(min(col, w.len_kv - 1), 0) : col;  // whole tiles lie inside the "
+                   "sequence")
+    if score:
+        kv, off = ("k", "masked ? 0 : col_off") if clamp_score else ("col", "col_off")
+        out.append(f"  float x = fmaf(score_mod(c, -0.0f, w.b, h, r, {kv}, {off}), c.inv_scale, s);" if additive else
+                   f"  float x = score_mod(c, s * c.softmax_scale, w.b, h, r, {kv}, {off}) * c.inv_scale;")
+    else:
+        out.append("  float x = s;")
     if mask:
         out.append("  if (masked && !mask_mod(c, w.b, h, r, k)) x = -INFINITY;")
     out += ["  return x;", "}"]

@@ -227,10 +227,47 @@ def _bounds(graph: ModGraph, small: bool) -> dict:
     return out
 
 
-def _convert(atom: str, src: str, dst, bound=None) -> str:
+def _kv_coefficients(graph: ModGraph) -> dict:
+    """Per int value computed from the indices, its coefficient ``K`` in ``kv_idx`` when the value is
+    ``A + K * kv_idx`` with ``A`` free of ``kv_idx`` (0: does not depend on kv_idx; None: not of that
+    form, e.g. a loaded value indexed by kv_idx or a product of two index terms)."""
+    by_name = {n.name: n for n in graph.nodes}
+    out: dict = {}
+    for n in graph.nodes:
+        args = [out.get(a) for a in n.args]
+        if n.op == "param":
+            k = 1 if n.name == "kv_idx" else 0
+        elif n.op == "const":
+            k = 0
+        elif None in args:
+            k = None
+        elif n.type == "i32" and n.op in ("add", "sub"):
+            k = args[0] + args[1] if n.op == "add" else args[0] - args[1]
+        elif n.type == "i32" and n.op == "neg":
+            k = -args[0]
+        elif n.type == "i32" and n.op == "mul":
+            consts = [by_name[a].op == "const" for a in n.args]
+            k = (args[1] * int(const_value(by_name[n.args[0]])) if consts[0]
+                 else args[0] * int(const_value(by_name[n.args[1]])) if consts[1]
+                 else 0 if args == [0, 0] else None)
+        else:
+            k = 0 if all(x == 0 for x in args) else None  # depends on kv_idx through another op
+        out[n.name] = k
+    return out
+
+
+def _convert(atom: str, src: str, dst, bound=None, kv_coef=None) -> str:
+    """``atom`` converted from ``src`` to ``dst``. An int that is ``A + K * kv_idx`` (``kv_coef`` = K)
+    below 2^22 goes to float as ``mod_i2f(atom - K * kv_off) + (float)(K * kv_off)``: ``kv_off`` is the
+    part of kv_idx the compiler knows after unrolling (the key's column within the thread's fragment),
+    so the conversion is one per row and each key adds a constant (exact: both are integers below
+    2^22)."""
     if dst is None or src == dst:
         return atom
     if src == "i32" and dst == "f32" and bound is not None and bound < _I2F_EXACT:
+        if kv_coef:
+            off = "kv_off" if kv_coef == 1 else f"{kv_coef} * kv_off" if kv_coef > 0 else f"({kv_coef}) * kv_off"
+            return f"(mod_i2f({atom} - {off}) + (float)({off}))"
         return f"mod_i2f({atom})"
     return f"({C_VALUE_TYPES[dst]}){atom}"
 
@@ -240,20 +277,80 @@ def _template(op: str, vtype: str) -> str:
     return t[vtype] if isinstance(t, dict) else t
 
 
-def _body(graph: ModGraph, mods: ModSet) -> list:
+def _body(graph: ModGraph, mods: ModSet, bias_of: str | None = None) -> list:
+    """The C lines of ``graph``'s function body (``return`` last). ``bias_of``: instead, the lines of
+    ``score_bias_parts`` for the score_mod's bias value ``bias_of`` (the values it depends on, then
+    ``slope = ...; base = ...;``), or None if that value is not ``base + slope * kv_off``."""
     by_name = {n.name: n for n in graph.nodes}
     types = {n.name: n.type for n in graph.nodes}
     bounds = _bounds(graph, mods.small_indices)
+    coefs = _kv_coefficients(graph) if graph.kind == "score_mod" else {}
 
     def atom(name: str, want) -> str:
         n = by_name[name]
         if n.op == "const":  # literals are written in the type they are used in
             return c_literal(const_value(n), want or n.type)
-        return _convert(name, n.type, want, bounds.get(name))
+        return _convert(name, n.type, want, bounds.get(name), coefs.get(name))
+
+    # float values that are `base + slope * kv_off` with base and slope free of kv_off (per row / per head):
+    # each is then one FMA per key (the int -> float conversion, the multiplies by per-head values and the
+    # additions of per-row values happen once per row)
+    affine: dict = {}
+    varies = {}  # the value depends on the score or on kv_idx (differs between the keys of a row)
+    for n in graph.nodes:
+        varies[n.name] = n.name in ("score", "kv_idx") or any(varies[a] for a in n.args)
+
+    def affine_of(name: str):
+        """(base, slope) C expressions of value ``name`` used as a float, or None."""
+        n = by_name[name]
+        if n.type == "i32" and coefs.get(name) and bounds.get(name) is not None and bounds[name] < _I2F_EXACT:
+            k = coefs[name]
+            off = "kv_off" if k == 1 else f"{k} * kv_off" if k > 0 else f"({k}) * kv_off"
+            return f"mod_i2f({name} - {off})", c_literal(float(k), "f32")
+        return affine.get(name)
+
+    def affine_node(n):
+        if n.type != "f32" or n.op not in ("add", "sub", "mul", "neg", "to_float"):
+            return None
+        parts = [affine_of(a) for a in n.args]
+        if n.op == "to_float":
+            return parts[0]
+        if n.op == "neg":
+            return (f"-({parts[0][0]})", f"-({parts[0][1]})") if parts[0] else None
+        if not any(parts) or any(p is None and varies[a] for p, a in zip(parts, n.args)):
+            return None  # no affine operand, or one that varies otherwise (the score, a load by kv_idx)
+        plain = [atom(a, "f32") for a in n.args]
+        if n.op == "mul":
+            if all(parts):
+                return None  # a product of two per-key terms is not affine
+            (base, slope), y = (parts[0], plain[1]) if parts[0] else (parts[1], plain[0])
+            return f"({base}) * {y}", (y if slope == "1.0f" else f"({slope}) * {y}")
+        sign = "+" if n.op == "add" else "-"
+        base = f"({parts[0][0] if parts[0] else plain[0]}) {sign} ({parts[1][0] if parts[1] else plain[1]})"
+        if parts[0] and parts[1]:
+            slope = f"({parts[0][1]}) {sign} ({parts[1][1]})"
+        else:
+            slope = parts[0][1] if parts[0] else (parts[1][1] if sign == "+" else f"-({parts[1][1]})")
+        return base, slope
 
     lines = []
+    needed = None
+    if bias_of is not None:  # the values the bias terms depend on
+        needed, stack = set(), [name for name, _ in bias_of]
+        while stack:
+            x = stack.pop()
+            if x not in needed:
+                needed.add(x)
+                stack.extend(by_name[x].args)
+    bias_terms = {name for name, _ in bias_of or ()}  # per-key float terms: only their parts are needed
     for n in graph.nodes:
-        if n.op in ("param", "const"):
+        if n.op in ("param", "const") or (needed is not None and (n.name not in needed or (
+                n.name in bias_terms and varies[n.name] and n.type == "f32"))):
+            continue
+        aff = affine_node(n) if coefs else None
+        if aff is not None and len(aff[0]) + len(aff[1]) < 240:
+            affine[n.name] = aff
+            lines.append(f"  const float {n.name} = fmaf({aff[1]}, (float)kv_off, {aff[0]});  // per row + per key")
             continue
         if n.op == "load":
             cap = mods.captured[n.tensor]
@@ -270,13 +367,105 @@ def _body(graph: ModGraph, mods: ModSet) -> list:
             want = _compute_types(n, types)
             operands = [atom(a, w) for a, w in zip(n.args, want)]
             if n.op == "to_float" and types[n.args[0]] == "i32":
-                expr = _convert(operands[0], "i32", "f32", bounds.get(n.args[0]))
+                expr = _convert(operands[0], "i32", "f32", bounds.get(n.args[0]), coefs.get(n.args[0]))
             else:
                 expr = _template(n.op, n.type).format(*operands)
         lines.append(f"  const {C_VALUE_TYPES[n.type]} {n.name} = {expr};")
+    if bias_of is not None:
+        slopes, bases = [], []
+        for name, sign in bias_of:
+            if varies[name]:
+                aff = affine_of(name) if by_name[name].type == "i32" else affine_node(by_name[name])
+                if aff is None:
+                    return None
+                slopes.append((aff[1], sign))
+            else:
+                aff = (atom(name, "f32"), None)
+            bases.append((aff[0], sign))
+
+        def total(parts):
+            text = ""
+            for x, sign in parts:
+                text = (f"-({x})" if sign < 0 else x) if not text else f"{text} {'+' if sign > 0 else '-'} ({x})"
+            return text or "0.0f"
+
+        return [*lines, f"  slope = {total(slopes)};", f"  base = {total(bases)};"]
     out = graph.output
     lines.append(f"  return {atom(out, None)};")
     return lines
+
+
+def additive_score_mod(mods: ModSet) -> bool:
+    """Whether the score_mod is ``score + bias`` (or ``bias + score``, ``score - bias``) with a bias that
+    does not read the score: the kernel then adds ``score_mod(-0.0f, ...)`` (exactly the bias, or its
+    negation: ``-0 + x = x``) in raw score units with one FMA instead of scaling the score there and
+    back (:func:`b200c.codegen.mod_kernel.functions`)."""
+    return _bias(mods) is not None
+
+
+def _bias(mods: ModSet):
+    """The terms ``((value name, +1 / -1), ...)`` of the bias of a score_mod that is the score plus
+    and minus values that do not read it (``score + a``, ``b + score - c``: the path from the result to
+    the score goes through additions and the first operand of subtractions only), else None."""
+    g = mods.score_mod
+    if g is None:
+        return None
+    by_name = {n.name: n for n in g.nodes}
+    reads: dict = {}
+    for n in g.nodes:
+        reads[n.name] = n.name == "score" or any(reads[a] for a in n.args)
+    terms, name, sign = [], g.output, 1
+    while name != "score":
+        n = by_name[name]
+        if n.op not in ("add", "sub") or n.type != "f32":
+            return None
+        x, y = n.args
+        if reads[x] and not reads[y]:
+            terms.append((y, sign if n.op == "add" else -sign))
+            name = x
+        elif n.op == "add" and reads[y] and not reads[x]:
+            terms.append((x, sign))
+            name = y
+        else:
+            return None
+    return tuple(terms) if terms and sign == 1 else None
+
+
+def score_bias_parts(mods: ModSet) -> tuple:
+    """The lines of ``score_bias_parts`` when the score_mod is ``score + bias`` (:func:`_bias`) with a bias
+    that is ``base + slope * k`` at key ``kv_idx + k`` (``slope`` free of the key, ``base`` of the row:
+    ALiBi's ``slope_h * (kv_idx - q_idx)``, a per-head or per-row bias with slope 0), else ``()``. The
+    Hopper consumer then adds ``slope * k`` per score (one FMA) and hands ``base`` to the softmax as a
+    per-row offset (:func:`b200c.codegen.sm90.softmax.softmax_node`). Index arithmetic needs
+    ``mods.small_indices`` (the exact int -> float split)."""
+    terms = _bias(mods)
+    if terms is None:
+        return ()
+    body = _body(mods.score_mod, mods, bias_of=terms)
+    if body is None:
+        return ()
+    return (
+        "// The score_mod is score + bias with bias(kv_idx + k) = base + slope * k: slope is the same for every key",
+        "// of the row, base is the row's value at key kv_idx (per-key index arithmetic split off as in score_mod)",
+        "__device__ __forceinline__ void score_bias_parts(const Ctx& c, const int b, const int h, const int q_idx, "
+        "const int kv_idx,",
+        "                                                 float& slope, float& base) {",
+        "  const int kv_off = 0;",
+        *body,
+        "}",
+    )
+
+
+def reads_by_kv(graph) -> bool:
+    """Whether ``graph`` loads from a captured tensor at an index computed from ``kv_idx`` (then a key
+    column past the sequence must be clamped into it before the call; arithmetic on such a column is
+    harmless, its entry is masked after)."""
+    if graph is None:
+        return False
+    depends: dict = {}
+    for n in graph.nodes:
+        depends[n.name] = n.name == "kv_idx" or any(depends[a] for a in n.args)
+    return any(n.op == "load" and any(depends[a] for a in n.args) for n in graph.nodes)
 
 
 def _needs(mods: ModSet) -> set:
@@ -291,7 +480,8 @@ def device_functions(mods: ModSet) -> tuple:
     """The C lines (no trailing newlines) of the kernel's mod device functions, for the mods present:
 
     ``__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, const int h,
-    const int q_idx, const int kv_idx)`` and ``__device__ __forceinline__ bool mask_mod(const Ctx& c,
+    const int q_idx, const int kv_idx, const int kv_off = 0)`` (``kv_off``: the part of ``kv_idx`` that is a
+    compile-time constant at the call, used to convert index arithmetic to float once per row) and ``__device__ __forceinline__ bool mask_mod(const Ctx& c,
     const int b, const int h, const int q_idx, const int kv_idx)``, each after a comment with the traced
     expression, preceded by the helpers they call (``mod_floordiv`` / ``mod_floormod``, int and float
     overloads, emitted only when used). They read captured tensor ``k`` as ``c.cap{k}`` with the strides
@@ -307,7 +497,9 @@ def device_functions(mods: ModSet) -> tuple:
         lines.extend(_I2F_HELPER)
     signatures = {
         "score_mod": "__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, "
-                     "const int h, const int q_idx, const int kv_idx) {",
+                     "const int h, const int q_idx, const int kv_idx,",
+        "score_mod_2": "                                           const int kv_off = 0) {  // kv_off: the part of "
+                       "kv_idx known at compile time",
         "mask_mod": "__device__ __forceinline__ bool mask_mod(const Ctx& c, const int b, const int h, "
                     "const int q_idx, const int kv_idx) {",
     }
@@ -317,6 +509,8 @@ def device_functions(mods: ModSet) -> tuple:
             continue
         lines.append(f"// {kind}, traced with torch.fx: {g.expression}")
         lines.append(signatures[kind])
+        if kind == "score_mod":
+            lines.append(signatures["score_mod_2"])
         lines.extend(body[kind])
         lines.append("}")
     return tuple(lines)
@@ -336,4 +530,5 @@ def ctx_fields(mods: ModSet) -> tuple:
     return tuple(lines)
 
 
-__all__ = ["C_OPS", "C_LOAD", "C_TENSOR_TYPES", "C_VALUE_TYPES", "c_literal", "device_functions", "ctx_fields"]
+__all__ = ["C_OPS", "C_LOAD", "C_TENSOR_TYPES", "C_VALUE_TYPES", "c_literal", "device_functions", "ctx_fields",
+           "additive_score_mod", "reads_by_kv", "score_bias_parts"]

@@ -110,9 +110,9 @@ class Target(msgspec.Struct, frozen=True):
         """The backend package (imported on first use)."""
         return importlib.import_module(self.backend)
 
-    def default_schedule(self, head_dim: int, mods: bool = False):
+    def default_schedule(self, head_dim: int, mods=False):
         """The built-in schedule of this target for ``head_dim`` (:func:`b200c.dsl.presets.default_schedule`;
-        ``mods``: the one for calls with a score_mod / mask_mod).
+        ``mods``: True or a traced ModSet, the one for calls with a score_mod / mask_mod).
 
         Raises:
             ScheduleError: a head dim without one, or a target without built-in schedules.

@@ -152,6 +152,41 @@ def test_recipes_both_targets(torch):
               what="score_mod and mask_mod, S_q != S_kv")
 
 
+def test_additive_biases_split_per_row(torch):
+    """Score_mods that are score + bias with a bias linear in kv_idx (ALiBi) or constant over a row (a
+    per-head or per-row bias): on sm90a the whole tiles add slope * k per score and hand the rest to the
+    softmax as a per-row offset (softmax_tile_biased). -inf and large biases, rows that a -inf bias hides
+    entirely (O = 0, LSE = -inf), sinks, causal with S_q != S_kv, head dims 64 and 256."""
+    import b200c.mods as mods
+
+    for target in _targets(torch):
+        slopes = mods.alibi_slopes(4).to(DEV)
+        head_bias = torch.tensor([0.5, -3.0, 40.0, -40.0], device=DEV)
+        row_bias = torch.randn(777, device=DEV) * 8
+        row_bias[::5] = float("-inf")
+        row_bias[3] = 1e4
+
+        def per_head(score, b, h, q_idx, kv_idx):
+            return score - head_bias[h] * 2.0
+
+        def per_row(score, b, h, q_idx, kv_idx):
+            return row_bias[q_idx] + score
+
+        def linear(score, b, h, q_idx, kv_idx):  # two terms: one linear in kv_idx, one per head
+            return score + (q_idx - kv_idx) * 0.01 + head_bias[h]
+
+        def wide(score, b, h, q_idx, kv_idx):  # |q_idx - 2 kv_idx| may pass 2^22: not split, one FMA per score
+            return score + (q_idx - 2 * kv_idx) * 0.01 - head_bias[h]
+
+        _case(torch, target, score_mod=per_head, what="per-head bias")
+        _case(torch, target, s_q=777, s_kv=500, score_mod=per_row, causal=True, what="per-row bias with -inf rows")
+        _case(torch, target, s_q=300, s_kv=777, score_mod=linear, causal=True, what="linear in kv_idx and q_idx")
+        _case(torch, target, s_q=300, s_kv=777, score_mod=wide, what="a bias not split")
+        _case(torch, target, score_mod=mods.alibi(slopes), sinks=head_bias, what="alibi with sinks")
+        for d in (64, 256):
+            _case(torch, target, s_q=400, s_kv=613, D=d, score_mod=mods.alibi(slopes), what=f"alibi D={d}")
+
+
 def test_window_size_bottom_right(torch):
     for target in _targets(torch):
         for s_q, s_kv, ws in ((300, 300, (100, 0)), (150, 421, (64, 16)), (421, 150, (-1, 0)), (257, 257, (0, -1))):

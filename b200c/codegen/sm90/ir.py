@@ -126,12 +126,17 @@ class SoftmaxFn(Node):
     top_p: bool = False
     top_sw_from: Optional[int] = None
     masked: bool = False  # softmax_tile_masked: per-row column limits; rows that saw no key stay P = 0
+    row_bias: bool = False  # softmax_tile_biased: no column limits; the scores are s + a per-row offset
     code: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return "softmax_tile" + ("_biased" if self.row_bias else "_masked" if self.masked else "")
 
     def describe(self) -> str:
         thr = "always rebase" if self.threshold is None else f"rebase only if the max grew >= {self.threshold} log2"
         sw = f", {self.sw_per16} of 16 via the FMA-pipe exp2" if self.sw_per16 else ""
-        return f"fn softmax_tile{'_masked' if self.masked else ''}: {self.mode}{sw}; {thr}"
+        return f"fn {self.name}: {self.mode}{sw}; {thr}"
 
 
 class RescaleFn(Node):

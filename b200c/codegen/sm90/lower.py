@@ -9,12 +9,13 @@ from ..lowering import Lowering
 from ..plan import Plan
 from ..roles import load
 from ..mod_kernel import has_mods
-from .softmax import apply_mods_fn, rescale_fn, softmax_fn, store_fn
+from .softmax import apply_mods_fn, biased, rescale_fn, softmax_fn, store_fn
 
 
 def _functions(s, plan) -> tuple:
     mods = (apply_mods_fn(plan),) if has_mods(plan.mods) else ()
-    return (softmax_fn(s), softmax_fn(s, masked=True), *mods, rescale_fn(s),
+    extra = (softmax_fn(s, row_bias=True),) if biased(plan) else ()
+    return (softmax_fn(s), softmax_fn(s, masked=True), *extra, *mods, rescale_fn(s),
             store_fn(s, plan.mods is not None and plan.mods.sinks))
 
 

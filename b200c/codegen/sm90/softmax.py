@@ -17,11 +17,12 @@ from ..mod_kernel import has_mods, has_score_mod, kv_col0
 from .ir import ApplyModsFn, RescaleFn, Softmax, SoftmaxFn, StoreOFn
 
 
-def softmax_fn(s, masked: bool = False) -> SoftmaxFn:
-    """The ``softmax_tile`` (``masked``: ``softmax_tile_masked``) definition of a schedule (its
-    decisions, then its lines)."""
+def softmax_fn(s, masked: bool = False, row_bias: bool = False) -> SoftmaxFn:
+    """The ``softmax_tile`` (``masked``: ``softmax_tile_masked``; ``row_bias``: ``softmax_tile_biased``)
+    definition of a schedule (its decisions, then its lines)."""
     n = SoftmaxFn(rules.exp_mode(s), s.rescale_threshold, s.sw_exp2_per16, nan=rules.nan_max(s),
-                  top_p=rules.top_p_rounding(s), top_sw_from=rules.top_p_sw_from(s), masked=masked)
+                  top_p=rules.top_p_rounding(s), top_sw_from=rules.top_p_sw_from(s), masked=masked or row_bias,
+                  row_bias=row_bias)
     return msgspec.structs.replace(n, code=softmax_lines(n))
 
 
@@ -39,8 +40,45 @@ def rescale_fn(s) -> RescaleFn:
 
 
 def apply_mods_fn(plan) -> ApplyModsFn:
-    """The ``apply_mods`` definition of a kernel with a score_mod or mask_mod."""
-    return ApplyModsFn(code=apply_mods_lines(plan))
+    """The ``apply_mods`` definition of a kernel with a score_mod or mask_mod (and ``apply_score_bias``
+    when the score_mod is a bias split per row and per key: :func:`biased`)."""
+    return ApplyModsFn(code=apply_mods_lines(plan) + (apply_score_bias_lines(plan) if biased(plan) else ()))
+
+
+def biased(plan) -> bool:
+    """Whether the whole tiles take the score_mod as ``s + slope * k`` per score plus a per-row offset
+    (:func:`b200c.codegen.mods.score_bias_parts`: ALiBi, a per-head bias) handed to
+    ``softmax_tile_biased``: one FMA per score (none for a bias that is the same for the whole row)."""
+    from ..mods import score_bias_parts
+
+    return has_score_mod(plan.mods) and bool(score_bias_parts(plan.mods))
+
+
+def apply_score_bias_lines(plan) -> tuple:
+    """The lines of ``apply_score_bias`` (whole tiles: every column inside the sequence)."""
+    from ..mods import score_bias_parts
+
+    return (
+        *score_bias_parts(plan.mods),
+        "",
+        "// The score_mod's bias on one whole S tile: s += slope * k per score (k: the column within the thread's",
+        "// fragment, a constant) and rb[r] = the bias at the fragment's first column of row r, raw score units (the",
+        "// softmax adds it per row: softmax_tile_biased)",
+        "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const Ctx& c, const WorkItem& w, const int h,",
+        "                                                 const int row0, const int j, float (&rb)[2]) {",
+        f"  const int col0 = {kv_col0(plan)} + 2 * (int)(threadIdx.x & 3);",
+        "  float slope, base0, base1;",
+        "  score_bias_parts(c, w.b, h, min(row0, w.len_q - 1), col0, slope, base0);",
+        "  score_bias_parts(c, w.b, h, min(row0 + 8, w.len_q - 1), col0, slope, base1);",
+        "  rb[0] = base0 * c.inv_scale;",
+        "  rb[1] = base1 * c.inv_scale;",
+        "  slope *= c.inv_scale;",
+        "#pragma unroll",
+        "  for (int i = 0; i < S_REGS / 4; ++i)",
+        "#pragma unroll",
+        "    for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(slope, (float)(8 * i + (e & 1)), s[4 * i + e]);",
+        "}",
+    )
 
 
 def apply_mods_lines(plan) -> tuple:
@@ -57,7 +95,8 @@ def apply_mods_lines(plan) -> tuple:
         "  for (int i = 0; i < S_REGS / 4; ++i)",
         "#pragma unroll",
         "    for (int e = 0; e < 4; ++e)",
-        "      s[4 * i + e] = mod_entry(c, w, h, row0 + 8 * (e >> 1), col0 + 8 * i + (e & 1), s[4 * i + e], masked);",
+        "      s[4 * i + e] = mod_entry(c, w, h, row0 + 8 * (e >> 1), col0 + 8 * i + (e & 1), 8 * i + (e & 1), s[4 * i + e],",
+        "                               masked);",
         "}",
     )
 
@@ -73,7 +112,11 @@ def softmax_node(plan, tile: str, masked=None, q: str = "q") -> Softmax:
     lims = f"col_limit(c, w, row_in_seq, {tile}), col_limit(c, w, row_in_seq + 8, {tile})"
     masked_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, true);",
                     f"softmax_tile_masked(s, st, c.scale_units, {lims});"]
-    if has_score_mod(plan.mods):
+    if biased(plan):
+        whole_lines = ["float rb[2];  // the score_mod's bias at the fragment's first column, per row",
+                       f"apply_score_bias(s, c, w, {head}, row_in_seq, {tile}, rb);",
+                       "softmax_tile_biased(s, st, c.scale_units, rb[0], rb[1]);"]
+    elif has_score_mod(plan.mods):
         whole_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, false);",
                        "softmax_tile_masked(s, st, c.scale_units, BLOCK_N, BLOCK_N);  // a score_mod may give -inf"]
     else:
@@ -109,7 +152,20 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
     ]
     if thr:
         out.append(f"// by >= {n.threshold} log2 units (blog ch.11), P = {exp_words}")
-    if n.masked:
+    if n.row_bias:
+        out += [
+            "// partial row sums in 4 independent chains. The tile's scores are s + rb0 / rb1 (this lane's offsets of its",
+            "// two rows, raw units, from the score_mod's bias): each lane offsets its own max before the quad shuffles,",
+            "// the exponent adds the offset to its FFMA addend (-m c). -inf-safe as softmax_tile_masked (a bias may be",
+            "// -inf); no column limits.",
+            "__device__ __forceinline__ void softmax_tile_biased(float (&s)[S_REGS], SoftmaxState& st, const float sc, "
+            "const float rb0,",
+            "                                                    const float rb1) {",
+            "  const float rb[2] = {rb0, rb1};",
+        ]
+        if n.top_p:
+            out.append("  const int q4 = threadIdx.x & 3;")
+    elif n.masked:
         out += [
             "// partial row sums in 4 independent chains. Masked K/V tiles (the partial last tile, the causal",
             "// diagonal): the columns >= lim0 / lim1 of the thread's two rows are -inf first, and a row that has",
@@ -161,6 +217,7 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
             f"    if ((i % 16) >= {n.top_sw_from}) sw_max[(i >> 1) & 1] = fmaxf(sw_max[(i >> 1) & 1], s[i]);",
             "#pragma unroll",
             "  for (int r = 0; r < 2; ++r) {",
+            *(["    sw_max[r] += rb[r];"] if n.row_bias else []),
             "    sw_max[r] = fmaxf(sw_max[r], __shfl_xor_sync(0xffffffffu, sw_max[r], 1));",
             "    sw_max[r] = fmaxf(sw_max[r], __shfl_xor_sync(0xffffffffu, sw_max[r], 2));",
             "  }",
@@ -174,6 +231,8 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
         "#pragma unroll",
         "  for (int r = 0; r < 2; ++r) {",
         f"    float t = {mx}({mx}(mx[r][0], mx[r][1]), {mx}(mx[r][2], mx[r][3]));",
+        *(["    t += rb[r];  // this lane's offset (the quad's lanes hold different columns): the row max in score units"]
+          if n.row_bias else []),
         f"    t = {mx}(t, __shfl_xor_sync(0xffffffffu, t, 1));",
         f"    t = {mx}(t, __shfl_xor_sync(0xffffffffu, t, 2));",
         f"    const float m_new = {mx}(st.m[r], t);" + (
@@ -199,7 +258,11 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
     else:
         out += [f"    st.scale[r] = {_exp(n.mode)}((st.m[r] - m_new) * sc);  // exp(-inf) = 0 on the first tile",
                 "    st.m[r] = m_new;"]
-    if n.masked:
+    if n.row_bias:
+        out += ["    // no key yet: P = exp(-inf) = 0, not NaN",
+                "    neg_ms[r] = st.m[r] == -INFINITY ? -INFINITY : (rb[r] - st.m[r]) * sc;",
+                "  }"]
+    elif n.masked:
         out += ["    neg_ms[r] = -(st.m[r] == -INFINITY ? 0.f : st.m[r]) * sc;  // no key yet: P = exp(-inf) = 0, not NaN",
                 "  }"]
     else:
@@ -241,11 +304,12 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
             "#pragma unroll",
             "  for (int r = 0; r < 2; ++r) {",
         ]
+        top_add = "neg_ms[r] - rb[r] * sc" if n.row_bias else "neg_ms[r]"  # tile_max is in score units
         if n.top_sw_from is not None:
-            out += ["    const float x_top = fmaf(tile_max[r], sc, neg_ms[r]);",
+            out += [f"    const float x_top = fmaf(tile_max[r], sc, {top_add});",
                     "    const float p_top = sw_max[r] >= tile_max[r] ? exp2_poly(x_top) : ex2_approx_ftz(x_top);"]
         else:
-            out.append("    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, neg_ms[r]));")
+            out.append(f"    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, {top_add}));")
         keep = "q4 == 0 && tile_max[r] != -INFINITY" if n.masked else "q4 == 0"
         out.append(f"    st.adj[r] = fmaf(st.adj[r], st.scale[r], {keep} ? __bfloat162float(__float2bfloat16_rn(p_top)) "
                    "- p_top : 0.f);")

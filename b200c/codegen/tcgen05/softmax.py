@@ -47,7 +47,7 @@ def mods_statement(lw, width: int, masked: bool, q: str = "q") -> str:
     if not (has_score_mod(lw.plan.mods) or (masked and block_sparse(lw.plan.mods))):
         return ""  # no mods, or a whole tile of a mask_mod alone: nothing to apply
     return (f"for (int k = 0; k < {width}; ++k) s[k] = mod_entry(c, w, q_head_of(c, w, {q}), row_in_seq, "
-            f"{kv_col0(lw.plan)} + c0 + k, s[k], {'true' if masked else 'false'});  // score_mod / mask_mod")
+            f"{kv_col0(lw.plan)} + c0 + k, k, s[k], {'true' if masked else 'false'});  // score_mod / mask_mod")
 
 
 def guard(lw, mask: bool) -> bool:
