@@ -59,7 +59,7 @@ def default_schedule(head_dim: int, target: str = "sm100a", mods=False):
     (b200c/dsl/presets.py). What ``b200c.attention(schedule=None)`` and the SDPA drop-in run;
     ``mods=True``: what they run for calls with a score_mod / mask_mod (Hopper: smaller K/V tiles);
     ``mods=<a traced ModSet>``: what a call with those mods runs (light ones, such as ALiBi, keep the dense
-    tiles: :func:`b200c.dsl.mods.light`).
+    tiles: :func:`b200c.codegen.mods.light`).
 
     Raises:
         TargetError: unknown target. ScheduleError: another head dim.

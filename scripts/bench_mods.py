@@ -66,8 +66,11 @@ def visible_entries(torch, mask_mod, B, H, S, dev) -> int:
 
 
 def row_schedule(q, kw):
-    """The schedule a row's b200c call runs (its own, or the built-in one its mods pick)."""
-    import b200c
+    """The schedule a row's b200c call runs (its own, or the built-in one its mods pick: the call's traced
+    mods with small_indices, as the runtime compiles them for these sizes)."""
+    import msgspec
+
+    from b200c.codegen.mods import light
     from b200c.dsl.mods import trace_mods
     from b200c.runtime.api import default_schedule_for
 
@@ -78,7 +81,7 @@ def row_schedule(q, kw):
     if "window_size" in kw:
         return default_schedule_for(q, mods=True)
     ms, _ = trace_mods(score_mod=kw.get("score_mod"), mask_mod=kw.get("mask_mod"))
-    return b200c.default_schedule(int(q.shape[-1]), target="sm90a", mods=ms)
+    return default_schedule_for(q, mods=not light(msgspec.structs.replace(ms, small_indices=True)))
 
 
 def tiles_computed(torch, schedule, mask_mod, B, H, S, dev) -> int:

@@ -186,11 +186,12 @@ def _array(name: str, values, ctype: str) -> str:
     return f"alignas(16) static const {ctype} {name}[] = {{{', '.join(values)}}};"
 
 
-def program(cases, mode: str, points, kv_off: str = "") -> str:
+def program(cases, mode: str, points, kv_off: str = "", parts: bool = False) -> str:
     """One C++ (mode "host") or CUDA (mode "cuda") translation unit that evaluates every case's mod at
     ``points`` and prints ``case point value`` lines (``%a``); each case lives in its own namespace.
     ``kv_off``: a C expression of ``i`` passed to score_mod as the compile-time part of kv_idx (as the
-    kernels pass the key's column within a fragment; "" passes none)."""
+    kernels pass the key's column within a fragment; "" passes none); ``parts``: an additive score_mod
+    whose bias splits is evaluated as the Hopper whole tiles do, from ``score_bias_parts``."""
     score, b, h, q, kv = points
     split = SPLIT_CASES
     split.clear()
@@ -210,9 +211,9 @@ def program(cases, mode: str, points, kv_off: str = "") -> str:
         off = f", {kv_off}" if kv_off else ""
         call = (f"score_mod(c, s[i], b[i], h[i], q[i], kv[i]{off})" if kind == "score_mod"
                 else "(mask_mod(c, b[i], h[i], q[i], kv[i]) ? 1.0f : 0.0f)")
-        parts = score_bias_parts(mods) if kind == "score_mod" and kv_off else ()
-        if parts:  # the Hopper whole-tile path: the bias from its per-row base and per-key slope
-            out.extend(parts)
+        split_lines = score_bias_parts(mods) if kind == "score_mod" and kv_off and parts else ()
+        if split_lines:  # the Hopper whole-tile path: the bias from its per-row base and per-key slope
+            out.extend(split_lines)
             call = (f"[&]{{ float sl, ba; const int k = {kv_off}; score_bias_parts(c, b[i], h[i], q[i], kv[i] - k, sl, "
                     "ba); return s[i] + (ba + sl * (float)k); }()")
             split.append(i)
@@ -312,16 +313,18 @@ def test_c_lowering_with_small_indices_and_a_compile_time_key_part(tmp_path):
              for kind, mods, tensors in traced_cases()]
     assert any("per row + per key" in line for _, mods, _ in cases for line in device_functions(mods))
     points = _points(seed=3)
-    src = tmp_path / "mods_split.cpp"
-    src.write_text(program(cases, "host", points, kv_off="kv[i] % 13"))
-    split = [CASES[i][0] for i in SPLIT_CASES]
-    assert len(split) >= 3, split  # score + a per-head bias, ALiBi-like index arithmetic, ...
-    exe = tmp_path / "mods_split"
-    r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    compare(cases, points, run.stdout, rtol=1e-5, atol=1e-5)
+    for parts in (False, True):  # score_mod(..., kv_off) as the masked tiles call it; the split bias
+        src = tmp_path / f"mods_split{int(parts)}.cpp"
+        src.write_text(program(cases, "host", points, kv_off="kv[i] % 13", parts=parts))
+        split = [CASES[i][0] for i in SPLIT_CASES]
+        assert len(split) >= (3 if parts else 0), split  # score + a per-head bias, index arithmetic, ...
+        exe = tmp_path / f"mods_split{int(parts)}"
+        r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr[-4000:]
+        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        compare(cases, points, run.stdout, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.nvcc

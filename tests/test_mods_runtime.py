@@ -303,26 +303,38 @@ def test_fresh_user_frictions():
 
 
 def test_light_mods_keep_the_dense_tiles():
-    """ALiBi and a per-head bias add a few instructions per score: the Hopper presets keep the dense K/V
-    tiles for them; softcap (a tanh per score), an additive bias read per key and every mask_mod take the
-    mods' smaller tiles (b200c.dsl.mods.light, b200c.dsl.presets.default_schedule)."""
-    from b200c.dsl.mods import light, trace_mods
-    from b200c.dsl.presets import HOPPER_MOD_PRESETS, HOPPER_PRESETS, default_schedule
+    """ALiBi and a per-head or per-row bias add at most one FMA per score on Hopper (their bias splits
+    per row and per key): the Hopper presets keep the dense K/V tiles for them. Softcap (a tanh per
+    score), an additive bias read per key, index arithmetic that is not split (ALiBi without
+    small_indices, a product of indices), other arithmetic on the score, and every mask_mod take the
+    mods' smaller tiles (b200c.codegen.mods.light, Target.default_schedule)."""
+    import msgspec
 
-    slopes, bias = mods.alibi_slopes(4), torch.zeros(4, 64)
+    from b200c.codegen.mods import light
+    from b200c.dsl.mods import trace_mods
+    from b200c.dsl.presets import HOPPER_MOD_PRESETS, HOPPER_PRESETS, PRESETS
+
+    slopes, bias, rows = mods.alibi_slopes(4), torch.zeros(4, 64), torch.zeros(64)
     light_ones = [dict(score_mod=mods.alibi(slopes)), dict(score_mod=lambda s, b, h, q, kv: s + slopes[h]),
-                  dict(score_mod=lambda s, b, h, q, kv: s * 2 - (q - kv) * 0.5), {}]
+                  dict(score_mod=lambda s, b, h, q, kv: rows[q] + s - slopes[h]),
+                  dict(score_mod=lambda s, b, h, q, kv: s + (kv - q)), {}]
     heavy = [dict(score_mod=mods.softcap(30.0)), dict(score_mod=lambda s, b, h, q, kv: s + bias[h, kv]),
              dict(score_mod=lambda s, b, h, q, kv: s / (kv + 1)), dict(mask_mod=mods.causal()),
+             dict(score_mod=lambda s, b, h, q, kv: s * 2 - (q - kv) * 0.5),
+             dict(score_mod=lambda s, b, h, q, kv: s + (kv * q) * 1e-6),
              dict(score_mod=mods.alibi(slopes), mask_mod=mods.causal())]
     for kw in light_ones + heavy:
-        ms, _ = trace_mods(**kw)
+        ms = msgspec.structs.replace(trace_mods(**kw)[0], small_indices=True)
         assert light(ms) == (kw in light_ones), kw
         for d in (64, 128, 256):
             want = (HOPPER_PRESETS if kw in light_ones else HOPPER_MOD_PRESETS)[d]
-            assert default_schedule(d, "hopper", mods=ms) == want
             assert b200c.default_schedule(d, target="sm90a", mods=ms) == want
-    assert b200c.default_schedule(128, target="sm100a", mods=trace_mods(**heavy[0])[0]).block_n == 128
+            assert b200c.default_schedule(d, target="sm100a", mods=ms) == PRESETS[d]  # one B200 preset per head dim
+    alibi, _ = trace_mods(**light_ones[0])
+    assert not light(alibi)  # without small_indices the index arithmetic is not split
+    for flag in (None, 0, False):
+        assert b200c.default_schedule(128, target="sm90a", mods=flag) == HOPPER_PRESETS[128]
+    assert b200c.default_schedule(128, target="sm90a", mods=True) == HOPPER_MOD_PRESETS[128]
 
 
 def test_alibi_call_takes_the_dense_preset(fd):

@@ -344,14 +344,16 @@ def _body(graph: ModGraph, mods: ModSet, bias_of: str | None = None) -> list:
                 stack.extend(by_name[x].args)
     bias_terms = {name for name, _ in bias_of or ()}  # per-key float terms: only their parts are needed
     for n in graph.nodes:
-        if n.op in ("param", "const") or (needed is not None and (n.name not in needed or (
-                n.name in bias_terms and varies[n.name] and n.type == "f32"))):
+        if n.op in ("param", "const") or (needed is not None and n.name not in needed):
             continue
         aff = affine_node(n) if coefs else None
         if aff is not None and len(aff[0]) + len(aff[1]) < 240:
             affine[n.name] = aff
-            lines.append(f"  const float {n.name} = fmaf({aff[1]}, (float)kv_off, {aff[0]});  // per row + per key")
+            if not (n.name in bias_terms and varies[n.name]):  # a per-key bias term: only its parts are needed
+                lines.append(f"  const float {n.name} = fmaf({aff[1]}, (float)kv_off, {aff[0]});  // per row + per key")
             continue
+        if n.name in bias_terms and varies[n.name] and n.type == "f32":
+            return None  # a per-key float term that is not base + slope * kv_off: no split
         if n.op == "load":
             cap = mods.captured[n.tensor]
             terms = []
@@ -414,21 +416,21 @@ def _bias(mods: ModSet):
     reads: dict = {}
     for n in g.nodes:
         reads[n.name] = n.name == "score" or any(reads[a] for a in n.args)
-    terms, name, sign = [], g.output, 1
+    terms, name = [], g.output  # the score keeps sign +1: the path takes only the minuend of a subtraction
     while name != "score":
         n = by_name[name]
         if n.op not in ("add", "sub") or n.type != "f32":
             return None
         x, y = n.args
         if reads[x] and not reads[y]:
-            terms.append((y, sign if n.op == "add" else -sign))
+            terms.append((y, 1 if n.op == "add" else -1))
             name = x
         elif n.op == "add" and reads[y] and not reads[x]:
-            terms.append((x, sign))
+            terms.append((x, 1))
             name = y
         else:
             return None
-    return tuple(terms) if terms and sign == 1 else None
+    return tuple(terms) if terms else None
 
 
 def score_bias_parts(mods: ModSet) -> tuple:
@@ -454,6 +456,30 @@ def score_bias_parts(mods: ModSet) -> tuple:
         *body,
         "}",
     )
+
+
+def light(mods: ModSet) -> bool:
+    """Whether ``mods`` add at most one FMA per score on Hopper: no mask_mod, and no score_mod or one
+    whose bias splits per row and per key (:func:`score_bias_parts`: ALiBi with ``small_indices``, a
+    per-head or per-row bias). The Hopper presets keep the dense K/V tiles for light mods
+    (:meth:`b200c.codegen.targets.Target.default_schedule`); the others take the mods presets' smaller
+    tiles (at the dense tiles ptxas spilled them: softcap, per-key loads, masks, unsplit index
+    arithmetic)."""
+    if mods.mask_mod is not None:
+        return False
+    return mods.score_mod is None or bool(score_bias_parts(mods))
+
+
+def bias_varies_along_the_row(mods: ModSet) -> bool:
+    """Whether a split bias (:func:`score_bias_parts`) has a per-key part (a nonzero ``slope``): ALiBi yes,
+    a per-head or per-row bias no (the kernel then adds nothing per score)."""
+    terms = _bias(mods)
+    if terms is None:
+        return False
+    varies: dict = {}
+    for n in mods.score_mod.nodes:
+        varies[n.name] = n.name == "kv_idx" or any(varies[a] for a in n.args)
+    return any(varies[name] for name, _ in terms)
 
 
 def reads_by_kv(graph) -> bool:
@@ -496,21 +522,19 @@ def device_functions(mods: ModSet) -> tuple:
     if any("mod_i2f(" in line for b in body.values() for line in b):
         lines.extend(_I2F_HELPER)
     signatures = {
-        "score_mod": "__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, "
-                     "const int h, const int q_idx, const int kv_idx,",
-        "score_mod_2": "                                           const int kv_off = 0) {  // kv_off: the part of "
-                       "kv_idx known at compile time",
-        "mask_mod": "__device__ __forceinline__ bool mask_mod(const Ctx& c, const int b, const int h, "
-                    "const int q_idx, const int kv_idx) {",
+        "score_mod": ("__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, "
+                      "const int h, const int q_idx, const int kv_idx,",
+                      "                                           const int kv_off = 0) {  // kv_off: the part of "
+                      "kv_idx known at compile time"),
+        "mask_mod": ("__device__ __forceinline__ bool mask_mod(const Ctx& c, const int b, const int h, "
+                     "const int q_idx, const int kv_idx) {",),
     }
     for kind in ("score_mod", "mask_mod"):
         g = getattr(mods, kind)
         if g is None:
             continue
         lines.append(f"// {kind}, traced with torch.fx: {g.expression}")
-        lines.append(signatures[kind])
-        if kind == "score_mod":
-            lines.append(signatures["score_mod_2"])
+        lines.extend(signatures[kind])
         lines.extend(body[kind])
         lines.append("}")
     return tuple(lines)
@@ -531,4 +555,4 @@ def ctx_fields(mods: ModSet) -> tuple:
 
 
 __all__ = ["C_OPS", "C_LOAD", "C_TENSOR_TYPES", "C_VALUE_TYPES", "c_literal", "device_functions", "ctx_fields",
-           "additive_score_mod", "reads_by_kv", "score_bias_parts"]
+           "additive_score_mod", "reads_by_kv", "score_bias_parts", "light", "bias_varies_along_the_row"]

@@ -111,8 +111,9 @@ class Target(msgspec.Struct, frozen=True):
         return importlib.import_module(self.backend)
 
     def default_schedule(self, head_dim: int, mods=False):
-        """The built-in schedule of this target for ``head_dim`` (:func:`b200c.dsl.presets.default_schedule`;
-        ``mods``: True or a traced ModSet, the one for calls with a score_mod / mask_mod).
+        """The built-in schedule of this target for ``head_dim`` (:func:`b200c.dsl.presets.default_schedule`).
+        ``mods``: a traced ModSet (light mods, :func:`b200c.codegen.mods.light`, take the dense schedule,
+        the others the mods one), or truthy for the schedule of calls with mods that are not light.
 
         Raises:
             ScheduleError: a head dim without one, or a target without built-in schedules.
@@ -122,7 +123,13 @@ class Target(msgspec.Struct, frozen=True):
 
         if not self.presets:
             raise ScheduleError(f"target {self.name!r} has no built-in schedules; pass a schedule")
-        return default_schedule(head_dim, self.presets, mods)
+        from ..dsl.mod_records import ModSet
+
+        if isinstance(mods, ModSet):
+            from .mods import light
+
+            mods = not light(mods)
+        return default_schedule(head_dim, self.presets, bool(mods))
 
     def source_target(self) -> "Target":
         """The record of :attr:`source` (self for a native target)."""

@@ -154,29 +154,6 @@ def format_const(node: ModNode) -> str:
     return repr(v)
 
 
-# ops that cost more than a few FP32 / integer instructions per key (a MUFU op, a division subroutine)
-_COSTLY = (*FLOAT_FUNCTIONS, "truediv", "pow", "floordiv", "mod")
-
-
-def light(mods: ModSet) -> bool:
-    """Whether ``mods`` add only a few instructions per score entry: no mask_mod, and a score_mod whose
-    per-key values (those that depend on the score or on kv_idx) use no float function, division,
-    modulo or power and read no captured tensor at a kv_idx-dependent index (ALiBi, a per-head bias,
-    ``score * 2``; not softcap's tanh, not an additive mask read per key). The Hopper presets keep the
-    dense K/V tiles for light mods (:func:`b200c.dsl.presets.default_schedule`)."""
-    if mods.mask_mod is not None:
-        return False
-    g = mods.score_mod
-    if g is None:
-        return True
-    varies: dict = {}
-    for n in g.nodes:
-        varies[n.name] = n.name in ("score", "kv_idx") or any(varies[a] for a in n.args)
-        if varies[n.name] and (n.op in _COSTLY or n.op == "load"):
-            return False
-    return True
-
-
 def uses(graph: ModGraph) -> frozenset[str]:
     """The parameters (``"score"``, ``"b"``, ``"h"``, ``"q_idx"``, ``"kv_idx"``) that ``graph``'s output
     depends on; e.g. ``frozenset({"q_idx", "kv_idx"})`` for a causal mask_mod."""

@@ -104,7 +104,7 @@ HOPPER_PRESETS = {64: HOPPER_D64, 128: HOPPER_D128, 256: HOPPER_D256}
 # rows softcap, a document mask, key padding and softcap + document compile without spills; at head dim 128 ALiBi
 # keeps 16 B, causal & document 40 B, both 56-92 B (spill stores + loads, a fresh-user trial); at head dim 256 and
 # 64 rows the masked path keeps 4-20 B (tests/test_mods_runtime.py pins softcap + document). Light mods (ALiBi, a
-# per-head bias: b200c.dsl.mods.light) keep the dense presets' tiles: ALiBi compiles without spills at 224 / 176 /
+# per-head bias: b200c.codegen.mods.light) keep the dense presets' tiles: ALiBi compiles without spills at 224 / 176 /
 # 80 rows and ran faster at 176 than at 128 rows on the H200 (571 against 548 TFLOPS, 4x16x8192x128), while the
 # masks ran as fast or faster at 128 rows (sliding window 1024: 0.56 against 0.65 ms, document: 0.52 against 0.73)
 HOPPER_MOD_PRESETS = {
@@ -117,23 +117,18 @@ FAMILIES = {"b200": PRESETS, "hopper": HOPPER_PRESETS}
 MOD_FAMILIES = {"b200": PRESETS, "hopper": HOPPER_MOD_PRESETS}
 
 
-def default_schedule(head_dim: int, family: str = "b200", mods=False) -> Schedule:
+def default_schedule(head_dim: int, family: str = "b200", mods: bool = False) -> Schedule:
     """The built-in schedule for head dim 64, 128 or 256 of a family of targets (``"b200"``:
     sm100a and its emulation; ``"hopper"``: sm90a). ``b200c.default_schedule(head_dim, target=...)``
-    takes a target name instead. ``mods``: False (no mods), True (the schedule for calls with a
-    score_mod / mask_mod: on Hopper smaller K/V tiles, :data:`HOPPER_MOD_PRESETS`), or the call's traced
-    ModSet: mods that add only a few instructions per score (:func:`b200c.dsl.mods.light`: ALiBi, a
-    per-head bias) keep the dense tiles, the others take the mods' tiles.
+    takes a target name instead (and a traced ModSet for ``mods``). ``mods`` (truthy): the schedule for
+    calls with a score_mod / mask_mod that is not light (Hopper: smaller K/V tiles,
+    :data:`HOPPER_MOD_PRESETS`; light mods, :func:`b200c.codegen.mods.light`, keep the dense ones).
 
     Raises:
         ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family.
     """
     from ..errors import ScheduleError
 
-    if mods is not False and mods is not True:
-        from .mods import light
-
-        mods = not light(mods)
     table = (MOD_FAMILIES if mods else FAMILIES).get(family)
     if table is None:
         raise ScheduleError(f"no built-in schedules for {family!r}; families: {', '.join(map(repr, FAMILIES))}")

@@ -526,7 +526,7 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
     kernel arguments; see :mod:`b200c.runtime.mod_call`). ``prepared``: a ModCall made by the caller
     (the SDPA drop-in's attn_mask, :mod:`b200c.runtime.sdpa_mask`) instead of the functions."""
-    from ..dsl.mods import light
+    from ..codegen.mods import light
     from . import mod_call
     from .mod_window import window_mask
 
@@ -536,8 +536,10 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
     _check_mod_scale(score_mod, scale)
-    if schedule is not None:
-        schedule_json = _schedule_json(schedule, target)  # the schedule's errors first
+    # the schedule's errors first (a built-in one: the head dim and the device; which of the target's two
+    # built-in schedules the mods take is decided once they are traced)
+    schedule_json = _schedule_json(schedule if schedule is not None else default_schedule_for(q, target, mods=True),
+                                   target)
     _forward_only_mods(q, k, v)
     if q.dim() != 4 or k.dim() != 4:
         raise LaunchError(f"q and k must be 4-D ({'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'}), got "
@@ -548,9 +550,9 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
         mask_mod = window_mask(window_size, s_q, s_kv, q.device, mask_mod, batch=q.shape[0])
     mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
     mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
-    if schedule is None:  # mods that add a few instructions per score keep the dense tiles (presets.py)
-        schedule_json = _schedule_json(default_schedule_for(q, target, mods=not light(mc.mods)), target)
     mc.check(q, heads)
+    if schedule is None and light(mc.mods):  # at most one FMA per score: the dense tiles (codegen/mods.py)
+        schedule_json = _schedule_json(default_schedule_for(q, target), target)
     out, lse = launcher.run((schedule_json, mc.mods_json), target, layout, q, k, v, scale, op.MODDED, causal,
                             return_lse, mc)
     return (out, lse) if return_lse else out
@@ -672,7 +674,7 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod, sinks,
                            window_size=None):
     """:func:`attention_varlen` with mods (eager; see :func:`_attention_mods`)."""
-    from ..dsl.mods import light
+    from ..codegen.mods import light
     from . import mod_call
     from .mod_window import window_mask
 
@@ -685,8 +687,9 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     check_seqlens = flag_value("check_seqlens", check_seqlens)
     scale = _check_scale(softmax_scale)
     _check_mod_scale(score_mod, scale)
-    if schedule is not None:
-        schedule_json = _schedule_json(schedule, target)  # the schedule's errors first
+    # the schedule's errors first (see _attention_mods)
+    schedule_json = _schedule_json(schedule if schedule is not None else default_schedule_for(q, target, mods=True),
+                                   target)
     _forward_only_mods(q, k, v)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(t, torch.Tensor):
@@ -699,8 +702,8 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     mc = mod_call.prepare(score_mod, mask_mod, sinks, q).for_sizes(cu_seqlens_q.shape[0], q.shape[1],
                                                                      max_seqlen_q, max_seqlen_k)
     mc.check(q, q.shape[1])
-    if schedule is None:  # mods that add a few instructions per score keep the dense tiles (presets.py)
-        schedule_json = _schedule_json(default_schedule_for(q, target, mods=not light(mc.mods)), target)
+    if schedule is None and light(mc.mods):  # at most one FMA per score: the dense tiles (codegen/mods.py)
+        schedule_json = _schedule_json(default_schedule_for(q, target), target)
     out, lse = op.run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
                                       scale, target, causal, return_lse, check_seqlens, mc)
     return (out, lse) if return_lse else out

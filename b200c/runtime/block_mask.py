@@ -163,7 +163,7 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
     device = torch.device(device)
     bm, bn, qs = work.block_m, work.block_n, work.q_stages
     num_items = work.num_work(batch, heads, seq_q, pack_heads)
-    out = torch.tensor(EMPTY_RANGE, dtype=torch.int32, device=device).repeat(num_items, 1)
+    out = _empty_range(torch.int32, device).repeat(num_items, 1)
     varlen = cu_seqlens_q is not None
     if varlen:
         lens_q = _lengths(cu_seqlens_q, batch, "cu_seqlens_q", seq_q, "seq_q", device)
@@ -323,8 +323,17 @@ def _ranges(nonempty: torch.Tensor, full: torch.Tensor, idx: torch.Tensor) -> to
     full_lo = torch.where(none, kv_lo, full_lo)
     full_hi = torch.where(none, kv_lo, full_hi)
     rows = torch.stack((kv_lo, full_lo, full_hi, kv_hi), dim=1)
-    empty = torch.tensor(EMPTY_RANGE, dtype=rows.dtype, device=rows.device)
-    return torch.where(has.view(-1, 1), rows, empty).to(torch.int32)
+    return torch.where(has.view(-1, 1), rows, _empty_range(rows.dtype, rows.device)).to(torch.int32)
+
+
+def _empty_range(dtype, device) -> torch.Tensor:
+    """:data:`EMPTY_RANGE` as a tensor on ``device``, made by fills: ``torch.tensor(..., device=<cuda>)``
+    copies from pageable host memory and waits for the stream: a device sync in every masked call."""
+    out = torch.zeros(len(EMPTY_RANGE), dtype=dtype, device=device)
+    for i, v in enumerate(EMPTY_RANGE):
+        if v:
+            out[i] = v
+    return out
 
 
 class BlockMaskCache:

@@ -120,12 +120,14 @@ PREBUILD = False  # scripts/prebuild_mods.py: replay the calls on CPU under the 
 
 
 def _case(torch, target, *, B=2, H=4, H_kv=2, s_q=333, s_kv=333, D=128, causal=False, score_mod=None,
-          mask_mod=None, sinks=None, window_size=None, ref_mask=None, what=""):
+          mask_mod=None, sinks=None, window_size=None, ref_mask=None, what="", builtin=False):
+    """One call checked against FP32 attention; ``builtin``: schedule=None (the target's built-in choice
+    for these mods) instead of the target's dense preset."""
     import b200c
 
     q, k, v = _inputs(torch, B, H, H_kv, s_q, s_kv, D)
     scale = D ** -0.5
-    out, lse = b200c.attention(q, k, v, schedule=_schedule(target, D), target=target, causal=causal,
+    out, lse = b200c.attention(q, k, v, schedule=None if builtin else _schedule(target, D), target=target, causal=causal,
                                score_mod=score_mod, mask_mod=mask_mod, sinks=sinks, window_size=window_size,
                                return_lse=True)
     if PREBUILD:
@@ -183,6 +185,8 @@ def test_additive_biases_split_per_row(torch):
         _case(torch, target, s_q=300, s_kv=777, score_mod=linear, causal=True, what="linear in kv_idx and q_idx")
         _case(torch, target, s_q=300, s_kv=777, score_mod=wide, what="a bias not split")
         _case(torch, target, score_mod=mods.alibi(slopes), sinks=head_bias, what="alibi with sinks")
+        _case(torch, target, score_mod=mods.alibi(slopes), causal=True, builtin=True, what="alibi, built-in schedule")
+        _case(torch, target, score_mod=wide, builtin=True, what="a bias not split, built-in schedule")
         for d in (64, 256):
             _case(torch, target, s_q=400, s_kv=613, D=d, score_mod=mods.alibi(slopes), what=f"alibi D={d}")
 
@@ -355,3 +359,43 @@ def test_sdpa_attn_mask(torch):
         tol = 2 * float((lowp.float() - ref)[rows].abs().max()) + 1e-3
         err = float((out.float() - ref)[rows].abs().max())
         assert err <= tol, (what, err, tol)
+
+
+def test_calls_do_not_wait_for_the_device(torch):
+    """A call with mods only enqueues work, its block mask included (torch's sync debug mode raises on a
+    stream or device sync): a sync per call would stall the host in every masked attention call of a
+    model. New mask values the second time (the block mask is computed again), after a first call that
+    loads the kernels."""
+    import b200c
+    import b200c.mods as mods
+
+    q, k, v = _inputs(torch, 2, 4, 4, 300, 300, 128)
+    slopes = mods.alibi_slopes(4).to(DEV)
+
+    def inputs(seed):
+        return (torch.tensor([300 - seed, 170 + seed], device=DEV, dtype=torch.int32),
+                ((torch.arange(300, device=DEV) + seed) // 100).int(),
+                torch.randn(2, 1, 1, 300, device=DEV).bfloat16())
+
+    for target in _targets(torch):
+        sched = _schedule(target, 128)
+
+        def calls(lengths, docs, bias, seed):
+            b200c.attention(q, k, v, schedule=sched, target=target, mask_mod=mods.key_padding(lengths))
+            b200c.attention(q, k, v, schedule=sched, target=target, mask_mod=mods.document(docs), causal=True)
+            b200c.attention(q, k, v, schedule=sched, target=target, window_size=(64 + seed, 0))
+            b200c.attention(q, k, v, schedule=sched, target=target, score_mod=mods.alibi(slopes))
+            if target == "sm90a":
+                b200c.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+        calls(*inputs(0), 0)
+        if PREBUILD:
+            continue
+        second = inputs(1)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            calls(*second, 1)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()

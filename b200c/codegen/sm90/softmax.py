@@ -55,9 +55,17 @@ def biased(plan) -> bool:
 
 
 def apply_score_bias_lines(plan) -> tuple:
-    """The lines of ``apply_score_bias`` (whole tiles: every column inside the sequence)."""
-    from ..mods import score_bias_parts
+    """The lines of ``apply_score_bias`` (whole tiles: every column inside the sequence); a bias without a
+    per-key part (a per-head or per-row bias) adds nothing per score."""
+    from ..mods import bias_varies_along_the_row, score_bias_parts
 
+    per_key = (
+        "  slope *= c.inv_scale;",
+        "#pragma unroll",
+        "  for (int i = 0; i < S_REGS / 4; ++i)",
+        "#pragma unroll",
+        "    for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(slope, (float)(8 * i + (e & 1)), s[4 * i + e]);",
+    ) if bias_varies_along_the_row(plan.mods) else ("  // the bias has no per-key part (slope 0)",)
     return (
         *score_bias_parts(plan.mods),
         "",
@@ -72,11 +80,7 @@ def apply_score_bias_lines(plan) -> tuple:
         "  score_bias_parts(c, w.b, h, min(row0 + 8, w.len_q - 1), col0, slope, base1);",
         "  rb[0] = base0 * c.inv_scale;",
         "  rb[1] = base1 * c.inv_scale;",
-        "  slope *= c.inv_scale;",
-        "#pragma unroll",
-        "  for (int i = 0; i < S_REGS / 4; ++i)",
-        "#pragma unroll",
-        "    for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(slope, (float)(8 * i + (e & 1)), s[4 * i + e]);",
+        *per_key,
         "}",
     )
 
@@ -304,7 +308,9 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
             "#pragma unroll",
             "  for (int r = 0; r < 2; ++r) {",
         ]
-        top_add = "neg_ms[r] - rb[r] * sc" if n.row_bias else "neg_ms[r]"  # tile_max is in score units
+        # tile_max is in score units; with a row offset the top P is recomputed from it, equal to the P in the
+        # registers up to the rounding of rb (its BF16 correction is approximate for offsets of ~1e3 and more)
+        top_add = "neg_ms[r] - rb[r] * sc" if n.row_bias else "neg_ms[r]"
         if n.top_sw_from is not None:
             out += [f"    const float x_top = fmaf(tile_max[r], sc, {top_add});",
                     "    const float p_top = sw_max[r] >= tile_max[r] ? exp2_poly(x_top) : ex2_approx_ftz(x_top);"]
