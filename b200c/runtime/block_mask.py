@@ -328,11 +328,12 @@ def _ranges(nonempty: torch.Tensor, full: torch.Tensor, idx: torch.Tensor) -> to
 
 def _empty_range(dtype, device) -> torch.Tensor:
     """:data:`EMPTY_RANGE` as a tensor on ``device``, made by fills: ``torch.tensor(..., device=<cuda>)``
-    copies from pageable host memory and waits for the stream: a device sync in every masked call."""
+    and ``t[i] = v`` copy a host value to the device and wait for the stream (a device sync in every
+    masked call; ``fill_`` passes the value as a kernel argument)."""
     out = torch.zeros(len(EMPTY_RANGE), dtype=dtype, device=device)
     for i, v in enumerate(EMPTY_RANGE):
         if v:
-            out[i] = v
+            out[i:i + 1].fill_(v)
     return out
 
 
