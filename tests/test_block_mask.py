@@ -209,6 +209,13 @@ def test_varlen_with_an_empty_and_a_short_sequence(d, causal, pack):
     assert torch.equal(kv_ranges(doc, d, uses={"q_idx", "kv_idx"}, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **kw), ref)
     assert torch.equal(kv_ranges(doc, d, uses={"q_idx", "kv_idx"}, chunk_elems=1, cu_seqlens_q=cu_q,
                                  cu_seqlens_k=cu_k, **kw), ref)
+    # check_seqlens=False (flash_attn's contract: the caller vouches for the values) gives the same ranges
+    # without reading the lengths back (a device sync); a length past seq_q then goes unchecked
+    assert torch.equal(kv_ranges(mask, d, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, check_seqlens=False, **kw), got)
+    too_long = dict(kw, seq_q=299)
+    with pytest.raises(LaunchError, match="longer than seq_q=299"):
+        kv_ranges(mask, d, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **too_long)
+    kv_ranges(mask, d, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, check_seqlens=False, **too_long)
 
 
 @pytest.mark.parametrize("d", SHAPES)

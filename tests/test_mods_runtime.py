@@ -377,3 +377,25 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
     assert loops["alibi"]["ffma"] - loops["dense"]["ffma"] == s_regs + 2  # + the top P's exponent per row
     assert loops["alibi"]["mufu_ex2"] == loops["dense"]["mufu_ex2"]
     assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 30, 128: 45, 256: 30}[d]
+
+
+def test_varlen_block_mask_trusts_cu_seqlens_with_check_seqlens_false(fd, monkeypatch):
+    """attention_varlen(check_seqlens=False) reaches the block mask: it does not read the lengths back
+    from the device to check them (a sync per call); with the default it does."""
+    from b200c.runtime import block_mask
+
+    checks = []
+    orig = block_mask._lengths
+
+    def spy(*args):
+        checks.append(args[-1])
+        return orig(*args)
+
+    monkeypatch.setattr(block_mask, "_lengths", spy)
+    q = torch.randn(300, 4, 128).bfloat16()
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32)
+    b200c.attention_varlen(q, q, q, cu, cu, 200, 200, mask_mod=mods.sliding_window(16), target="sm90a",
+                           check_seqlens=False)
+    assert checks == [False, False]
+    b200c.attention_varlen(q, q, q, cu, cu, 200, 200, mask_mod=mods.sliding_window(17), target="sm90a")
+    assert checks == [False, False, True, True] and len(fd.launches) == 2

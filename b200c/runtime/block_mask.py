@@ -45,12 +45,12 @@ def _largest(total: int, cost: Callable[[int], tuple[int, int]], budget: int) ->
     return lo
 
 
-def _lengths(cu, n: int, name: str, longest: int, longest_name: str, device) -> torch.Tensor:
+def _lengths(cu, n: int, name: str, longest: int, longest_name: str, device, check: bool = True) -> torch.Tensor:
     cu = torch.as_tensor(cu).to(device=device, dtype=torch.int64).reshape(-1)
     if cu.numel() != n + 1:
         raise LaunchError(f"{name} has {cu.numel()} entries; it must have batch + 1 = {n + 1} (prefix sums)")
     lens = cu[1:] - cu[:-1]
-    if n:
+    if n and check:
         lo, hi = int(lens.min()), int(lens.max())
         if lo < 0:
             raise LaunchError(f"{name} decreases (a sequence of {lo} rows); it must be non-decreasing prefix sums")
@@ -105,7 +105,8 @@ def _eval_mask(mask_fn, args, shape, extents, device) -> torch.Tensor:
 def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: int, heads_kv: int,
               seq_q: int, seq_kv: int, causal: bool = False, pack_heads: bool = False,
               cu_seqlens_q=None, cu_seqlens_k=None, device="cpu",
-              uses: Iterable[str] = frozenset(MASK_ARGS), chunk_elems: Optional[int] = None) -> torch.Tensor:
+              uses: Iterable[str] = frozenset(MASK_ARGS), chunk_elems: Optional[int] = None,
+              check_seqlens: bool = True) -> torch.Tensor:
     """The K/V tile ranges every work item of a masked attention call visits.
 
     A score entry (row ``r``, key ``c``) of sequence ``b``, head ``h`` is *visible* iff
@@ -131,6 +132,9 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
             an unused one is passed as a single 0 (shape ``(1, 1, 1, 1)``) and the result broadcast.
         chunk_elems: the most elements of one intermediate tensor (default :data:`CHUNK_ELEMS`);
             the mask is evaluated in chunks of batch, heads, Q rows and K/V columns under it.
+        check_seqlens: check that the cu_seqlens give lengths in ``[0, seq_q]`` / ``[0, seq_kv]`` (reads
+            them back from the device: a sync); False trusts them (flash_attn_varlen_func's
+            ``check_seqlens=False`` contract: wrong values are undefined behaviour).
 
     Returns:
         A contiguous int32 tensor ``(num_items, 4)`` on ``device`` (``num_items =
@@ -166,8 +170,8 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
     out = _empty_range(torch.int32, device).repeat(num_items, 1)
     varlen = cu_seqlens_q is not None
     if varlen:
-        lens_q = _lengths(cu_seqlens_q, batch, "cu_seqlens_q", seq_q, "seq_q", device)
-        lens_k = _lengths(cu_seqlens_k, batch, "cu_seqlens_k", seq_kv, "seq_kv", device)
+        lens_q = _lengths(cu_seqlens_q, batch, "cu_seqlens_q", seq_q, "seq_q", device, check_seqlens)
+        lens_k = _lengths(cu_seqlens_k, batch, "cu_seqlens_k", seq_kv, "seq_kv", device, check_seqlens)
     if num_items == 0 or seq_kv == 0:
         return out
 

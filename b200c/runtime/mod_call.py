@@ -74,10 +74,11 @@ class ModCall:
             raise LaunchError(f"sinks has shape {tuple(self.sinks.shape)}; it must be (H,) = ({heads},): one logit "
                               "per query head")
 
-    def values(self, entry, causal: bool, cu_seqlens=None) -> dict:
+    def values(self, entry, causal: bool, cu_seqlens=None, check_seqlens: bool = True) -> dict:
         """The mods' kernel parameter values for one launch of ``entry`` (a
         :class:`b200c.runtime.launcher.Entry`): captured pointers and strides, sinks, block mask
-        (``cu_seqlens``: a varlen call's two prefix-sum tensors)."""
+        (``cu_seqlens``: a varlen call's two prefix-sum tensors; ``check_seqlens``: False skips the block
+        mask's check of their values, which reads them back from the device)."""
         out = {}
         for k, t in enumerate(self.tensors):
             out[f"cap{k}"] = t.data_ptr()
@@ -86,10 +87,10 @@ class ModCall:
         if self.mods.sinks:
             out["sinks"] = self.sinks.data_ptr()
         if self.mods.mask_mod is not None:
-            out["kv_ranges"] = self.ranges(entry, causal, cu_seqlens).data_ptr()
+            out["kv_ranges"] = self.ranges(entry, causal, cu_seqlens, check_seqlens).data_ptr()
         return out
 
-    def ranges(self, entry, causal: bool, cu_seqlens=None) -> torch.Tensor:
+    def ranges(self, entry, causal: bool, cu_seqlens=None, check_seqlens: bool = True) -> torch.Tensor:
         """The block mask of this call (:func:`b200c.runtime.block_mask.kv_ranges`), cached."""
         from .block_mask import _CACHE, cached_kv_ranges, kv_ranges
 
@@ -111,7 +112,7 @@ class ModCall:
                                seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
                                cu_seqlens_q=None if cu_seqlens is None else cu_seqlens[0],
                                cu_seqlens_k=None if cu_seqlens is None else cu_seqlens[1], device=device,
-                               uses=self.mask_uses)
+                               uses=self.mask_uses, check_seqlens=check_seqlens)
             done = None
             if cuda:
                 done = torch.cuda.Event()

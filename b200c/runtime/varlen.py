@@ -206,7 +206,8 @@ def run_varlen(token, target: str, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seql
         return torch.zeros_like(q), lse
     out = torch.empty_like(q)
     lse = torch.empty(e.lse_shape, dtype=_F32, device=e.torch_device) if return_lse else None
-    e.launch(out, lse, scale, None if mod_call is None else mod_call.values(e, causal, (cu_seqlens_q, cu_seqlens_k)))
+    e.launch(out, lse, scale, None if mod_call is None else mod_call.values(e, causal, (cu_seqlens_q, cu_seqlens_k),
+                                                                          check_values))
     if covered is not None:
         first, end = covered
         for rows in (slice(0, first), slice(end, e.problem.total_q)):
