@@ -227,6 +227,15 @@ def _bounds(graph: ModGraph, small: bool) -> dict:
     return out
 
 
+def _depends_on(graph: ModGraph, params: tuple) -> dict:
+    """Per value of ``graph``, whether it depends on any of the parameters ``params`` (e.g.
+    ``("score", "kv_idx")``: the values that differ between the keys of a row)."""
+    out: dict = {}
+    for n in graph.nodes:
+        out[n.name] = n.name in params or any(out[a] for a in n.args)
+    return out
+
+
 def _kv_coefficients(graph: ModGraph) -> dict:
     """Per int value computed from the indices, its coefficient ``K`` in ``kv_idx`` when the value is
     ``A + K * kv_idx`` with ``A`` free of ``kv_idx`` (0: does not depend on kv_idx; None: not of that
@@ -277,10 +286,10 @@ def _template(op: str, vtype: str) -> str:
     return t[vtype] if isinstance(t, dict) else t
 
 
-def _body(graph: ModGraph, mods: ModSet, bias_of: str | None = None) -> list:
+def _body(graph: ModGraph, mods: ModSet, bias_of: tuple | None = None) -> list:
     """The C lines of ``graph``'s function body (``return`` last). ``bias_of``: instead, the lines of
-    ``score_bias_parts`` for the score_mod's bias value ``bias_of`` (the values it depends on, then
-    ``slope = ...; base = ...;``), or None if that value is not ``base + slope * kv_off``."""
+    ``score_bias_parts`` for the score_mod's bias terms ``bias_of`` (:func:`_bias`: the values they depend
+    on, then ``slope = ...; base = ...;``), or None if a term is not ``base + slope * kv_off``."""
     by_name = {n.name: n for n in graph.nodes}
     types = {n.name: n.type for n in graph.nodes}
     bounds = _bounds(graph, mods.small_indices)
@@ -296,9 +305,7 @@ def _body(graph: ModGraph, mods: ModSet, bias_of: str | None = None) -> list:
     # each is then one FMA per key (the int -> float conversion, the multiplies by per-head values and the
     # additions of per-row values happen once per row)
     affine: dict = {}
-    varies = {}  # the value depends on the score or on kv_idx (differs between the keys of a row)
-    for n in graph.nodes:
-        varies[n.name] = n.name in ("score", "kv_idx") or any(varies[a] for a in n.args)
+    varies = _depends_on(graph, ("score", "kv_idx"))  # the values that differ between the keys of a row
 
     def affine_of(name: str):
         """(base, slope) C expressions of value ``name`` used as a float, or None."""
@@ -413,9 +420,7 @@ def _bias(mods: ModSet):
     if g is None:
         return None
     by_name = {n.name: n for n in g.nodes}
-    reads: dict = {}
-    for n in g.nodes:
-        reads[n.name] = n.name == "score" or any(reads[a] for a in n.args)
+    reads = _depends_on(g, ("score",))
     terms, name = [], g.output  # the score keeps sign +1: the path takes only the minuend of a subtraction
     while name != "score":
         n = by_name[name]
@@ -476,9 +481,7 @@ def bias_varies_along_the_row(mods: ModSet) -> bool:
     terms = _bias(mods)
     if terms is None:
         return False
-    varies: dict = {}
-    for n in mods.score_mod.nodes:
-        varies[n.name] = n.name == "kv_idx" or any(varies[a] for a in n.args)
+    varies = _depends_on(mods.score_mod, ("kv_idx",))
     return any(varies[name] for name, _ in terms)
 
 
@@ -488,9 +491,7 @@ def reads_by_kv(graph) -> bool:
     harmless, its entry is masked after)."""
     if graph is None:
         return False
-    depends: dict = {}
-    for n in graph.nodes:
-        depends[n.name] = n.name == "kv_idx" or any(depends[a] for a in n.args)
+    depends = _depends_on(graph, ("kv_idx",))
     return any(n.op == "load" and any(depends[a] for a in n.args) for n in graph.nodes)
 
 

@@ -526,21 +526,13 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
     kernel arguments; see :mod:`b200c.runtime.mod_call`). ``prepared``: a ModCall made by the caller
     (the SDPA drop-in's attn_mask, :mod:`b200c.runtime.sdpa_mask`) instead of the functions."""
-    from ..codegen.mods import light
     from . import mod_call
     from .mod_window import window_mask
 
     check_tensor_types(q, k, v)
     _check_options(target, layout)
-    causal = flag_value("causal", causal)
-    return_lse = flag_value("return_lse", return_lse)
-    scale = _check_scale(softmax_scale)
-    _check_mod_scale(score_mod, scale)
-    # the schedule's errors first (a built-in one: the head dim and the device; which of the target's two
-    # built-in schedules the mods take is decided once they are traced)
-    schedule_json = _schedule_json(schedule if schedule is not None else default_schedule_for(q, target, mods=True),
-                                   target)
-    _forward_only_mods(q, k, v)
+    causal, return_lse, scale, schedule_json = _mod_call_args(q, k, v, schedule, causal, return_lse, softmax_scale,
+                                                              target, score_mod)
     if q.dim() != 4 or k.dim() != 4:
         raise LaunchError(f"q and k must be 4-D ({'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'}), got "
                           f"{tuple(q.shape)} and {tuple(k.shape)}")
@@ -551,8 +543,7 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
     mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
     mc.check(q, heads)
-    if schedule is None and light(mc.mods):  # at most one FMA per score: the dense tiles (codegen/mods.py)
-        schedule_json = _schedule_json(default_schedule_for(q, target), target)
+    schedule_json = _mods_schedule_json(q, schedule, schedule_json, target, mc)
     out, lse = launcher.run((schedule_json, mc.mods_json), target, layout, q, k, v, scale, op.MODDED, causal,
                             return_lse, mc)
     return (out, lse) if return_lse else out
@@ -674,7 +665,6 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod, sinks,
                            window_size=None):
     """:func:`attention_varlen` with mods (eager; see :func:`_attention_mods`)."""
-    from ..codegen.mods import light
     from . import mod_call
     from .mod_window import window_mask
 
@@ -682,15 +672,9 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _check_options(target, "bhsd")
     max_seqlen_q = seqlen_value("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = seqlen_value("max_seqlen_k", max_seqlen_k)
-    causal = flag_value("causal", causal)
-    return_lse = flag_value("return_lse", return_lse)
     check_seqlens = flag_value("check_seqlens", check_seqlens)
-    scale = _check_scale(softmax_scale)
-    _check_mod_scale(score_mod, scale)
-    # the schedule's errors first (see _attention_mods)
-    schedule_json = _schedule_json(schedule if schedule is not None else default_schedule_for(q, target, mods=True),
-                                   target)
-    _forward_only_mods(q, k, v)
+    causal, return_lse, scale, schedule_json = _mod_call_args(q, k, v, schedule, causal, return_lse, softmax_scale,
+                                                              target, score_mod)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(t, torch.Tensor):
             raise LaunchError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
@@ -702,11 +686,37 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     mc = mod_call.prepare(score_mod, mask_mod, sinks, q).for_sizes(cu_seqlens_q.shape[0], q.shape[1],
                                                                      max_seqlen_q, max_seqlen_k)
     mc.check(q, q.shape[1])
-    if schedule is None and light(mc.mods):  # at most one FMA per score: the dense tiles (codegen/mods.py)
-        schedule_json = _schedule_json(default_schedule_for(q, target), target)
+    schedule_json = _mods_schedule_json(q, schedule, schedule_json, target, mc)
     out, lse = op.run_schedule_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
                                       scale, target, causal, return_lse, check_seqlens, mc)
     return (out, lse) if return_lse else out
+
+
+def _mod_call_args(q, k, v, schedule, causal, return_lse, softmax_scale, target, score_mod) -> tuple:
+    """The checks both calls with mods make after the tensors' types and the options:
+    ``(causal, return_lse, scale, schedule_json)``. The schedule's errors come before the inputs' (a
+    built-in one's: the head dim and the device; :func:`_mods_schedule_json` decides between the
+    target's two built-in schedules once the mods are traced).
+
+    Raises:
+        LaunchError, ScheduleError, UnsupportedDeviceError, BackwardNotSupportedError: as the checks do.
+    """
+    causal = flag_value("causal", causal)
+    return_lse = flag_value("return_lse", return_lse)
+    scale = _check_scale(softmax_scale)
+    _check_mod_scale(score_mod, scale)
+    schedule_json = _schedule_json(schedule if schedule is not None else default_schedule_for(q, target, mods=True),
+                                   target)
+    _forward_only_mods(q, k, v)
+    return causal, return_lse, scale, schedule_json
+
+
+def _mods_schedule_json(q, schedule, schedule_json: str, target, mc) -> str:
+    """The schedule of a call with mods: the given one, or the built-in dense one for light mods (at most
+    one FMA per score: :func:`b200c.codegen.mods.light`), else the built-in mods one (``schedule_json``)."""
+    if schedule is None and mc.light:
+        return _schedule_json(default_schedule_for(q, target), target)
+    return schedule_json
 
 
 _MIN_MOD_SCALE = 2.0 ** -60

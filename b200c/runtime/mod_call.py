@@ -22,6 +22,7 @@ _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.floa
 _traced: "OrderedDict" = OrderedDict()  # (function identities) -> (functions, ModSet, tensors)
 _traced_lock = threading.Lock()
 _MAX_TRACED = 32  # each entry keeps its functions (and what they capture) alive
+_light: dict = {}  # ModSet JSON -> b200c.codegen.mods.light of it (~140 us to compute: not per call)
 
 
 class ModCall:
@@ -59,6 +60,20 @@ class ModCall:
         out = ModCall(msgspec.structs.replace(self.mods, small_indices=True), self.tensors, self.sinks, self.mask_fn,
                       self.mask_uses)
         return out
+
+    @property
+    def light(self) -> bool:
+        """:func:`b200c.codegen.mods.light` of :attr:`mods` (whether the built-in schedule keeps the dense
+        K/V tiles), computed once per ModSet."""
+        hit = _light.get(self.mods_json)
+        if hit is None:
+            from ..codegen.mods import light
+
+            hit = light(self.mods)
+            if len(_light) > 256:
+                _light.clear()
+            _light[self.mods_json] = hit
+        return hit
 
     def check(self, q, heads: int) -> None:
         """The captured tensors and the sinks are usable with query ``q`` (H = ``heads``).

@@ -74,7 +74,7 @@ def apply_score_bias_lines(plan) -> tuple:
         "// softmax adds it per row: softmax_tile_biased)",
         "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const Ctx& c, const WorkItem& w, const int h,",
         "                                                 const int row0, const int j, float (&rb)[2]) {",
-        f"  const int col0 = {kv_col0(plan)} + 2 * (int)(threadIdx.x & 3);",
+        _fragment_col0(plan),
         "  float slope, base0, base1;",
         "  score_bias_parts(c, w.b, h, min(row0, w.len_q - 1), col0, slope, base0);",
         "  score_bias_parts(c, w.b, h, min(row0 + 8, w.len_q - 1), col0, slope, base1);",
@@ -83,6 +83,12 @@ def apply_score_bias_lines(plan) -> tuple:
         *per_key,
         "}",
     )
+
+
+def _fragment_col0(plan) -> str:
+    """The line defining ``col0``: the first key column (in the sequence) of this thread's S fragment in
+    K/V tile ``j`` (columns ``col0 + 8i + (e & 1)``, PTX ISA 9.7.15.5.1.1.1)."""
+    return f"  const int col0 = {kv_col0(plan)} + 2 * (int)(threadIdx.x & 3);"
 
 
 def apply_mods_lines(plan) -> tuple:
@@ -94,7 +100,7 @@ def apply_mods_lines(plan) -> tuple:
         "__device__ __forceinline__ void apply_mods(float (&s)[S_REGS], const Ctx& c, const WorkItem& w, const int h, "
         "const int row0,",
         "                                           const int j, const bool masked) {",
-        f"  const int col0 = {kv_col0(plan)} + 2 * (int)(threadIdx.x & 3);",
+        _fragment_col0(plan),
         "#pragma unroll",
         "  for (int i = 0; i < S_REGS / 4; ++i)",
         "#pragma unroll",
