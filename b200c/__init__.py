@@ -53,20 +53,23 @@ def generate(schedule, target: str = "sm100a", profile: bool = False, mods=None)
     return _generate(schedule, target, profile=profile, mods=mods)
 
 
-def default_schedule(head_dim: int, target: str = "sm100a", mods=False):
+def default_schedule(head_dim: int, target: str = "sm100a", mods=False, seq_kv=None):
     """The built-in schedule of ``target`` (``"sm100a"``, ``"emulate"``: the blog's stage 18 and its
     head-dim variants; ``"sm90a"``: the Hopper progression's last stage) for head dim 64, 128 or 256
     (b200c/dsl/presets.py). What ``b200c.attention(schedule=None)`` and the SDPA drop-in run;
     ``mods=True``: what they run for calls with a score_mod / mask_mod (Hopper: smaller K/V tiles);
     ``mods=<a traced ModSet>``: what a call with those mods runs (light ones, such as ALiBi, keep the dense
-    tiles: :func:`b200c.codegen.mods.light`).
+    tiles: :func:`b200c.codegen.mods.light`). ``seq_kv``: the key length of a dense call; on sm90a a short
+    one (a few hundred keys, cross-attention) takes smaller K/V tiles when the preset's would mostly compute
+    padding (:func:`b200c.dsl.presets.short_kv_tiles`), as the calls without a schedule do; None: the head
+    dim's preset.
 
     Raises:
         TargetError: unknown target. ScheduleError: another head dim.
     """
     from .codegen.targets import resolve
 
-    return resolve(target).default_schedule(head_dim, mods)
+    return resolve(target).default_schedule(head_dim, mods, seq_kv)
 
 
 # The entry points that need torch live in b200c.runtime and are imported on first use

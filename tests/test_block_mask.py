@@ -161,6 +161,33 @@ def test_key_padding_per_batch(d, causal):
     assert (per_b[1] == torch.tensor((0, 0, 0, 1), dtype=torch.int32)).all()  # sees nothing
 
 
+def test_key_padding_reuses_what_only_the_sizes_decide(monkeypatch):
+    """A new key-padding mask per call (what models pass SDPA) with the same sizes: the second call makes
+    none of the index tensors and row bounds again (each is a kernel launch on the GPU) and is still
+    right; a mask_fn that writes into its arguments gets fresh ones the next time."""
+    d = SHAPES[0]
+    kw = dict(batch=3, heads=2, heads_kv=2, seq_q=300, seq_kv=257)
+    for causal in (False, True):
+        kv_len = torch.tensor([257, 3, 130])
+        check(lambda b, h, q, k: k < kv_len[b], d, uses={"b", "kv_idx"}, causal=causal, **kw)
+        kv_len = torch.tensor([1, 256, 0])  # a new mask, the same sizes
+        made = []
+        for name in ("arange", "zeros", "full", "tensor"):
+            fn = getattr(torch, name)
+            monkeypatch.setattr(torch, name, lambda *a, _fn=fn, _n=name, **k: made.append(_n) or _fn(*a, **k))
+        got = kv_ranges(lambda b, h, q, k: k < kv_len[b], d, uses={"b", "kv_idx"}, causal=causal, **kw)
+        assert made == []
+        monkeypatch.undo()
+        np.testing.assert_array_equal(got.numpy(), reference(lambda b, h, q, k: k < kv_len[b], d, causal=causal, **kw))
+
+    def writes(b, h, q, k):
+        k.add_(1)  # shifts every later key index by one: the cached arguments must not keep that
+        return k < 258
+
+    kv_ranges(writes, d, uses={"kv_idx"}, **kw)
+    check(lambda b, h, q, k: k < 128, d, uses={"kv_idx"}, **kw)  # tile 0 full, not partial
+
+
 @pytest.mark.parametrize("d", SHAPES)
 def test_head_dependent_mask(d):
     window = torch.tensor([1, 130, 400, 0])  # head 3 sees nothing

@@ -446,3 +446,59 @@ def test_kv_maps_are_cached_per_box_rows():
             b200c.attention(q, k, v, schedule=str(ex / name), target="sm90a")
             by_addr = {e[0]: e[4] for e in fd.encodes[n:]}
             assert by_addr.get(k.data_ptr()) == rows and by_addr.get(v.data_ptr()) == rows, (name, fd.encodes[n:])
+
+
+def test_short_key_sequences_take_smaller_kv_tiles():
+    """A dense call without a schedule whose keys the preset's K/V tiles would mostly pad (cross-attention to
+    a few hundred text or audio tokens) runs the short-K/V preset: the padded key counts worked out by hand
+    (ceil(S_kv / block_n) * block_n; the short tiles when the preset's count is > 1.15x theirs)."""
+    from b200c.dsl import presets
+
+    cases = {  # (head dim, S_kv): short? -- preset tiles 224 / 176 / 80 rows, short ones 128 / 128 / 64
+        (64, 251): True,     # 448 against 256 keys
+        (64, 1024): False,   # 1120 against 1024
+        (64, 512): True,     # 672 against 512
+        (128, 251): True,    # 352 against 256
+        (128, 300): False,   # 352 against 384
+        (128, 1024): False,  # 1056 against 1024
+        (128, 1): True,      # 176 against 128
+        (256, 251): True,    # 320 against 256
+        (256, 77): False,    # 80 against 128
+        (256, 4096): False,  # 4160 against 4096
+    }
+    for (d, n), short in cases.items():
+        s = b200c.default_schedule(d, target="sm90a", seq_kv=n)
+        want = presets.HOPPER_SHORT_KV_PRESETS[d] if short else presets.HOPPER_PRESETS[d]
+        assert s == want, (d, n, s.name)
+        assert s.replace(name="x", block_n=0) == presets.HOPPER_PRESETS[d].replace(name="x", block_n=0)  # tiles only
+    for n in (None, 0, -3, 251.0):
+        assert b200c.default_schedule(64, target="sm90a", seq_kv=n) == presets.HOPPER_PRESETS[64]
+    assert b200c.default_schedule(64, target="sm90a", mods=True, seq_kv=251) == presets.HOPPER_MOD_PRESETS[64]
+    assert b200c.default_schedule(64, target="sm100a", seq_kv=251) == presets.PRESETS[64]  # B200: one per head dim
+
+
+def test_short_key_calls_launch_the_short_tiles():
+    """The calls without a schedule pick the short-K/V preset from S_kv (attention, the SDPA drop-in, and the
+    graph constant under torch.compile); an explicit schedule and calls with a mask keep theirs."""
+    import msgspec
+    import torch
+
+    from b200c.dsl import presets
+    from b200c.runtime import api, fake_driver
+
+    q = torch.zeros(1, 2, 300, 64, dtype=torch.bfloat16)
+    short, long_ = (torch.zeros(1, 2, n, 64, dtype=torch.bfloat16) for n in (251, 4096))
+    with fake_driver.install(target="sm90a") as fd:
+        for kv, name in ((short, "hopper_short_kv_d64"), (long_, "hopper_default_d64")):
+            b200c.attention(q, kv, kv, target="sm90a")
+            b200c.scaled_dot_product_attention(q, kv, kv, target="sm90a")
+            b200c.attention(q.transpose(1, 2), kv.transpose(1, 2), kv.transpose(1, 2), layout="bshd", target="sm90a")
+            assert [L.kernel.name for L in fd.launches[-3:]] == [name] * 3
+        b200c.attention(q, short, short, schedule=presets.HOPPER_D64, target="sm90a")
+        assert fd.launches[-1].kernel.name == "hopper_default_d64"
+        b200c.scaled_dot_product_attention(q, short, short, attn_mask=torch.ones(300, 251, dtype=torch.bool),
+                                           target="sm90a")
+        assert fd.launches[-1].kernel.name == "hopper_mods_d64"
+    traced = msgspec.json.decode(api._traced_json(q, None, "sm90a", 251))
+    assert (traced["name"], traced["block_n"]) == ("hopper_short_kv_d64", 128)
+    assert msgspec.json.decode(api._traced_json(q, None, "sm90a", None))["name"] == "hopper_default_d64"

@@ -110,10 +110,12 @@ class Target(msgspec.Struct, frozen=True):
         """The backend package (imported on first use)."""
         return importlib.import_module(self.backend)
 
-    def default_schedule(self, head_dim: int, mods=False):
+    def default_schedule(self, head_dim: int, mods=False, seq_kv=None):
         """The built-in schedule of this target for ``head_dim`` (:func:`b200c.dsl.presets.default_schedule`).
         ``mods``: a traced ModSet (light mods, :func:`b200c.codegen.mods.light`, take the dense schedule,
         the others the mods one), or truthy for the schedule of calls with mods that are not light.
+        ``seq_kv``: a dense call's key length: short ones take smaller K/V tiles where the target has them
+        (:func:`b200c.dsl.presets.short_kv_tiles`); None: the head dim's preset.
 
         Raises:
             ScheduleError: a head dim without one, or a target without built-in schedules.
@@ -129,7 +131,14 @@ class Target(msgspec.Struct, frozen=True):
             from .mods import light
 
             mods = not light(mods)
-        return default_schedule(head_dim, self.presets, bool(mods))
+        return default_schedule(head_dim, self.presets, bool(mods), seq_kv)
+
+    def short_kv_tiles(self, head_dim: int, seq_kv) -> bool:
+        """Whether a dense call with ``seq_kv`` keys takes this target's short-K/V-tile preset
+        (:func:`b200c.dsl.presets.short_kv_tiles`; False without built-in schedules)."""
+        from ..dsl.presets import short_kv_tiles
+
+        return bool(self.presets) and short_kv_tiles(head_dim, self.presets, seq_kv)
 
     def source_target(self) -> "Target":
         """The record of :attr:`source` (self for a native target)."""

@@ -113,16 +113,47 @@ HOPPER_MOD_PRESETS = {
     256: HOPPER_D256.replace(name="hopper_mods_d256", block_n=64),
 }
 
+# short key sequences (cross-attention to a few hundred text or audio tokens): the dense presets' long K/V
+# tiles leave most of the last tile empty (S_kv = 251 at head dim 64: two tiles of 224 rows, 448 keys computed
+# for 251; LTX-2's video-to-audio attention ran at 0.55x cuDNN on the H200). These smaller tiles are taken
+# when the presets' tiles would compute more than SHORT_KV_WASTE times the keys these compute
+# (short_kv_tiles); at head dim 128 and 256 they are the mods presets' tiles
+HOPPER_SHORT_KV_PRESETS = {
+    64: HOPPER_D64.replace(name="hopper_short_kv_d64", block_n=128),
+    128: HOPPER_D128.replace(name="hopper_short_kv_d128", block_n=128),
+    256: HOPPER_D256.replace(name="hopper_short_kv_d256", block_n=64),
+}
+SHORT_KV_WASTE = 1.15
+
 FAMILIES = {"b200": PRESETS, "hopper": HOPPER_PRESETS}
 MOD_FAMILIES = {"b200": PRESETS, "hopper": HOPPER_MOD_PRESETS}
+SHORT_KV_FAMILIES = {"hopper": HOPPER_SHORT_KV_PRESETS}
 
 
-def default_schedule(head_dim: int, family: str = "b200", mods: bool = False) -> Schedule:
+def short_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
+    """Whether a dense call with ``seq_kv`` keys takes the family's short-K/V-tile preset: its K/V tiles
+    cover the keys with less than 1 / :data:`SHORT_KV_WASTE` of the padding the dense preset's tiles
+    compute (both rounded up to whole tiles). False for a family without such presets, another head dim,
+    or ``seq_kv`` None / not a positive int."""
+    short = SHORT_KV_FAMILIES.get(family, {}).get(head_dim)
+    if short is None or type(seq_kv) is not int or seq_kv < 1:
+        return False
+    dense = FAMILIES[family][head_dim].block_n
+
+    def padded(n):
+        return -(-seq_kv // n) * n
+
+    return padded(dense) > SHORT_KV_WASTE * padded(short.block_n)
+
+
+def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, seq_kv=None) -> Schedule:
     """The built-in schedule for head dim 64, 128 or 256 of a family of targets (``"b200"``:
     sm100a and its emulation; ``"hopper"``: sm90a). ``b200c.default_schedule(head_dim, target=...)``
     takes a target name instead (and a traced ModSet for ``mods``). ``mods`` (truthy): the schedule for
     calls with a score_mod / mask_mod that is not light (Hopper: smaller K/V tiles,
     :data:`HOPPER_MOD_PRESETS`; light mods, :func:`b200c.codegen.mods.light`, keep the dense ones).
+    ``seq_kv``: the call's key length (int) for a dense call: a short one takes smaller K/V tiles
+    (:func:`short_kv_tiles`, Hopper); None (the default) gives the head dim's preset.
 
     Raises:
         ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family.
@@ -133,6 +164,9 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False) ->
     if table is None:
         raise ScheduleError(f"no built-in schedules for {family!r}; families: {', '.join(map(repr, FAMILIES))}")
     try:
-        return table[head_dim]
+        dense = table[head_dim]
     except (KeyError, TypeError):
         raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256") from None
+    if not mods and short_kv_tiles(head_dim, family, seq_kv):
+        return SHORT_KV_FAMILIES[family][head_dim]
+    return dense

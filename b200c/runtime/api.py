@@ -199,14 +199,17 @@ def _schedule_json(schedule, target: str = "auto") -> str:
 # ---- the built-in schedule of a call ---------------------------------------------
 
 
-_defaults: dict = {}  # (device index, target, head dim) -> the built-in Schedule
+_defaults: dict = {}  # (device index, target, head dim, mods, short K/V) -> the built-in Schedule
+_default_targets: dict = {}  # (device index, target) -> the target record whose presets run
 
 
-def default_schedule_for(q, target="auto", mods: bool = False):
+def default_schedule_for(q, target="auto", mods: bool = False, seq_kv=None):
     """The built-in schedule a call without one runs (``schedule=None``): the presets of the call's
     target for q's head dim (b200c/dsl/presets.py); with ``target="auto"`` those of the device's
     native target (a Hopper GPU: the sm90a presets; a B200: sm100a's), never the emulation target's.
-    ``mods``: the presets for calls with a score_mod / mask_mod.
+    ``mods``: the presets for calls with a score_mod / mask_mod. ``seq_kv``: a dense call's key length
+    (an int): a short one takes the target's smaller K/V tiles where it has them
+    (:func:`b200c.dsl.presets.short_kv_tiles`).
 
     Raises:
         ScheduleError: no built-in schedule for q's head dim.
@@ -214,14 +217,26 @@ def default_schedule_for(q, target="auto", mods: bool = False):
     """
     d = int(q.shape[-1]) if q.dim() > 0 else 0
     dev = q.get_device() if q.is_cuda else -1
-    return _default(dev, target, d, mods)
+    return _default(dev, target, d, mods, seq_kv)
 
 
-def _default(dev: int, target, d: int, mods: bool = False):
-    key = (dev, target, d, mods)
+def _default(dev: int, target, d: int, mods: bool = False, seq_kv=None):
+    t = _default_targets.get((dev, target))
+    if t is None:
+        t = _default_target(dev, target)
+        _default_targets[(dev, target)] = t
+    short = not mods and seq_kv is not None and t.short_kv_tiles(d, seq_kv)
+    key = (dev, target, d, mods, short)
     hit = _defaults.get(key)
     if hit is not None:
         return hit
+    s = t.default_schedule(d, mods, seq_kv if short else None)
+    _defaults[key] = s
+    return s
+
+
+def _default_target(dev: int, target):
+    """The target record whose presets a call without a schedule runs (see :func:`default_schedule_for`)."""
     from ..codegen.targets import AUTO, for_device, native_targets, resolve_or_auto
 
     t = resolve_or_auto(target)
@@ -237,15 +252,14 @@ def _default(dev: int, target, d: int, mods: bool = False):
                 raise UnsupportedDeviceError(f"no native b200c target for the device ({name}, compute capability "
                                              f"{cap[0]}.{cap[1]}); pass a schedule and a target")
             t = natives[0]
-    s = t.default_schedule(d, mods)
-    _defaults[key] = s
-    return s
+    return t
 
 
 @torch.compiler.assume_constant_result
-def _default_json(dev: int, target: str, d: int) -> str:
-    """The built-in schedule's validated JSON while torch.compile traces (a constant of the graph)."""
-    return _validated_json(_default(dev, target, d).to_json())
+def _default_json(dev: int, target: str, d: int, seq_kv: int = 0) -> str:
+    """The built-in schedule's validated JSON while torch.compile traces (a constant of the graph);
+    ``seq_kv`` 0: not known (a symbolic key length), the head dim's preset."""
+    return _validated_json(_default(dev, target, d, False, seq_kv or None).to_json())
 
 
 # ---- schedule identity under torch.compile -----------------------------------------
@@ -398,7 +412,10 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             (a ``.py`` file defining ``schedule``), or None: the built-in
             schedule of the target for D (:func:`b200c.default_schedule`; with
             ``target="auto"`` the device's native target: the Hopper
-            presets on an H100/H200, the B200 ones on a B200). The kernel is generated
+            presets on an H100/H200, the B200 ones on a B200; on Hopper a
+            short S_kv takes smaller K/V tiles when the preset's would mostly
+            compute padding: ``default_schedule(D, target, seq_kv=S_kv)``;
+            calls with mods keep their own presets). The kernel is generated
             for the inputs' D (``schedule.replace(head_dim=D)``). A file is
             read again when it, or any file it was built from (schedule files
             it loads, helper modules next to it), changes on disk.
@@ -512,7 +529,7 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
     if schedule is None:
-        schedule = default_schedule_for(q, target)
+        schedule = default_schedule_for(q, target, seq_kv=_seq_kv(k, layout))
     schedule_json = _schedule_json(schedule, target)  # the schedule first: its errors come before tensor/device ones
     if _direct_path_ok(q, k, v):
         out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
@@ -568,13 +585,23 @@ def _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layo
     causal = flag_value("causal", causal)
     return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
-    return _call_op(q, k, v, _traced_json(q, schedule, target), scale, layout, target, causal, return_lse)
+    return _call_op(q, k, v, _traced_json(q, schedule, target, _seq_kv(k, layout)), scale, layout, target, causal,
+                    return_lse)
 
 
-def _traced_json(q, schedule, target) -> str:
-    """Schedule JSON while torch.compile traces: the given schedule's, or the built-in one's."""
+def _seq_kv(k, layout: str):
+    """k's key length (an int, or a SymInt while torch.compile traces dynamic shapes), None if k is not 4-D."""
+    if not isinstance(k, torch.Tensor) or k.dim() != 4:
+        return None
+    return k.shape[2] if layout == "bhsd" else k.shape[1]
+
+
+def _traced_json(q, schedule, target, seq_kv=None) -> str:
+    """Schedule JSON while torch.compile traces: the given schedule's, or the built-in one's (``seq_kv``:
+    a dense call's key length; with a symbolic one the head dim's preset)."""
     if schedule is None:
-        return _default_json(q.get_device() if q.is_cuda else -1, target, int(q.shape[-1]))
+        n = seq_kv if type(seq_kv) is int else 0
+        return _default_json(q.get_device() if q.is_cuda else -1, target, int(q.shape[-1]), n)
     return _traced_schedule_json(schedule)
 
 

@@ -167,13 +167,12 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
     device = torch.device(device)
     bm, bn, qs = work.block_m, work.block_n, work.q_stages
     num_items = work.num_work(batch, heads, seq_q, pack_heads)
-    out = _empty_range(torch.int32, device).repeat(num_items, 1)
     varlen = cu_seqlens_q is not None
     if varlen:
         lens_q = _lengths(cu_seqlens_q, batch, "cu_seqlens_q", seq_q, "seq_q", device, check_seqlens)
         lens_k = _lengths(cu_seqlens_k, batch, "cu_seqlens_k", seq_kv, "seq_kv", device, check_seqlens)
     if num_items == 0 or seq_kv == 0:
-        return out
+        return _empty_range(torch.int32, device).repeat(num_items, 1)
 
     q_groups = work.q_groups(seq_q, pack_heads)
     n_kv = -(-seq_kv // bn)
@@ -185,10 +184,9 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
     extents = {"b": ("B", batch), "h": ("H", heads), "q_idx": ("S_q", seq_q), "kv_idx": ("S_kv", seq_kv)}
 
     if not use_q and (batch if use_b else 1) * (heads if use_h else 1) * n_kv * bn <= budget:
-        lq = lens_q if varlen else torch.full((1,), seq_q, dtype=torch.int64, device=device)
-        lk = lens_k if varlen else torch.full((1,), seq_kv, dtype=torch.int64, device=device)
-        return _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads, lq, lk, device, uses,
-                       extents)
+        return _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads,
+                       (lens_q, lens_k) if varlen else None, device, uses, extents)
+    out = _empty_range(torch.int32, device).repeat(num_items, 1)
 
     # chunk sizes, greedily: K/V columns, then Q rows, then heads, then sequences; costs are the
     # evaluated mask (b and h only count where the mask or the bounds depend on them) and the per-tile
@@ -265,49 +263,77 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
     return out.contiguous()
 
 
-def _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads, lq, lk, device, uses,
+def _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads, lens, device, uses,
             extents) -> torch.Tensor:
     """:func:`kv_ranges` of a mask that does not read ``q_idx`` (key padding, per-head key biases): the
     mask is evaluated once per (b, h, key), not per query row (LTX-2's cross-attention, 12,288 query
     rows, spent most of a forward on the full grid), and combined with the rows' bounds (lengths,
     causal) per K/V tile. ``full`` is exact (the mask sees every key of the tile and every row's
     bound covers it); ``non-empty`` may call a tile non-empty where the mask's keys and a row's
-    bound do not meet (causal): such a tile is visited as partial and masked, never skipped wrongly."""
+    bound do not meet (causal): such a tile is visited as partial and masked, never skipped wrongly.
+    ``lens``: varlen's (lengths of q, lengths of k), or None.
+
+    What depends only on the sizes (the index tensors the mask is called with, the rows' bounds of a
+    call without cu_seqlens) is made once (:func:`_const`): a model makes a new mask tensor per call,
+    so this runs in every masked SDPA call, and each torch op is a kernel launch on the GPU."""
     bm, bn, qs = work.block_m, work.block_n, work.q_stages
     n_kv = -(-seq_kv // bn)
     q_groups = work.q_groups(seq_q, pack_heads)
     hu = qs if pack_heads else 1
     ru = bm if pack_heads else qs * bm
-    use_b, use_h = "b" in uses, "h" in uses
+    use_b, use_h, use_k = "b" in uses, "h" in uses, "kv_idx" in uses
+    units = heads // hu
     i64 = dict(dtype=torch.int64, device=device)
-    zero = torch.zeros((1, 1, 1, 1), **i64)
-    cols = torch.arange(n_kv * bn, **i64).clamp(max=seq_kv - 1)
-    args = (torch.arange(batch, **i64).view(-1, 1, 1, 1) if use_b else zero,
-            torch.arange(heads, **i64).view(1, -1, 1, 1) if use_h else zero, zero,
-            cols.view(1, 1, 1, -1) if "kv_idx" in uses else zero)
+
+    def index_args():
+        zero = torch.zeros((1, 1, 1, 1), **i64)
+        cols = torch.arange(n_kv * bn, **i64).clamp(max=seq_kv - 1)
+        return (torch.arange(batch, **i64).view(-1, 1, 1, 1) if use_b else zero,
+                torch.arange(heads, **i64).view(1, -1, 1, 1) if use_h else zero, zero,
+                cols.view(1, 1, 1, -1) if use_k else zero)
+
+    key = (device, "q_free args", n_kv * bn, seq_kv, batch if use_b else 0, heads if use_h else 0, use_k)
+    args = _const(key, index_args)
+    versions = tuple(a._version for a in args)
     shape = torch.broadcast_shapes(*(a.shape for a in args))
-    m = _eval_mask(mask_fn, args, shape, extents, device).expand(shape)[:, :, 0]  # (B|1, H|1, n_kv * bn)
+    m = _eval_mask(mask_fn, args, shape, extents, device)
+    if tuple(a._version for a in args) != versions:  # the mask_fn wrote to its arguments: never reuse them
+        _CONSTS.drop((_stream_of(device),) + key)
+    m = m.expand(shape)[:, :, 0]  # (B|1, H|1, n_kv * bn)
     m = m.reshape(m.shape[0], m.shape[1], n_kv, bn)
     m_any, m_all = m.any(dim=3), m.all(dim=3)  # (B|1, H|1, n_kv)
     if pack_heads and use_h:  # an item's heads: union for non-empty, intersection for full
-        m_any = m_any.reshape(m_any.shape[0], heads // hu, hu, n_kv).any(dim=2)
-        m_all = m_all.reshape(m_all.shape[0], heads // hu, hu, n_kv).all(dim=2)
-    # the rows' bounds per K/V tile: row r sees keys c < lim(r) (the length, and causal's diagonal)
-    rows = torch.arange(q_groups * ru, **i64).view(1, -1, 1)
-    lq, lk = lq.view(-1, 1, 1), lk.view(-1, 1, 1)
-    lim = torch.minimum(lk, rows + lk - lq + 1) if causal else lk.expand(-1, rows.shape[1], 1)
-    tiles = torch.arange(n_kv, **i64).view(1, 1, -1)
-    valid = rows < lq
-    r_any = valid & (tiles * bn < lim)                 # (B|1, rows, n_kv)
-    r_all = ~valid | ((tiles + 1) * bn <= lim)
-    b_any = r_any.reshape(r_any.shape[0], q_groups, ru, n_kv).any(dim=2)  # (B|1, q_groups, n_kv)
-    b_all = r_all.reshape(r_all.shape[0], q_groups, ru, n_kv).all(dim=2)
-    units = heads // hu
-    nonempty = m_any.unsqueeze(2) & b_any.unsqueeze(1)  # (B|1, units|1, q_groups, n_kv)
-    full = m_all.unsqueeze(2) & b_all.unsqueeze(1) & b_any.unsqueeze(1)
-    nonempty = nonempty.expand(batch, units, q_groups, n_kv).reshape(-1, n_kv)
-    full = full.expand(batch, units, q_groups, n_kv).reshape(-1, n_kv)
-    return _ranges(nonempty, full, torch.arange(n_kv, **i64)).contiguous()
+        m_any = m_any.reshape(m_any.shape[0], units, hu, n_kv).any(dim=2)
+        m_all = m_all.reshape(m_all.shape[0], units, hu, n_kv).all(dim=2)
+
+    def row_bounds(lq, lk, per_group: bool):
+        # the rows' bounds per K/V tile: row r sees keys c < lim(r) (the length, and causal's diagonal);
+        # (B|1, G, n_kv): some row of the item's group sees a key of the tile / every row sees all of them.
+        # Without causal and cu_seqlens every group has the same bounds (each has a row < S_q): G = 1.
+        groups = q_groups if per_group else 1
+        rows = torch.arange(groups * ru, **i64).view(1, -1, 1)
+        lq, lk = lq.view(-1, 1, 1), lk.view(-1, 1, 1)
+        lim = torch.minimum(lk, rows + lk - lq + 1) if causal else lk.expand(-1, rows.shape[1], 1)
+        tiles = torch.arange(n_kv, **i64).view(1, 1, -1)
+        valid = rows < lq
+        r_any = valid & (tiles * bn < lim)                 # (B|1, rows, n_kv)
+        r_all = ~valid | ((tiles + 1) * bn <= lim)
+        b_any = r_any.reshape(r_any.shape[0], groups, ru, n_kv).any(dim=2)
+        b_all = r_all.reshape(r_all.shape[0], groups, ru, n_kv).all(dim=2)
+        return b_any, b_all & b_any
+
+    if lens is not None:
+        b_any, b_full = row_bounds(*lens, True)
+    else:
+        b_any, b_full = _const((device, "q_free bounds", bm, bn, qs, q_groups, ru, seq_q, seq_kv, causal),
+                               lambda: row_bounds(torch.full((1,), seq_q, **i64), torch.full((1,), seq_kv, **i64),
+                                                  causal))
+    nonempty = m_any.unsqueeze(2) & b_any.unsqueeze(1)  # (B|1, units|1, G|1, n_kv)
+    full = m_all.unsqueeze(2) & b_full.unsqueeze(1)
+    lead = torch.broadcast_shapes(nonempty.shape[:3], full.shape[:3])
+    r = _ranges(nonempty.expand(*lead, n_kv).reshape(-1, n_kv), full.expand(*lead, n_kv).reshape(-1, n_kv),
+                _const((device, "tile index", n_kv), lambda: torch.arange(n_kv, **i64)))
+    return r.view(*lead, 4).expand(batch, units, q_groups, 4).reshape(-1, 4).contiguous()
 
 
 def _ranges(nonempty: torch.Tensor, full: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -327,7 +353,8 @@ def _ranges(nonempty: torch.Tensor, full: torch.Tensor, idx: torch.Tensor) -> to
     full_lo = torch.where(none, kv_lo, full_lo)
     full_hi = torch.where(none, kv_lo, full_hi)
     rows = torch.stack((kv_lo, full_lo, full_hi, kv_hi), dim=1)
-    return torch.where(has.view(-1, 1), rows, _empty_range(rows.dtype, rows.device)).to(torch.int32)
+    empty = _const((rows.device, "empty range", rows.dtype), lambda: _empty_range(rows.dtype, rows.device))
+    return torch.where(has.view(-1, 1), rows, empty).to(torch.int32)
 
 
 def _empty_range(dtype, device) -> torch.Tensor:
@@ -383,6 +410,11 @@ class BlockMaskCache:
             while len(self._entries) > self.maxsize:
                 self._entries.popitem(last=False)
 
+    def drop(self, key: Hashable) -> None:
+        """Forget ``key`` (nothing if it is not there)."""
+        with self._lock:
+            self._entries.pop(key, None)
+
     def clear(self) -> None:
         """Drop every entry and reset the hit/miss counts."""
         with self._lock:
@@ -395,6 +427,19 @@ class BlockMaskCache:
 
 
 _CACHE = BlockMaskCache()
+_CONSTS = BlockMaskCache(128)  # tensors that depend only on sizes and the device (and stream): see _const
+
+
+def _stream_of(device):
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+
+
+def _const(key: tuple, make: Callable):
+    """``make()`` (tensors that depend only on ``key``, whose first entry is the device), made once per
+    device and current stream and kept (an LRU of 128). Only read, never written: a masked call makes no
+    kernel launch for them again. Per stream: a tensor made on one stream is not read by another before
+    its values are there."""
+    return _CONSTS.get((_stream_of(key[0]),) + key, make)
 
 
 def cached_kv_ranges(key: Hashable, compute: Callable[[], torch.Tensor]) -> torch.Tensor:

@@ -169,7 +169,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         schedule: a :class:`b200c.Schedule` or schedule file; None uses the
             built-in one of the device's native target for D
             (:func:`b200c.default_schedule`: on an H100/H200 the Hopper
-            presets, run natively; on a B200 the blog's stage 18).
+            presets, run natively, with smaller K/V tiles for a short key
+            sequence, ``seq_kv``; on a B200 the blog's stage 18).
         target: as :func:`b200c.attention`. With ``"auto"`` the drop-in
             never runs the emulation target: a B200 schedule on a Hopper GPU
             falls back to torch (with a warning saying so).
@@ -195,10 +196,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             why = ("scale", text)
     if why is None:
         d = query.shape[3]
+        seq_kv = None if attn_mask is not None else key.shape[2]  # short keys: smaller K/V tiles (dense calls)
         if compiling:
-            schedule_json = api._traced_json(query, schedule, target)
+            schedule_json = api._traced_json(query, schedule, target, seq_kv)
         else:
-            schedule_json = api._schedule_json(api.default_schedule_for(query, target) if schedule is None else schedule)
+            schedule_json = api._schedule_json(api.default_schedule_for(query, target, seq_kv=seq_kv)
+                                               if schedule is None else schedule)
         text = _holds_traced(schedule_json, d) if compiling else _holds(schedule_json, d)
         if text:
             why = (f"schedule:{d}", f"the schedule cannot run head dim {d}: {text}")

@@ -2,34 +2,18 @@
 cuDNN on Hopper), with FlashAttention-2 forced (the noise yardstick), and with every attention call through
 ``b200c.scaled_dot_product_attention`` (the one-line swap); the attention calls b200c served and those that
 fell back (with each reason), the output's relative distance to the torch run, and the forward times
-(CUDA events, median of a few runs after a warm-up). Not a schedule file (no ``schedule`` here)."""
+(CUDA events, median of a few rounds after a warm-up; each round runs the torch forward and the b200c
+forward back to back, so the GPU's clock drift does not favour either). Not a schedule file (no ``schedule``
+here)."""
 from __future__ import annotations
 
 import functools
-import statistics
 
 
 def rel_dist(a, b) -> float:
     """||a - b|| / ||b|| in FP32."""
     a, b = a.float(), b.float()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
-
-
-def timed(fn, runs: int = 3, warmup: int = 1):
-    """(output of the last run, median milliseconds)."""
-    import torch
-
-    for _ in range(warmup):
-        out = fn()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out = fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return out, statistics.median(times)
 
 
 def compare(name: str, forward, runs: int = 3) -> dict:
@@ -39,26 +23,30 @@ def compare(name: str, forward, runs: int = 3) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     import b200c
+    from b200c.bench.timing import time_interleaved
     from b200c.runtime import sdpa
 
-    with torch.no_grad():
-        ref, t_torch = timed(forward, runs)
-        # FlashAttention-2 where it takes the call (the memory-efficient kernel for masked ones: FA2 has no masks)
-        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
-            fa2, _ = timed(forward, 1, 0)
-        original = F.scaled_dot_product_attention
+    original = F.scaled_dot_product_attention
+
+    def through_b200c():
         F.scaled_dot_product_attention = functools.partial(b200c.scaled_dot_product_attention)
         try:
-            sdpa.calls.clear()
-            forward()  # warm-up: builds and loads the kernels
-            torch.cuda.synchronize()
-            sdpa.calls.clear()
-            out = forward()  # one counted forward
-            torch.cuda.synchronize()
-            counted = dict(sdpa.calls)
-            _, t_b200c = timed(forward, runs, 0)
+            return forward()
         finally:
             F.scaled_dot_product_attention = original
+
+    with torch.no_grad():
+        ref = forward()
+        # FlashAttention-2 where it takes the call (the memory-efficient kernel for masked ones: FA2 has no masks)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+            fa2 = forward()
+        through_b200c()  # warm-up: builds and loads the kernels
+        torch.cuda.synchronize()
+        sdpa.calls.clear()
+        out = through_b200c()  # one counted forward
+        torch.cuda.synchronize()
+        counted = dict(sdpa.calls)
+        t_torch, t_b200c = (t.median_ms for t in time_interleaved([forward, through_b200c], warmup=1, iters=runs))
     served = counted.pop("b200c", 0)
     fallen = sum(counted.values())
     res = dict(model=name, calls=served + fallen, served=served, fallbacks=counted,
