@@ -47,8 +47,8 @@ def main() -> int:
             # (the GPU machine's native ones); "auto" never picks the emulation, so that replay skips the drop-in
             native = resolve(target)
             orig_default = api._default
-            api._default = lambda dev, tgt, d, mods=False, native=native: (
-                native.default_schedule(d, mods) if tgt == "auto" else orig_default(dev, tgt, d, mods))
+            api._default = lambda dev, tgt, d, mods=False, seq_kv=None, *, native=native: (
+                native.default_schedule(d, mods, seq_kv) if tgt == "auto" else orig_default(dev, tgt, d, mods, seq_kv))
             if native.native:  # scripts/bench_mods.py's b200c calls (the device's presets, head dim 128)
                 import bench_mods
 

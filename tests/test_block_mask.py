@@ -188,6 +188,18 @@ def test_key_padding_reuses_what_only_the_sizes_decide(monkeypatch):
     check(lambda b, h, q, k: k < 128, d, uses={"kv_idx"}, **kw)  # tile 0 full, not partial
 
 
+def test_masks_without_kv_idx_and_inference_mode():
+    """A mask that reads neither q_idx nor kv_idx (SDPA's (B, 1, 1, 1) mask, ``h < 1``) covers every key of
+    its rows; the sizes' tensors made under torch.inference_mode serve a later call outside it."""
+    d = SHAPES[1]
+    kw = dict(batch=2, heads=4, heads_kv=2, seq_q=70, seq_kv=300)
+    with torch.inference_mode():
+        check(lambda b, h, q, k: h < 1, d, uses={"h"}, **kw)
+    check(lambda b, h, q, k: h < 1, d, uses={"h"}, **kw)
+    keep = torch.tensor([True, False])
+    check(lambda b, h, q, k: keep[b], d, uses={"b"}, causal=True, **kw)
+
+
 @pytest.mark.parametrize("d", SHAPES)
 def test_head_dependent_mask(d):
     window = torch.tensor([1, 130, 400, 0])  # head 3 sees nothing

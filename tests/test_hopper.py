@@ -452,12 +452,17 @@ def test_short_key_sequences_take_smaller_kv_tiles():
     """A dense call without a schedule whose keys the preset's K/V tiles would mostly pad (cross-attention to
     a few hundred text or audio tokens) runs the short-K/V preset: the padded key counts worked out by hand
     (ceil(S_kv / block_n) * block_n; the short tiles when the preset's count is > 1.15x theirs)."""
+    import numpy as np
+
+    from b200c import mods
     from b200c.dsl import presets
+    from b200c.dsl.mods import trace_mods
 
     cases = {  # (head dim, S_kv): short? -- preset tiles 224 / 176 / 80 rows, short ones 128 / 128 / 64
         (64, 251): True,     # 448 against 256 keys
         (64, 1024): False,   # 1120 against 1024
         (64, 512): True,     # 672 against 512
+        (64, 1121): False,   # 1344 against 1152, but past 4 of the preset's tiles (896 keys)
         (128, 251): True,    # 352 against 256
         (128, 300): False,   # 352 against 384
         (128, 1024): False,  # 1056 against 1024
@@ -471,9 +476,16 @@ def test_short_key_sequences_take_smaller_kv_tiles():
         want = presets.HOPPER_SHORT_KV_PRESETS[d] if short else presets.HOPPER_PRESETS[d]
         assert s == want, (d, n, s.name)
         assert s.replace(name="x", block_n=0) == presets.HOPPER_PRESETS[d].replace(name="x", block_n=0)  # tiles only
-    for n in (None, 0, -3, 251.0):
+    for n in (None, 0):
         assert b200c.default_schedule(64, target="sm90a", seq_kv=n) == presets.HOPPER_PRESETS[64]
+    assert b200c.default_schedule(64, target="sm90a", seq_kv=np.int64(251)) == presets.HOPPER_SHORT_KV_PRESETS[64]
+    for bad in (-3, 251.0, "251"):
+        with pytest.raises(ScheduleError, match="seq_kv"):
+            b200c.default_schedule(64, target="sm90a", seq_kv=bad)
     assert b200c.default_schedule(64, target="sm90a", mods=True, seq_kv=251) == presets.HOPPER_MOD_PRESETS[64]
+    alibi, _ = trace_mods(score_mod=mods.alibi(mods.alibi_slopes(2)))
+    alibi = replace(alibi, small_indices=True)  # light: the dense preset, whatever the key length
+    assert b200c.default_schedule(64, target="sm90a", mods=alibi, seq_kv=251) == presets.HOPPER_PRESETS[64]
     assert b200c.default_schedule(64, target="sm100a", seq_kv=251) == presets.PRESETS[64]  # B200: one per head dim
 
 

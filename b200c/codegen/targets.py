@@ -115,7 +115,8 @@ class Target(msgspec.Struct, frozen=True):
         ``mods``: a traced ModSet (light mods, :func:`b200c.codegen.mods.light`, take the dense schedule,
         the others the mods one), or truthy for the schedule of calls with mods that are not light.
         ``seq_kv``: a dense call's key length: short ones take smaller K/V tiles where the target has them
-        (:func:`b200c.dsl.presets.short_kv_tiles`); None: the head dim's preset.
+        (:func:`b200c.dsl.presets.short_kv_tiles`); None: the head dim's preset. Ignored with ``mods``
+        (calls with mods keep their presets).
 
         Raises:
             ScheduleError: a head dim without one, or a target without built-in schedules.
@@ -131,11 +132,16 @@ class Target(msgspec.Struct, frozen=True):
             from .mods import light
 
             mods = not light(mods)
+            seq_kv = None  # calls with mods keep their presets' tiles (light ones: the dense preset's)
         return default_schedule(head_dim, self.presets, bool(mods), seq_kv)
 
     def short_kv_tiles(self, head_dim: int, seq_kv) -> bool:
         """Whether a dense call with ``seq_kv`` keys takes this target's short-K/V-tile preset
-        (:func:`b200c.dsl.presets.short_kv_tiles`; False without built-in schedules)."""
+        (:func:`b200c.dsl.presets.short_kv_tiles`; False without built-in schedules).
+
+        Raises:
+            ScheduleError: ``seq_kv`` not None and not a non-negative integer.
+        """
         from ..dsl.presets import short_kv_tiles
 
         return bool(self.presets) and short_kv_tiles(head_dim, self.presets, seq_kv)

@@ -115,15 +115,17 @@ HOPPER_MOD_PRESETS = {
 
 # short key sequences (cross-attention to a few hundred text or audio tokens): the dense presets' long K/V
 # tiles leave most of the last tile empty (S_kv = 251 at head dim 64: two tiles of 224 rows, 448 keys computed
-# for 251; LTX-2's video-to-audio attention ran at 0.55x cuDNN on the H200). These smaller tiles are taken
-# when the presets' tiles would compute more than SHORT_KV_WASTE times the keys these compute
-# (short_kv_tiles); at head dim 128 and 256 they are the mods presets' tiles
+# for 251; LTX-2's video-to-audio attention ran at 0.55x cuDNN on the H200, 0.83x on these 128-row tiles).
+# short_kv_tiles takes them for at most SHORT_KV_TILES of the preset's tiles when the preset's tiles would
+# compute more than SHORT_KV_WASTE times the keys these compute; at head dim 128 and 256 they are the mods
+# presets' tiles
 HOPPER_SHORT_KV_PRESETS = {
     64: HOPPER_D64.replace(name="hopper_short_kv_d64", block_n=128),
     128: HOPPER_D128.replace(name="hopper_short_kv_d128", block_n=128),
     256: HOPPER_D256.replace(name="hopper_short_kv_d256", block_n=64),
 }
 SHORT_KV_WASTE = 1.15
+SHORT_KV_TILES = 4
 
 FAMILIES = {"b200": PRESETS, "hopper": HOPPER_PRESETS}
 MOD_FAMILIES = {"b200": PRESETS, "hopper": HOPPER_MOD_PRESETS}
@@ -131,19 +133,36 @@ SHORT_KV_FAMILIES = {"hopper": HOPPER_SHORT_KV_PRESETS}
 
 
 def short_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
-    """Whether a dense call with ``seq_kv`` keys takes the family's short-K/V-tile preset: its K/V tiles
-    cover the keys with less than 1 / :data:`SHORT_KV_WASTE` of the padding the dense preset's tiles
-    compute (both rounded up to whole tiles). False for a family without such presets, another head dim,
-    or ``seq_kv`` None / not a positive int."""
+    """Whether a dense call with ``seq_kv`` keys takes the family's short-K/V-tile preset
+    (:data:`HOPPER_SHORT_KV_PRESETS`): ``seq_kv`` fits in :data:`SHORT_KV_TILES` of the dense preset's K/V
+    tiles and those, rounded up to whole tiles, cover more than :data:`SHORT_KV_WASTE` times the keys the
+    short preset's tiles cover (S_kv = 251 at head dim 64: 448 against 256 keys). False for a family
+    without such presets, another head dim, ``seq_kv`` None or 0.
+
+    Raises:
+        ScheduleError: ``seq_kv`` is not None and not a non-negative integer.
+    """
+    if seq_kv is None:
+        return False
+    import operator
+
+    from ..errors import ScheduleError
+
+    try:
+        n = operator.index(seq_kv)
+    except TypeError:
+        n = -1
+    if n < 0:
+        raise ScheduleError(f"seq_kv={seq_kv!r}: the key length must be a non-negative integer (or None)")
     short = SHORT_KV_FAMILIES.get(family, {}).get(head_dim)
-    if short is None or type(seq_kv) is not int or seq_kv < 1:
+    if short is None or n == 0:
         return False
     dense = FAMILIES[family][head_dim].block_n
 
-    def padded(n):
-        return -(-seq_kv // n) * n
+    def padded(bn):
+        return -(-n // bn) * bn
 
-    return padded(dense) > SHORT_KV_WASTE * padded(short.block_n)
+    return n <= SHORT_KV_TILES * dense and padded(dense) > SHORT_KV_WASTE * padded(short.block_n)
 
 
 def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, seq_kv=None) -> Schedule:
@@ -156,7 +175,8 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     (:func:`short_kv_tiles`, Hopper); None (the default) gives the head dim's preset.
 
     Raises:
-        ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family.
+        ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family; a ``seq_kv``
+            that is not None or a non-negative integer.
     """
     from ..errors import ScheduleError
 
@@ -167,6 +187,6 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
         dense = table[head_dim]
     except (KeyError, TypeError):
         raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256") from None
-    if not mods and short_kv_tiles(head_dim, family, seq_kv):
+    if short_kv_tiles(head_dim, family, seq_kv) and not mods:
         return SHORT_KV_FAMILIES[family][head_dim]
     return dense

@@ -415,7 +415,10 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             presets on an H100/H200, the B200 ones on a B200; on Hopper a
             short S_kv takes smaller K/V tiles when the preset's would mostly
             compute padding: ``default_schedule(D, target, seq_kv=S_kv)``;
-            calls with mods keep their own presets). The kernel is generated
+            calls with mods keep their own presets; under torch.compile with
+            a symbolic S_kv, dynamic shapes, the head dim's preset, so eager
+            and compiled calls may run different tiles and round differently
+            within the FlashAttention tolerance). The kernel is generated
             for the inputs' D (``schedule.replace(head_dim=D)``). A file is
             read again when it, or any file it was built from (schedule files
             it loads, helper modules next to it), changes on disk.

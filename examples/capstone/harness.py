@@ -3,11 +3,11 @@ cuDNN on Hopper), with FlashAttention-2 forced (the noise yardstick), and with e
 ``b200c.scaled_dot_product_attention`` (the one-line swap); the attention calls b200c served and those that
 fell back (with each reason), the output's relative distance to the torch run, and the forward times
 (CUDA events, median of a few rounds after a warm-up; each round runs the torch forward and the b200c
-forward back to back, so the GPU's clock drift does not favour either). Not a schedule file (no ``schedule``
-here)."""
+forward back to back, the first of the two alternating between rounds, so neither the GPU's clock drift
+nor the order favours either). Not a schedule file (no ``schedule`` here)."""
 from __future__ import annotations
 
-import functools
+import statistics
 
 
 def rel_dist(a, b) -> float:
@@ -29,7 +29,7 @@ def compare(name: str, forward, runs: int = 3) -> dict:
     original = F.scaled_dot_product_attention
 
     def through_b200c():
-        F.scaled_dot_product_attention = functools.partial(b200c.scaled_dot_product_attention)
+        F.scaled_dot_product_attention = b200c.scaled_dot_product_attention
         try:
             return forward()
         finally:
@@ -46,7 +46,14 @@ def compare(name: str, forward, runs: int = 3) -> dict:
         out = through_b200c()  # one counted forward
         torch.cuda.synchronize()
         counted = dict(sdpa.calls)
-        t_torch, t_b200c = (t.median_ms for t in time_interleaved([forward, through_b200c], warmup=1, iters=runs))
+        both = (forward, through_b200c)
+        times = ([], [])
+        for r in range(max(runs, 1) + 1):  # round 0: the warm-up
+            order = (0, 1) if r % 2 else (1, 0)
+            for i, t in zip(order, time_interleaved([both[i] for i in order], warmup=0, iters=1)):
+                if r:
+                    times[i].append(t.median_ms)
+        t_torch, t_b200c = statistics.median(times[0]), statistics.median(times[1])
     served = counted.pop("b200c", 0)
     fallen = sum(counted.values())
     res = dict(model=name, calls=served + fallen, served=served, fallbacks=counted,
