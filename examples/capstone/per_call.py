@@ -1,0 +1,112 @@
+"""Where a model's attention time goes, call by call: runs one forward of a capstone model (LTX-2 or the
+GQA decoder) with torch's SDPA, records every distinct attention call (shapes, mask), and times each one
+with torch's SDPA and with ``b200c.scaled_dot_product_attention``:
+
+* GPU time: CUDA events around each call, L2 flushed before each, the two in the same rounds
+  (``b200c.bench.timing.time_interleaved``), median of 20. For a call too small to keep the GPU busy
+  this is the host's time to issue it.
+* host time: the wall time of issuing the call while the GPU is kept busy (``torch.cuda._sleep``), so
+  only the Python and launch work is measured.
+
+Prints a Markdown table and the sums per forward (each call times how often the forward makes it).
+
+    pip install -e ".[capstone]" && python examples/capstone/per_call.py --model ltx2 --layers 4
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def record_calls(forward) -> dict:
+    """{(q shape, k shape, mask dtype and shape or None): [args, kwargs, calls per forward]} of one forward."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+    seen = {}
+
+    def spy(*args, **kw):
+        q = args[0] if args else kw["query"]
+        k = args[1] if len(args) > 1 else kw["key"]
+        m = kw.get("attn_mask", args[3] if len(args) > 3 else None)
+        key = (tuple(q.shape), tuple(k.shape), None if m is None else (str(m.dtype).replace("torch.", ""),
+                                                                          tuple(m.shape)))
+        seen.setdefault(key, [args, dict(kw), 0])[2] += 1
+        return original(*args, **kw)
+
+    F.scaled_dot_product_attention = spy
+    try:
+        with torch.no_grad():
+            forward()
+        torch.cuda.synchronize()
+    finally:
+        F.scaled_dot_product_attention = original
+    return seen
+
+
+def host_us(fn, calls: int = 50) -> float:
+    """Microseconds of host time per ``fn()`` while the GPU is busy with a sleep kernel (launches queue up
+    behind it instead of waiting for the GPU)."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)  # about 50 ms at the H200's clock: longer than the calls take to issue
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    dt = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    return dt
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=("ltx2", "decoder"), default="ltx2")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--pad", type=int, default=0, help="decoder: right-pad the last sequence (masked calls)")
+    a = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    import b200c
+    from b200c.bench.timing import time_interleaved
+
+    if a.model == "ltx2":
+        from ltx2 import build
+
+        _, forward = build(a.layers, "cuda")
+    else:
+        from decoder import build
+
+        _, forward = build(a.layers, "cuda", pad=a.pad)
+    calls = record_calls(forward)
+    print("| call: q, k, attn_mask | per forward | GPU us: torch SDPA | b200c | host us: torch SDPA | b200c |")
+    print("|---|---:|---:|---:|---:|---:|")
+    totals = [0.0, 0.0, 0.0, 0.0]
+    with torch.no_grad():
+        for (qs, ks, mask), (args, kw, n) in calls.items():
+            def torch_call(args=args, kw=kw):
+                return F.scaled_dot_product_attention(*args, **kw)
+
+            def b200c_call(args=args, kw=kw):
+                return b200c.scaled_dot_product_attention(*args, **kw)
+
+            b200c_call()  # builds and loads the kernel
+            t_torch, t_b200c = time_interleaved([torch_call, b200c_call], warmup=3, iters=20)
+            row = (t_torch.median_ms * 1e3, t_b200c.median_ms * 1e3, host_us(torch_call), host_us(b200c_call))
+            for i, x in enumerate(row):
+                totals[i] += n * x
+            m = "none" if mask is None else f"{mask[0]} {mask[1]}"
+            print(f"| {qs}, {ks}, {m} | {n} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
+    print(f"per forward, ms: GPU {totals[0] / 1e3:.2f} (torch SDPA) / {totals[1] / 1e3:.2f} (b200c); "
+          f"host {totals[2] / 1e3:.2f} / {totals[3] / 1e3:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
