@@ -133,6 +133,46 @@ def test_sdpa_masks_trace_once_per_pattern(fd, monkeypatch):
     assert len(traced) == 1 and fd.loads == 1 and len(fd.launches) == 3
 
 
+def test_sdpa_masks_of_one_element_stay_kernel_inputs(fd):
+    """A mask of one element ((1, 1, 1, 1), (1,)) is read by the kernel, not compiled into it: two values,
+    one kernel, each call's own pointer (the H200-less trial found it traced as a constant: every such call
+    fell back with 'the kernel has no parameter cap0', and a second value would have reused the first)."""
+    from b200c.runtime import block_mask
+
+    q = t(s=256)
+    sdpa.calls.clear()
+    for m in (torch.ones(1, 1, 1, 1, dtype=torch.bool), torch.zeros(1, dtype=torch.bool),
+              torch.full((1, 1, 1, 1), 3.0).bfloat16(), torch.full((1,), float("-inf"))):
+        b200c.scaled_dot_product_attention(q, q, q, attn_mask=m, schedule=HOPPER)
+        L = fd.launches[-1]
+        assert L.params["cap0"] == m.data_ptr()
+        visible = bool(m.item() if m.dtype == torch.bool else m.item() > float("-inf"))
+        info = L.kernel
+        n = WorkDecomposition(info.block_m, info.block_n, info.q_stages).num_work(2, 4, 256, False)
+        got = _ranges_at(L.params["kv_ranges"], n)
+        n_kv, n_full = -(-256 // info.block_n), 256 // info.block_n  # every key of every row, or none
+        want = (0, 0, n_full, n_kv) if visible else block_mask.EMPTY_RANGE
+        assert all(tuple(int(x) for x in row) == want for row in got), (m, got)
+    # one kernel per mask pattern (bool, additive bf16, additive fp32): the two bool masks share one
+    assert sdpa.calls["b200c"] == 4 and fd.loads == 3
+
+
+def test_masked_calls_under_inference_mode(fd):
+    """Masks, windows and cu_seqlens made under torch.inference_mode (as in a model's forward) have no
+    version counter: the calls run (twice, and once more outside the mode) instead of raising."""
+    q = t(s=256)
+    x = torch.randn(300, 4, 128).bfloat16()
+    with torch.inference_mode():
+        m = torch.arange(256)[None, None, None, :] < 200
+        cu = torch.tensor([0, 100, 300], dtype=torch.int32)
+        for _ in range(2):
+            b200c.scaled_dot_product_attention(q, q, q, attn_mask=m, schedule=HOPPER)
+            b200c.attention(q, q, q, window_size=(16, 0), schedule=HOPPER)
+            b200c.attention_varlen(x, x, x, cu, cu, 200, 200, window_size=(16, 0), schedule=HOPPER)
+    b200c.attention(q, q, q, window_size=(16, 0), schedule=HOPPER)
+    assert len(fd.launches) == 7
+
+
 def test_errors():
     q = t()
     with pytest.raises(ScheduleError, match="torch.erf"):

@@ -140,7 +140,7 @@ def short_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
     without such presets, another head dim, ``seq_kv`` None or 0.
 
     Raises:
-        ScheduleError: ``seq_kv`` is not None and not a non-negative integer.
+        ScheduleError: ``seq_kv`` is not None and not a non-negative integer (a bool is not one).
     """
     if seq_kv is None:
         return False
@@ -149,7 +149,7 @@ def short_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
     from ..errors import ScheduleError
 
     try:
-        n = operator.index(seq_kv)
+        n = -1 if isinstance(seq_kv, bool) else operator.index(seq_kv)
     except TypeError:
         n = -1
     if n < 0:

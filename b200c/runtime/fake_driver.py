@@ -190,7 +190,10 @@ def install(*, target: str = "sm100a", num_sms: int = 132, version: int = 13000)
 
     Args:
         target: the resolved target of the fake loaded kernels (``"sm100a"``: a
-            compute capability 10.0 device; ``"emulate"``, ``"sm90a"``: 9.0).
+            compute capability 10.0 device; ``"emulate"``, ``"sm90a"``: 9.0). Calls with
+            ``target="auto"`` (the default) on CPU tensors have no device to ask and take the
+            first native target, sm100a, whatever this says: pass the call's ``target`` too
+            (``b200c.attention(..., target="sm90a")``).
         num_sms: SM count of the fake device.
         version: what ``cuDriverGetVersion`` returns.
 

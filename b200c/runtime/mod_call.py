@@ -113,11 +113,6 @@ class ModCall:
         info = entry.lk.built.launch
         work = info.work()
         device = entry.torch_device
-        caps = tuple((t.data_ptr(), t._version, tuple(t.shape), t.stride()) for t in self.tensors)
-        seqs = None if cu_seqlens is None else tuple((t.data_ptr(), t._version) for t in cu_seqlens)
-        key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,
-               p.seq_q, p.seq_kv, causal, entry.pack_heads, str(device))
-
         inputs = self.tensors + (tuple(cu_seqlens) if cu_seqlens is not None else ())
         cuda = device.type == "cuda"
         stream = torch.cuda.current_stream(device) if cuda else None
@@ -136,6 +131,14 @@ class ModCall:
             # only while they are alive (a freed block reused by new values would otherwise hit)
             return ranges, inputs, stream, done
 
+        if any(t.is_inference() for t in inputs):
+            # made under torch.inference_mode: no version counter, so a write in place could not be told from
+            # the tensor seen before; computed for this call only
+            return compute()[0]
+        caps = tuple((t.data_ptr(), t._version, tuple(t.shape), t.stride()) for t in self.tensors)
+        seqs = None if cu_seqlens is None else tuple((t.data_ptr(), t._version) for t in cu_seqlens)
+        key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,
+               p.seq_q, p.seq_kv, causal, entry.pack_heads, str(device))
         ranges, kept, made_on, done = cached_kv_ranges(key, compute)
         if any(a is not b for a, b in zip(kept, inputs)):  # other tensors at the same addresses: compute again
             hit = compute()

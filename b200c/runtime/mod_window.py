@@ -44,24 +44,30 @@ def window_mask(window_size, s_q: int, s_kv: int, device, mask_mod=None, batch: 
         keep = ()
     else:
         cq, ck = cu_seqlens
-        key = ("varlen", cq.data_ptr(), cq._version, ck.data_ptr(), ck._version, tuple(cq.shape), left, right,
-               str(device))
+        # prefix sums made under torch.inference_mode have no version counter: not cached (key None)
+        key = None if cq.is_inference() or ck.is_inference() else (
+            "varlen", cq.data_ptr(), cq._version, ck.data_ptr(), ck._version, tuple(cq.shape), left, right,
+            str(device))
         keep = (cq, ck)
-    with _lock:
-        hit = _bounds.get(key)
-    if hit is None:
-        if cu_seqlens is None:
-            off = torch.full((batch,), s_kv - s_q, dtype=torch.int64, device=device)
-        else:
-            cq, ck = (c.to(device=device, dtype=torch.int64) for c in cu_seqlens)
-            off = (ck[1:] - ck[:-1]) - (cq[1:] - cq[:-1])
-        lo = off - left if left >= 0 else torch.full_like(off, -_FAR)
-        hi = off + right if right >= 0 else torch.full_like(off, _FAR)
-        hit = (keep, torch.stack([lo, hi], dim=1).to(torch.int32).contiguous())
+    hit = None
+    if key is not None:
         with _lock:
-            if len(_bounds) > 256:
-                _bounds.clear()
-            _bounds[key] = hit
+            hit = _bounds.get(key)
+    if hit is None:
+        with torch.inference_mode(False):  # the cached bounds serve later calls outside inference mode too
+            if cu_seqlens is None:
+                off = torch.full((batch,), s_kv - s_q, dtype=torch.int64, device=device)
+            else:
+                cq, ck = (c.to(device=device, dtype=torch.int64) for c in cu_seqlens)
+                off = (ck[1:] - ck[:-1]) - (cq[1:] - cq[:-1])
+            lo = off - left if left >= 0 else torch.full_like(off, -_FAR)
+            hi = off + right if right >= 0 else torch.full_like(off, _FAR)
+            hit = (keep, torch.stack([lo, hi], dim=1).to(torch.int32).contiguous())
+        if key is not None:
+            with _lock:
+                if len(_bounds) > 256:
+                    _bounds.clear()
+                _bounds[key] = hit
     bounds = hit[1]
     fkey = (key, id(mask_mod))
     with _lock:

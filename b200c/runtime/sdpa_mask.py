@@ -42,10 +42,14 @@ def mask_problem(attn_mask, query, key):
 
 
 def _functions(m, sizes):
-    # dims of size 1 are indexed with 0: the mask is read where it has data, never broadcast by a copy
+    # dims of size 1 are indexed with 0: the mask is read where it has data, never broadcast by a copy. A
+    # mask of one element is indexed with b * 0: with constant indices the tracer would read its value once
+    # and compile it into the kernel (the next call's mask has other values)
+    one = all(n == 1 for n in sizes)
+
     def at(b, h, q_idx, kv_idx):
-        return m[b if sizes[0] > 1 else 0, h if sizes[1] > 1 else 0, q_idx if sizes[2] > 1 else 0,
-                 kv_idx if sizes[3] > 1 else 0]
+        return m[b if sizes[0] > 1 else b * 0 if one else 0, h if sizes[1] > 1 else 0,
+                 q_idx if sizes[2] > 1 else 0, kv_idx if sizes[3] > 1 else 0]
 
     if m.dtype == torch.bool:
         def sdpa_bool_mask(b, h, q_idx, kv_idx):

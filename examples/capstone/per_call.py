@@ -8,6 +8,11 @@ with torch's SDPA and with ``b200c.scaled_dot_product_attention``:
 * host time: the wall time of issuing the call while the GPU is kept busy (``torch.cuda._sleep``), so
   only the Python and launch work is measured.
 
+A masked call gets a fresh copy of its mask each time, for torch and b200c alike (a model makes a new
+mask per forward, and b200c keeps the block mask of a mask tensor it has seen: the recorded tensor alone
+would time the cached path); the copy's time is in both columns. The ``b200c`` column says whether
+b200c ran the call and which kernel, or why it fell back to torch.
+
 Prints a Markdown table and the sums per forward (each call times how often the forward makes it).
 
     pip install -e ".[capstone]" && python examples/capstone/per_call.py --model ltx2 --layers 4
@@ -85,24 +90,37 @@ def main(argv=None) -> int:
 
         _, forward = build(a.layers, "cuda", pad=a.pad)
     calls = record_calls(forward)
-    print("| call: q, k, attn_mask | per forward | GPU us: torch SDPA | b200c | host us: torch SDPA | b200c |")
-    print("|---|---:|---:|---:|---:|---:|")
+    from b200c.runtime import op, sdpa
+
+    print("| call: q, k, attn_mask | per forward | b200c ran | GPU us: torch SDPA | b200c | host us: torch SDPA "
+          "| b200c |")
+    print("|---|---:|---|---:|---:|---:|---:|")
     totals = [0.0, 0.0, 0.0, 0.0]
     with torch.no_grad():
         for (qs, ks, mask), (args, kw, n) in calls.items():
+            def fresh(kw):
+                m = kw.get("attn_mask")
+                return kw if m is None else dict(kw, attn_mask=m.clone())
+
             def torch_call(args=args, kw=kw):
-                return F.scaled_dot_product_attention(*args, **kw)
+                return F.scaled_dot_product_attention(*args, **fresh(kw))
 
             def b200c_call(args=args, kw=kw):
-                return b200c.scaled_dot_product_attention(*args, **kw)
+                return b200c.scaled_dot_product_attention(*args, **fresh(kw))
 
+            sdpa.calls.clear()
+            loaded = set(op._kernels)
             b200c_call()  # builds and loads the kernel
+            torch.cuda.synchronize()
+            fallen = [k for k in sdpa.calls if k != "b200c"]
+            names = sorted({lk.built.launch.name for key, lk in op._kernels.items() if key not in loaded})
+            ran = f"fell back: {fallen[0]}" if fallen else (", ".join(names) or "yes (kernel already loaded)")
             t_torch, t_b200c = time_interleaved([torch_call, b200c_call], warmup=3, iters=20)
             row = (t_torch.median_ms * 1e3, t_b200c.median_ms * 1e3, host_us(torch_call), host_us(b200c_call))
             for i, x in enumerate(row):
                 totals[i] += n * x
             m = "none" if mask is None else f"{mask[0]} {mask[1]}"
-            print(f"| {qs}, {ks}, {m} | {n} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
+            print(f"| {qs}, {ks}, {m} | {n} | {ran} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
     print(f"per forward, ms: GPU {totals[0] / 1e3:.2f} (torch SDPA) / {totals[1] / 1e3:.2f} (b200c); "
           f"host {totals[2] / 1e3:.2f} / {totals[3] / 1e3:.2f}")
     return 0
