@@ -343,15 +343,20 @@ def test_sdpa_attn_mask(torch):
         "additive bias (B,H,1,S)": torch.randn(B, H, 1, s_kv, device=DEV).bfloat16(),
         "bool full (B,H,S_q,S)": torch.rand(B, H, s_q, s_kv, device=DEV) > 0.3,
         "additive full (S_q,S)": torch.randn(s_q, s_kv, device=DEV).bfloat16(),
+        "bool one element (1,1,1,1)": torch.ones(1, 1, 1, 1, device=DEV, dtype=torch.bool),
+        "additive one element (1,)": torch.full((1,), 2.5, device=DEV).bfloat16(),
     }
     for what, m in masks.items():
         sdpa.calls.clear()
         with warnings.catch_warnings():
             warnings.simplefilter("error", b200c.FallbackWarning)
             out = b200c.scaled_dot_product_attention(q, k, v, attn_mask=m)
-        assert sdpa.calls["b200c"] == 1, (what, dict(sdpa.calls))
+            with torch.inference_mode():  # a mask made in a model's inference-mode forward: no version counter
+                out_inf = b200c.scaled_dot_product_attention(q, k, v, attn_mask=m.clone())
+        assert sdpa.calls["b200c"] == 2, (what, dict(sdpa.calls))
         if PREBUILD:
             continue
+        assert torch.equal(out, out_inf), what
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=m if m.dtype == torch.bool
                                              else m.float())
         lowp = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
