@@ -357,9 +357,10 @@ def test_sdpa_attn_mask(torch):
         if PREBUILD:
             continue
         assert torch.equal(out, out_inf), what
-        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=m if m.dtype == torch.bool
-                                             else m.float())
-        lowp = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        full = m.expand(B, H, s_q, s_kv).contiguous()  # torch's kernels want a bias with a contiguous last dim
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=full if m.dtype == torch.bool
+                                             else full.float())
+        lowp = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
         rows = ~torch.isnan(ref).any(-1)
         tol = 2 * float((lowp.float() - ref)[rows].abs().max()) + 1e-3
         err = float((out.float() - ref)[rows].abs().max())
