@@ -479,7 +479,7 @@ def test_short_key_sequences_take_smaller_kv_tiles():
     for n in (None, 0):
         assert b200c.default_schedule(64, target="sm90a", seq_kv=n) == presets.HOPPER_PRESETS[64]
     assert b200c.default_schedule(64, target="sm90a", seq_kv=np.int64(251)) == presets.HOPPER_SHORT_KV_PRESETS[64]
-    for bad in (-3, 251.0, "251"):
+    for bad in (-3, 251.0, "251", True):
         with pytest.raises(ScheduleError, match="seq_kv"):
             b200c.default_schedule(64, target="sm90a", seq_kv=bad)
     assert b200c.default_schedule(64, target="sm90a", mods=True, seq_kv=251) == presets.HOPPER_MOD_PRESETS[64]

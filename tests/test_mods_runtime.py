@@ -157,11 +157,27 @@ def test_sdpa_masks_of_one_element_stay_kernel_inputs(fd):
     assert sdpa.calls["b200c"] == 4 and fd.loads == 3
 
 
+def test_captured_tensors_indexed_with_constants_are_refused():
+    """``t[0]`` on a captured tensor would be read once while tracing and compiled into the kernel (a later
+    value written in place would not be seen: a silent wrong answer); the tracer refuses it and says how to
+    keep it a kernel input (``t[b * 0]``), which works."""
+    lim = torch.tensor([100])
+    with pytest.raises(ScheduleError, match=r"indexed with constants only.*t\[b \* 0\]"):
+        b200c.attention(t(), t(), t(), schedule=HOPPER, mask_mod=lambda b, h, q, k: k < lim[0])
+    from b200c.dsl.mods import trace_mods
+
+    ms, caps = trace_mods(mask_mod=lambda b, h, q, k: k < lim[b * 0])
+    assert ms.mask_mod.expression == "kv_idx < cap0[b * 0]" and caps[0] is lim
+
+
 def test_masked_calls_under_inference_mode(fd):
     """Masks, windows and cu_seqlens made under torch.inference_mode (as in a model's forward) have no
     version counter: the calls run (twice, and once more outside the mode) instead of raising."""
+    from b200c.runtime import mod_call
+
     q = t(s=256)
     x = torch.randn(300, 4, 128).bfloat16()
+    kept = len(mod_call._uncached)
     with torch.inference_mode():
         m = torch.arange(256)[None, None, None, :] < 200
         cu = torch.tensor([0, 100, 300], dtype=torch.int32)
@@ -171,6 +187,10 @@ def test_masked_calls_under_inference_mode(fd):
             b200c.attention_varlen(x, x, x, cu, cu, 200, 200, window_size=(16, 0), schedule=HOPPER)
     b200c.attention(q, q, q, window_size=(16, 0), schedule=HOPPER)
     assert len(fd.launches) == 7
+    from b200c.runtime import mod_window
+
+    assert not any(t.is_inference() for _, t in mod_window._bounds.values())  # cached bounds serve any mode
+    assert len(mod_call._uncached) == min(64, kept + 4)  # the 4 uncached block masks, alive past their launch
 
 
 def test_errors():

@@ -228,7 +228,7 @@ CASES = [
     ("int_mask_output", "mask_mod", lambda b, h, q_idx, kv_idx: (q_idx - kv_idx) % 2, None, {"to_bool"}),
     ("load_i64", "mask_mod", lambda b, h, q_idx, kv_idx: DOC_I64[q_idx] == DOC_I64[kv_idx], None, {"load"}),
     ("load_i32_bool", "mask_mod", lambda b, h, q_idx, kv_idx:
-        (kv_idx < LENS_I32[b]) & KEEP_BOOL[b, kv_idx] | (kv_idx < LENS_I32[0]), None, {"load"}),
+        (kv_idx < LENS_I32[b]) & KEEP_BOOL[b, kv_idx] | (kv_idx < LENS_I32[b * 0]), None, {"load"}),
 ]
 
 

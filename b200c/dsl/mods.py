@@ -366,6 +366,19 @@ def _traceback_frames(tb):
     return reversed([(f.f_code.co_filename, lineno) for f, lineno in traceback.walk_tb(tb)])
 
 
+def _has_proxy(obj) -> bool:
+    """Whether a traced value (an fx Proxy) is in ``obj`` (nested tuples, lists, slices)."""
+    import torch.fx
+
+    if isinstance(obj, torch.fx.Proxy):
+        return True
+    if isinstance(obj, (tuple, list)):
+        return any(_has_proxy(o) for o in obj)
+    if isinstance(obj, slice):
+        return any(_has_proxy(o) for o in (obj.start, obj.stop, obj.step))
+    return False
+
+
 def _fmt_site(site: Optional[_Site]) -> str:
     return f" at {site}" if site else ""
 
@@ -419,7 +432,7 @@ class _Builder:
                     raise self.fail(
                         f"a captured tensor is 0-dim (a {_torch_dtype_name(t.dtype)} scalar tensor); captured "
                         "tensors must have at least 1 dimension and be indexed",
-                        "use a Python number (compiled into the kernel) or a 1-element tensor read as t[0] "
+                        "use a Python number (compiled into the kernel) or a 1-element tensor read as t[b * 0] "
                         "(a kernel input: new values do not recompile)")
                 vt = _value_type_of_dtype(t.dtype)
                 if vt is None:
@@ -515,7 +528,7 @@ class _Builder:
                 raise self.fail("a 0-dim tensor is indexed", "index tensors with at least one dimension")
             raise self.fail(f"a captured tensor is 0-dim (a {_torch_dtype_name(t.dtype)} scalar tensor); captured "
                             "tensors must have at least 1 dimension",
-                            "use a Python number or a 1-element tensor read as t[0]")
+                            "use a Python number or a 1-element tensor read as t[b * 0]")
         dt = _tensor_dtype(t.dtype)
         if dt is None:
             raise self.fail(f"a captured tensor has dtype {_torch_dtype_name(t.dtype)} (shape {tuple(t.shape)}), "
@@ -858,6 +871,17 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
             self.made: dict[int, Any] = {}
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            if (func is torch.Tensor.__getitem__ and isinstance(args[0], torch.Tensor)
+                    and not isinstance(args[0], torch.fx.Proxy) and id(args[0]) not in self.made
+                    and not _has_proxy(args[1:])):
+                # a captured tensor indexed with constants only would be read here, once, and its value
+                # compiled into the kernel: a later value (the same tensor written in place) would not be seen
+                site = _user_site(_stack_frames())
+                raise ScheduleError(
+                    f"{kind}: a captured tensor of shape {tuple(args[0].shape)} is indexed with constants only"
+                    f"{_fmt_site(site)}; its value would be read once while tracing and compiled into the kernel "
+                    "(new values would not be seen); index it with the mod's arguments, e.g. t[b * 0] for a "
+                    "one-element tensor, or use a Python number")
             out = func(*args, **(kwargs or {}))
             if isinstance(out, torch.Tensor):
                 self.made[id(out)] = out

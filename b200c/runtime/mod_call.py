@@ -10,6 +10,7 @@ tile shape).
 """
 from __future__ import annotations
 
+import collections
 import threading
 from collections import OrderedDict
 
@@ -23,6 +24,7 @@ _traced: "OrderedDict" = OrderedDict()  # (function identities) -> (functions, M
 _traced_lock = threading.Lock()
 _MAX_TRACED = 32  # each entry keeps its functions (and what they capture) alive
 _light: dict = {}  # ModSet JSON -> b200c.codegen.mods.light of it (~140 us to compute: not per call)
+_uncached = collections.deque(maxlen=64)  # block masks computed for one call only, alive until 64 later ones
 
 
 class ModCall:
@@ -133,8 +135,12 @@ class ModCall:
 
         if any(t.is_inference() for t in inputs):
             # made under torch.inference_mode: no version counter, so a write in place could not be told from
-            # the tensor seen before; computed for this call only
-            return compute()[0]
+            # the tensor seen before; computed for this call only, and kept alive past its launch (the caller
+            # keeps only the pointer; freed before the launch is enqueued, the block could be reused and
+            # written first)
+            ranges = compute()[0]
+            _uncached.append(ranges)
+            return ranges
         caps = tuple((t.data_ptr(), t._version, tuple(t.shape), t.stride()) for t in self.tensors)
         seqs = None if cu_seqlens is None else tuple((t.data_ptr(), t._version) for t in cu_seqlens)
         key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,

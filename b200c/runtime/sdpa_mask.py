@@ -47,9 +47,9 @@ def _functions(m, sizes):
     # and compile it into the kernel (the next call's mask has other values)
     one = all(n == 1 for n in sizes)
 
-    def at(b, h, q_idx, kv_idx):
-        return m[b if sizes[0] > 1 else b * 0 if one else 0, h if sizes[1] > 1 else 0,
-                 q_idx if sizes[2] > 1 else 0, kv_idx if sizes[3] > 1 else 0]
+    def at(b, h, q_idx, kv_idx):  # a dimension of size 0 (an empty batch) is indexed by its variable too
+        return m[b if sizes[0] != 1 else b * 0 if one else 0, h if sizes[1] != 1 else 0,
+                 q_idx if sizes[2] != 1 else 0, kv_idx if sizes[3] != 1 else 0]
 
     if m.dtype == torch.bool:
         def sdpa_bool_mask(b, h, q_idx, kv_idx):
@@ -75,7 +75,7 @@ def mod_call_of_mask(attn_mask):
     m = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)) if attn_mask.dim() < 4 else attn_mask
     sizes = tuple(m.shape)
     score_mod, mask_mod = _functions(m, sizes)
-    key = (m.dtype, tuple(s > 1 for s in sizes))
+    key = (m.dtype, tuple(s != 1 for s in sizes))
     with _lock:
         hit = _patterns.get(key)
     if hit is None:
