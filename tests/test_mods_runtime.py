@@ -158,9 +158,10 @@ def test_sdpa_masks_of_one_element_stay_kernel_inputs(fd):
 
 
 def test_captured_tensors_indexed_with_constants_are_refused():
-    """``t[0]`` on a captured tensor would be read once while tracing and compiled into the kernel (a later
-    value written in place would not be seen: a silent wrong answer); the tracer refuses it and says how to
-    keep it a kernel input (``t[b * 0]``), which works."""
+    """``t[0]`` on a captured tensor would be read once while tracing and compiled into the kernel, and
+    ``t.float()[h]`` would pass the kernel a trace-time copy (a later value written in place would not be
+    seen: a silent wrong answer); the tracer refuses both and says how to keep the tensor a kernel input
+    (``t[b * 0]``, converting outside the function), which works."""
     lim = torch.tensor([100])
     with pytest.raises(ScheduleError, match=r"indexed with constants only.*t\[b \* 0\]"):
         b200c.attention(t(), t(), t(), schedule=HOPPER, mask_mod=lambda b, h, q, k: k < lim[0])
@@ -168,6 +169,12 @@ def test_captured_tensors_indexed_with_constants_are_refused():
 
     ms, caps = trace_mods(mask_mod=lambda b, h, q, k: k < lim[b * 0])
     assert ms.mask_mod.expression == "kv_idx < cap0[b * 0]" and caps[0] is lim
+    # the same for any op on a captured tensor alone: the kernel would read a trace-time copy
+    table = torch.randn(4).bfloat16()
+    with pytest.raises(ScheduleError, match=r"used in float with no argument of the mod.*t = t.float\(\)"):
+        trace_mods(score_mod=lambda s, b, h, q, k: s + table.float()[h])
+    ms, caps = trace_mods(score_mod=lambda s, b, h, q, k: s + table[h].float())  # a load, then the cast
+    assert ms.score_mod.expression == "score + cap0[h]" and caps[0] is table
 
 
 def test_masked_calls_under_inference_mode(fd):

@@ -379,6 +379,17 @@ def _has_proxy(obj) -> bool:
     return False
 
 
+def _tensors_in(obj) -> list:
+    """The real tensors (not fx Proxies) in ``obj`` (nested tuples and lists)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor) and not isinstance(obj, torch.fx.Proxy):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _tensors_in(o)]
+    return []
+
+
 def _fmt_site(site: Optional[_Site]) -> str:
     return f" at {site}" if site else ""
 
@@ -871,18 +882,23 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
             self.made: dict[int, Any] = {}
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if (func is torch.Tensor.__getitem__ and isinstance(args[0], torch.Tensor)
-                    and not isinstance(args[0], torch.fx.Proxy) and id(args[0]) not in self.made
-                    and not _has_proxy(args[1:])):
-                # a captured tensor indexed with constants only would be read here, once, and its value
-                # compiled into the kernel: a later value (the same tensor written in place) would not be seen
-                site = _user_site(_stack_frames())
-                raise ScheduleError(
-                    f"{kind}: a captured tensor of shape {tuple(args[0].shape)} is indexed with constants only"
-                    f"{_fmt_site(site)}; its value would be read once while tracing and compiled into the kernel "
-                    "(new values would not be seen); index it with the mod's arguments, e.g. t[b * 0] for a "
-                    "one-element tensor, or use a Python number")
             out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and not _has_proxy((args, list((kwargs or {}).values()))):
+                captured = [a for a in _tensors_in(args) if id(a) not in self.made]
+                if captured:
+                    # computed now from a captured tensor's values: the kernel would read this trace-time
+                    # result (a constant, or a copy passed as its input), so a later value of the captured
+                    # tensor (written in place: the trace is reused) would not be seen
+                    site = _user_site(_stack_frames())
+                    t = captured[0]
+                    what = ("indexed with constants only" if func is torch.Tensor.__getitem__ else
+                            f"used in {getattr(func, '__name__', func)} with no argument of the mod")
+                    raise ScheduleError(
+                        f"{kind}: a captured tensor of shape {tuple(t.shape)} is {what}{_fmt_site(site)}; that is "
+                        "computed once while tracing and its result compiled into the kernel (new values of the "
+                        "tensor would not be seen); index it with the mod's arguments (t[b * 0] for a one-element "
+                        "tensor), convert it outside the function (t = t.float()) and capture the result, or use a "
+                        "Python number")
             if isinstance(out, torch.Tensor):
                 self.made[id(out)] = out
             return out
