@@ -177,6 +177,34 @@ def test_captured_tensors_indexed_with_constants_are_refused():
     assert ms.score_mod.expression == "score + cap0[h]" and caps[0] is table
 
 
+def test_tensors_the_mods_read_that_require_grad(fd):
+    """Calls with mods are forward-only: a learned table (an nn.Parameter, a tensor requiring grad) or
+    sinks requiring grad, with grad mode on, raise BackwardNotSupportedError (the result carried no
+    gradient for them, silently); under torch.no_grad the same calls run. An SDPA attn_mask requiring
+    grad goes to torch's SDPA, which computes its gradient."""
+    q = t(s=64)
+    emb = torch.nn.Embedding(64, 4)
+
+    def rel_bias(score, b, h, q_idx, kv_idx):
+        return score + emb.weight[torch.clamp(q_idx - kv_idx, 0, 63), h]
+
+    table = torch.randn(4, requires_grad=True)
+    sinks = torch.zeros(4, requires_grad=True)
+    calls = (dict(score_mod=rel_bias), dict(score_mod=lambda s, b, h, i, j: s + table[h]),
+             dict(mask_mod=lambda b, h, i, j: table[h] > 0), dict(sinks=sinks))
+    for kw in calls:
+        with pytest.raises(BackwardNotSupportedError, match="no gradient"):
+            b200c.attention(q, q, q, schedule=HOPPER, **kw)
+        with torch.no_grad():
+            b200c.attention(q, q, q, schedule=HOPPER, **kw)
+    assert len(fd.launches) == len(calls)
+    m = torch.zeros(1, 1, 1, 64, requires_grad=True)
+    sdpa.calls.clear()
+    with pytest.warns(b200c.FallbackWarning):
+        out = b200c.scaled_dot_product_attention(q, q, q, attn_mask=m, schedule=HOPPER)
+    assert sdpa.calls["grad"] == 1 and out.requires_grad
+
+
 def test_masked_calls_under_inference_mode(fd):
     """Masks, windows and cu_seqlens made under torch.inference_mode (as in a model's forward) have no
     version counter: the calls run (twice, and once more outside the mode) instead of raising."""

@@ -560,6 +560,8 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     heads = q.shape[1] if layout == "bhsd" else q.shape[2]
     if window_size is not None:
         mask_mod = window_mask(window_size, s_q, s_kv, q.device, mask_mod, batch=q.shape[0])
+    if prepared is None:
+        mod_call.check_no_grad(score_mod, mask_mod, sinks)
     mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
     mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
     mc.check(q, heads)
@@ -713,6 +715,7 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if window_size is not None:
         mask_mod = window_mask(window_size, max_seqlen_q, max_seqlen_k, q.device, mask_mod,
                                cu_seqlens=(cu_seqlens_q, cu_seqlens_k))
+    mod_call.check_no_grad(score_mod, mask_mod, sinks)
     mc = mod_call.prepare(score_mod, mask_mod, sinks, q).for_sizes(cu_seqlens_q.shape[0], q.shape[1],
                                                                      max_seqlen_q, max_seqlen_k)
     mc.check(q, q.shape[1])

@@ -186,6 +186,42 @@ def _identity(fn, depth: int = 3) -> tuple:
     return tuple(out)
 
 
+def _needs_grad(fn, depth: int = 3) -> bool:
+    """Whether a tensor ``fn`` reads (through its closure, defaults, the globals its code names, one
+    level into objects' attributes, an ``nn.Module``'s parameters and buffers, nested functions) requires
+    grad: the kernel reads it, but its result would carry no gradient for it."""
+    if fn is None or depth == 0:
+        return False
+    seen = []
+    owner = getattr(fn, "__self__", None)
+    if owner is not None:
+        seen.append(owner)
+    fn = getattr(fn, "__func__", fn)
+    seen += [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    seen += list(getattr(fn, "__defaults__", None) or ())
+    code = getattr(fn, "__code__", None)
+    glb = getattr(fn, "__globals__", {})
+    seen += [glb[n] for n in (code.co_names if code is not None else ()) if n in glb]
+    if code is None:  # a callable object: its attributes
+        seen.append(fn)
+    for v in seen:
+        if isinstance(v, torch.Tensor):
+            if v.requires_grad:
+                return True
+        elif isinstance(v, torch.nn.Module):
+            if any(t.requires_grad for t in v.parameters()):
+                return True
+        elif callable(v) and getattr(v, "__code__", None) is not None:
+            if _needs_grad(v, depth - 1):
+                return True
+        elif hasattr(v, "__dict__") and not isinstance(v, (type, type(torch))):
+            for a in vars(v).values():
+                if (isinstance(a, torch.Tensor) and a.requires_grad) or (
+                        isinstance(a, torch.nn.Module) and any(t.requires_grad for t in a.parameters())):
+                    return True
+    return False
+
+
 def _filled(cell) -> bool:
     try:
         cell.cell_contents  # noqa: B018
@@ -236,4 +272,26 @@ def prepare(score_mod=None, mask_mod=None, sinks=None, q=None) -> ModCall:
     return ModCall(mods, tensors, sinks, mask_mod, mask_uses)
 
 
-__all__ = ["ModCall", "prepare"]
+def check_no_grad(score_mod=None, mask_mod=None, sinks=None) -> None:
+    """Calls with mods are forward-only: with grad mode on, a tensor the mods read that requires grad (a
+    learned bias table, learnable sink logits) would get no gradient from the call's result.
+
+    Raises:
+        BackwardNotSupportedError: such a tensor, with grad mode on.
+    """
+    if not torch.is_grad_enabled():
+        return
+    what = None
+    if isinstance(sinks, torch.Tensor) and sinks.requires_grad:
+        what = "sinks requires grad"
+    elif _needs_grad(score_mod) or _needs_grad(mask_mod):
+        what = "a tensor the score_mod / mask_mod reads requires grad (a learned table, an nn.Parameter)"
+    if what:
+        from ..errors import BackwardNotSupportedError
+
+        raise BackwardNotSupportedError(
+            f"b200c attention with mods is forward-only and {what}: the result would carry no gradient for it; "
+            "call it under torch.no_grad() / torch.inference_mode(), or use torch's flex_attention to train it")
+
+
+__all__ = ["ModCall", "check_no_grad", "prepare"]

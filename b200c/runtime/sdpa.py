@@ -105,7 +105,8 @@ def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: boo
     r = _device_reason(q, k, v)
     if r is not None:
         return r
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+            isinstance(attn_mask, torch.Tensor) and attn_mask.requires_grad)):
         return "grad", "inputs require grad (b200c kernels are forward-only; torch's SDPA computes the gradients)"
     qs, ks, vs = q.shape, k.shape, v.shape
     if len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
