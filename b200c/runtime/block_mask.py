@@ -91,7 +91,9 @@ def _eval_mask(mask_fn, args, shape, extents, device) -> torch.Tensor:
                           f"int64 tensors b, h, q_idx, kv_idx of shapes {[tuple(a.shape) for a in args]})") from err
     if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
         got = f"a {out.dtype} tensor" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
-        raise LaunchError(f"mask_mod must return a bool tensor (True: the key is visible); it returned {got}")
+        raise LaunchError(f"mask_mod must return a bool tensor (True: the key is visible); it returned {got}: "
+                          "compare the indices (kv_idx <= q_idx), combine with & | ~, or for a constant mask "
+                          "write kv_idx >= 0 (always) / kv_idx < 0 (never)")
     try:
         ok = torch.broadcast_shapes(out.shape, shape) == torch.Size(shape)
     except RuntimeError:
