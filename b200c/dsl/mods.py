@@ -366,28 +366,16 @@ def _traceback_frames(tb):
     return reversed([(f.f_code.co_filename, lineno) for f, lineno in traceback.walk_tb(tb)])
 
 
-def _has_proxy(obj) -> bool:
-    """Whether a traced value (an fx Proxy) is in ``obj`` (nested tuples, lists, slices)."""
-    import torch.fx
-
-    if isinstance(obj, torch.fx.Proxy):
-        return True
+def _leaves(obj) -> list:
+    """The values in ``obj`` (nested tuples, lists, dict values, slices' bounds), e.g. a torch function's
+    arguments: real tensors, fx Proxies (traced values), Python numbers."""
     if isinstance(obj, (tuple, list)):
-        return any(_has_proxy(o) for o in obj)
+        return [x for o in obj for x in _leaves(o)]
+    if isinstance(obj, dict):
+        return _leaves(list(obj.values()))
     if isinstance(obj, slice):
-        return any(_has_proxy(o) for o in (obj.start, obj.stop, obj.step))
-    return False
-
-
-def _tensors_in(obj) -> list:
-    """The real tensors (not fx Proxies) in ``obj`` (nested tuples and lists)."""
-    import torch
-
-    if isinstance(obj, torch.Tensor) and not isinstance(obj, torch.fx.Proxy):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for o in obj for t in _tensors_in(o)]
-    return []
+        return _leaves([obj.start, obj.stop, obj.step])
+    return [obj]
 
 
 def _fmt_site(site: Optional[_Site]) -> str:
@@ -883,8 +871,11 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if isinstance(out, torch.Tensor) and not _has_proxy((args, list((kwargs or {}).values()))):
-                captured = [a for a in _tensors_in(args) if id(a) not in self.made]
+            if not isinstance(out, torch.Tensor):
+                return out
+            leaves = _leaves((args, kwargs or {}))
+            if not any(isinstance(x, torch.fx.Proxy) for x in leaves):
+                captured = [x for x in leaves if isinstance(x, torch.Tensor) and id(x) not in self.made]
                 if captured:
                     # computed now from a captured tensor's values: the kernel would read this trace-time
                     # result (a constant, or a copy passed as its input), so a later value of the captured
@@ -899,8 +890,7 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
                         "tensor would not be seen); index it with the mod's arguments (t[b * 0] for a one-element "
                         "tensor), convert it outside the function (t = t.float()) and capture the result, or use a "
                         "Python number")
-            if isinstance(out, torch.Tensor):
-                self.made[id(out)] = out
+            self.made[id(out)] = out
             return out
 
     class _ModTracer(torch.fx.Tracer):

@@ -184,9 +184,9 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     if table is None:
         raise ScheduleError(f"no built-in schedules for {family!r}; families: {', '.join(map(repr, FAMILIES))}")
     try:
-        dense = table[head_dim]
+        preset = table[head_dim]
     except (KeyError, TypeError):
         raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256") from None
     if short_kv_tiles(head_dim, family, seq_kv) and not mods:
         return SHORT_KV_FAMILIES[family][head_dim]
-    return dense
+    return preset

@@ -302,7 +302,7 @@ def _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads, lens
         m = _eval_mask(mask_fn, args, shape, extents, device)
     finally:
         if tuple(a._version for a in args) != versions:  # the mask_fn wrote to its arguments: never reuse them
-            _CONSTS.drop((_stream_of(device),) + key)
+            _drop_const(key)
     m = m.expand(*shape[:3], n_kv * bn)[:, :, 0]  # (B|1, H|1, n_kv * bn); a mask without kv_idx: every key
     m = m.reshape(m.shape[0], m.shape[1], n_kv, bn)
     m_any, m_all = m.any(dim=3), m.all(dim=3)  # (B|1, H|1, n_kv)
@@ -445,16 +445,19 @@ def _const(key: tuple, make: Callable):
     its values are there. Made outside inference mode (an inference tensor has no version counter, and
     the next call may run outside it); while a CUDA graph is captured, made afresh (a tensor made in a
     capture holds its values only when the graph replays)."""
-    device = key[0]
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        with torch.inference_mode(False):
-            return make()
-
     def build():
         with torch.inference_mode(False):
             return make()
 
+    device = key[0]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return build()
     return _CONSTS.get((_stream_of(device),) + key, build)
+
+
+def _drop_const(key: tuple) -> None:
+    """Forget what :func:`_const` keeps under ``key`` for the current stream."""
+    _CONSTS.drop((_stream_of(key[0]),) + key)
 
 
 def cached_kv_ranges(key: Hashable, compute: Callable[[], torch.Tensor]) -> torch.Tensor:

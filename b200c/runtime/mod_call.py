@@ -172,11 +172,8 @@ def _identity(fn, depth: int = 3) -> tuple:
     code = getattr(fn, "__code__", None)
     if code is None and hasattr(fn, "__call__") and hasattr(type(fn), "__call__"):  # a callable object
         return (id(fn), tuple((k, id(v)) for k, v in getattr(fn, "__dict__", {}).items()))
-    values = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
-    glb = getattr(fn, "__globals__", {})
-    values += [glb[n] for n in (code.co_names if code is not None else ()) if n in glb]
     out = [id(fn), id(getattr(fn, "__defaults__", None))]
-    for v in values:
+    for v in _reads(fn):
         if callable(v) and getattr(v, "__code__", None) is not None:
             out.append(_identity(v, depth - 1))
         elif hasattr(v, "__dict__") and not isinstance(v, (type, type(torch))) and not isinstance(v, torch.Tensor):
@@ -188,7 +185,7 @@ def _identity(fn, depth: int = 3) -> tuple:
 
 def _needs_grad(fn, depth: int = 3) -> bool:
     """Whether a tensor ``fn`` reads (through its closure, defaults, the globals its code names, one
-    level into objects' attributes, an ``nn.Module``'s parameters and buffers, nested functions) requires
+    level into objects' attributes, an ``nn.Module``'s parameters, nested functions) requires
     grad: the kernel reads it, but its result would carry no gradient for it."""
     if fn is None or depth == 0:
         return False
@@ -197,12 +194,8 @@ def _needs_grad(fn, depth: int = 3) -> bool:
     if owner is not None:
         seen.append(owner)
     fn = getattr(fn, "__func__", fn)
-    seen += [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
-    seen += list(getattr(fn, "__defaults__", None) or ())
-    code = getattr(fn, "__code__", None)
-    glb = getattr(fn, "__globals__", {})
-    seen += [glb[n] for n in (code.co_names if code is not None else ()) if n in glb]
-    if code is None:  # a callable object: its attributes
+    seen += _reads(fn) + list(getattr(fn, "__defaults__", None) or ())
+    if getattr(fn, "__code__", None) is None:  # a callable object: its attributes
         seen.append(fn)
     for v in seen:
         if isinstance(v, torch.Tensor):
@@ -220,6 +213,15 @@ def _needs_grad(fn, depth: int = 3) -> bool:
                         isinstance(a, torch.nn.Module) and any(t.requires_grad for t in a.parameters())):
                     return True
     return False
+
+
+def _reads(fn) -> list:
+    """The objects a plain function reads besides its arguments: its closure cells' contents and the
+    globals its code names (what :func:`_identity` keys a trace by and :func:`_needs_grad` looks through)."""
+    values = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+    code = getattr(fn, "__code__", None)
+    glb = getattr(fn, "__globals__", {})
+    return values + [glb[n] for n in (code.co_names if code is not None else ()) if n in glb]
 
 
 def _filled(cell) -> bool:
