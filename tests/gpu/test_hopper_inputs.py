@@ -100,14 +100,15 @@ def test_drop_in_without_a_schedule_runs_natively_on_hopper(monkeypatch):
 def test_short_key_presets(monkeypatch):
     """The short-K/V presets (128 / 128 / 64-row K/V tiles for a few hundred keys, what cross-attention to
     text or audio tokens runs without a schedule) at every head dim: S_kv 1, 77, 251 (one partial tile, a
-    whole one and a partial one), S_q 251 and 1000, causal (rows with no key: O = 0) and not, GQA 8/2;
-    against FP32 attention with the FlashAttention rule (twice torch's BF16 error + 1e-3), natively."""
+    whole one and a partial one), S_q 251 and 1000, causal (rows with no key: O = 0, LSE = -inf) and not,
+    GQA 8/2; against FP32 attention with the FlashAttention rule (the sweep's reference and check),
+    natively."""
     import warnings
 
     import torch
-    import torch.nn.functional as F
 
     import b200c
+    import real_inputs_sweep as sweep
     from b200c.dsl import presets
     from b200c.runtime import op
 
@@ -125,26 +126,13 @@ def test_short_key_presets(monkeypatch):
                 for causal in (False, True):
                     with warnings.catch_warnings():
                         warnings.simplefilter("error", b200c.FallbackWarning)
-                        out = b200c.attention(q, k, v, schedule=short, causal=causal, target="sm90a")
-                    ref = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(4, 1),
-                                                         v.float().repeat_interleave(4, 1),
-                                                         attn_mask=_bottom_right(s_q, s_kv) if causal else None)
-                    bf = F.scaled_dot_product_attention(q, k.repeat_interleave(4, 1), v.repeat_interleave(4, 1),
-                                                        attn_mask=_bottom_right(s_q, s_kv) if causal else None)
-                    ref, bf = ref.nan_to_num(0.0), bf.nan_to_num(0.0)  # rows with no key: O = 0
-                    tol = 2 * (bf.float() - ref).abs().max().item() + 1e-3
-                    err = (out.float() - ref).abs().max().item()
-                    assert err <= tol, (d, s_kv, s_q, causal, err, tol)
+                        out, lse = b200c.attention(q, k, v, schedule=short, causal=causal, target="sm90a",
+                                                   return_lse=True)
+                    chk = sweep.Check()
+                    chk.add(out, lse, *sweep.reference(q, k, v, d ** -0.5, causal))
+                    status, tol, fails = chk.verdict()
+                    assert status == "PASS", (d, s_kv, s_q, causal, fails)
         out = b200c.attention(q, k, v)  # schedule=None picks it for S_kv = 251
         assert torch.equal(out, b200c.attention(q, k, v, schedule=presets.HOPPER_SHORT_KV_PRESETS[d]))
     assert {lk.built.launch.name for lk in op._kernels.values()} == {
         presets.HOPPER_SHORT_KV_PRESETS[d].name for d in (64, 128, 256)}
-
-
-def _bottom_right(s_q, s_kv):
-    """The bottom-right aligned causal mask (True: attend): row r sees keys <= r + s_kv - s_q."""
-    import torch
-
-    r = torch.arange(s_q, device="cuda").view(-1, 1)
-    c = torch.arange(s_kv, device="cuda").view(1, -1)
-    return c <= r + s_kv - s_q
