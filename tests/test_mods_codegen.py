@@ -271,7 +271,7 @@ def expected(cases, points):
     return [evaluate(getattr(mods, kind), tensors, score, b, h, q, kv).float() for kind, mods, tensors in cases]
 
 
-def compare(cases, points, output: str, rtol: float, atol: float) -> None:
+def compare(cases, points, output: str, rtol: float, atol: float, names=None) -> None:
     got = [torch.full((N_POINTS,), float("nan")) for _ in cases]
     seen = 0
     for line in output.splitlines():
@@ -279,7 +279,9 @@ def compare(cases, points, output: str, rtol: float, atol: float) -> None:
         got[int(c)][int(i)] = float.fromhex(v)
         seen += 1
     assert seen == len(cases) * N_POINTS, output[-2000:]
-    for (name, kind, *_), (_, mods, _), g, want in zip(CASES, cases, got, expected(cases, points)):
+    names = names or [c[0] for c in CASES]
+    assert len(names) == len(cases)
+    for name, (kind, mods, _), g, want in zip(names, cases, got, expected(cases, points)):
         graph = getattr(mods, kind)
         if kind == "mask_mod":
             assert torch.equal(g, want), f"{name}: {graph.expression}\nC: {g}\nPython: {want}"
@@ -325,6 +327,71 @@ def test_c_lowering_with_small_indices_and_a_compile_time_key_part(tmp_path):
         run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
         assert run.returncode == 0, run.stderr
         compare(cases, points, run.stdout, rtol=1e-5, atol=1e-5)
+
+
+def _with_unit_dims(mods, tensors):
+    """``mods`` with each captured tensor's unit_dims as the runtime sets them for ``tensors``."""
+    from b200c.codegen.mods import kv_indexed_dims
+
+    caps = tuple(msgspec.structs.replace(c, unit_dims=tuple(d for d in dims if t.stride(d) == 1))
+                 for c, dims, t in zip(mods.captured, kv_indexed_dims(mods), tensors))
+    return msgspec.structs.replace(mods, captured=caps)
+
+
+def test_key_loads_along_a_unit_stride_dimension_are_split():
+    """A score_mod's load indexed by kv_idx along a dimension of stride 1 is one address per tile
+    (kv_idx - kv_off) plus the compile-time key offset; with another stride, another dimension, or a
+    mask_mod in the kernel, it stays one multiply per index. The record leaves unit_dims out of the JSON
+    when empty (the kernel cache keys of tensors without it are unchanged)."""
+    from b200c.codegen.mods import kv_indexed_dims
+
+    bias = torch.zeros(4, 8, dtype=torch.bfloat16)  # (H, S_kv), stride (8, 1)
+    fn = lambda score, b, h, q_idx, kv_idx: score + bias[h, kv_idx + 1]  # noqa: E731
+    mods, tensors = trace_mods(score_mod=fn)
+    assert kv_indexed_dims(mods) == ((1,),) and '"unit_dims"' not in mods.to_json()
+    split = _with_unit_dims(mods, tensors)
+    assert split.captured[0].unit_dims == (1,) and '"unit_dims":[1]' in split.to_json()
+    line = [x for x in device_functions(split) if "c.cap0[" in x][0]
+    assert "c.cap0[((int64_t)h * c.cap0_stride[0] + (int64_t)(v1 - kv_off)) + kv_off]" in line, line
+    transposed = bias.t().contiguous().t()  # the same values, stride (1, 4): kv_idx's dimension is not unit
+    assert _with_unit_dims(mods, (transposed,)).captured[0].unit_dims == ()
+    masked, tensors = trace_mods(score_mod=fn, mask_mod=lambda b, h, q_idx, kv_idx: kv_idx >= 0)
+    assert kv_indexed_dims(masked) == ((),)
+    forced = msgspec.structs.replace(masked, captured=(msgspec.structs.replace(masked.captured[0], unit_dims=(1,)),))
+    assert not any("kv_off)" in x for x in device_functions(forced))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ on PATH to run the C lowering on the host")
+def test_c_lowering_of_unit_stride_key_loads_matches_the_interpreter(tmp_path):
+    """Every case with the unit_dims its captured tensors give (as the runtime compiles a call) and kv_idx
+    split into a run-time and a compile-time part: the split loads read the interpreter's values."""
+    g = torch.Generator().manual_seed(11)
+    table = torch.randn(B, H, SQ, SKV, generator=g).bfloat16()  # contiguous: kv_idx's dimension has stride 1
+    key_bias = torch.randn(H, SKV + 3, generator=g)
+    ids = torch.randint(-50, 50, (SKV + 3,), generator=g, dtype=torch.int32)
+    extra = {
+        "contiguous bf16 table": lambda score, b, h, q_idx, kv_idx: score + table[b, h, q_idx, kv_idx],
+        "key bias at kv_idx + 3": lambda score, b, h, q_idx, kv_idx: score * 0.5 + key_bias[h, kv_idx + 3] * 2.0,
+        "int ids by key": lambda score, b, h, q_idx, kv_idx: score + (ids[kv_idx] * 3 - q_idx).float(),
+    }
+    cases, names = [], [c[0] for c in CASES] + list(extra)
+    for kind, mods, tensors in traced_cases() + [("score_mod", *trace_mods(score_mod=fn)) for fn in extra.values()]:
+        cases.append((kind, _with_unit_dims(mods, tensors), tensors))
+    split = [names[i] for i, (_, mods, _) in enumerate(cases)
+             if any("kv_off)) + kv_off]" in x for x in device_functions(mods))]
+    assert split == list(extra), split
+    points = _points(seed=5)
+    for small in (False, True):
+        run_cases = [(k, msgspec.structs.replace(m, small_indices=small), t) for k, m, t in cases]
+        src = tmp_path / f"mods_unit{int(small)}.cpp"
+        src.write_text(program(run_cases, "host", points, kv_off="kv[i] % 13"))
+        exe = tmp_path / f"mods_unit{int(small)}"
+        r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr[-4000:]
+        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        compare(run_cases, points, run.stdout, rtol=1e-5, atol=1e-5, names=names)
 
 
 @pytest.mark.nvcc

@@ -111,7 +111,21 @@ def test_sdpa_attn_mask_runs_on_b200c(fd):
     assert sdpa.calls["b200c"] == 2 and len(fd.launches) == 2
     bool_launch, bias_launch = fd.launches
     assert "kv_ranges" in bool_launch.params and bool_launch.params["cap0_stride3"] == 1
-    assert "kv_ranges" in bias_launch.params  # the additive mask's -inf entries are a mask_mod too
+    # an additive mask is a bias on every score (a score_mod only, as torch adds it): no block mask to compute
+    assert "kv_ranges" not in bias_launch.params and bias_launch.params["cap0_stride3"] == 1
+
+
+def test_key_stride_of_one_is_its_own_kernel(fd):
+    """A captured tensor read by key with a key stride of 1 compiles the unit-stride loads (one kernel per
+    stride pattern, reused by every tensor with it), another stride the general ones: the results differ
+    only in speed, so both run and new tensors never recompile."""
+    q = t(s=256)
+    contiguous = [torch.randn(2, 4, 1, 256).bfloat16() for _ in range(2)]
+    strided = [torch.randn(2, 256, 4, 1).bfloat16().permute(0, 2, 3, 1) for _ in range(2)]
+    for m in contiguous + strided:
+        b200c.scaled_dot_product_attention(q, q, q, attn_mask=m, schedule=HOPPER)
+    assert fd.loads == 2 and len(fd.launches) == 4
+    assert [L.params["cap0_stride3"] for L in fd.launches] == [1, 1, 4, 4]
 
 
 def test_sdpa_masks_trace_once_per_pattern(fd, monkeypatch):
@@ -146,7 +160,10 @@ def test_sdpa_masks_of_one_element_stay_kernel_inputs(fd):
         b200c.scaled_dot_product_attention(q, q, q, attn_mask=m, schedule=HOPPER)
         L = fd.launches[-1]
         assert L.params["cap0"] == m.data_ptr()
-        visible = bool(m.item() if m.dtype == torch.bool else m.item() > float("-inf"))
+        if m.dtype != torch.bool:  # an additive mask: a score_mod, no block mask
+            assert "kv_ranges" not in L.params
+            continue
+        visible = bool(m.item())
         info = L.kernel
         n = WorkDecomposition(info.block_m, info.block_n, info.q_stages).num_work(2, 4, 256, False)
         got = _ranges_at(L.params["kv_ranges"], n)
@@ -472,6 +489,42 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
     assert loops["alibi"]["ffma"] - loops["dense"]["ffma"] == s_regs + 2  # + the top P's exponent per row
     assert loops["alibi"]["mufu_ex2"] == loops["dense"]["mufu_ex2"]
     assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 30, 128: 45, 256: 30}[d]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_unit_stride_key_bias_loop(d, tmp_path):
+    """An SDPA additive key-padding mask (B, H, 1, S_kv) with a contiguous last dimension, as the runtime
+    compiles it (a score_mod; ModCall.for_sizes flags the key dimension's stride of 1): each key of the
+    thread's fragment is read at a constant offset from one address per K/V tile. The steady K/V loop has
+    one load per key column of the thread (block_n / 4) and 258 / 318 / 126 fewer instructions than the
+    same mask with a key stride of 32 (one 64-bit multiply and address per key, which also spills 16 B at
+    head dim 128); the unit-stride kernels do not spill. Exact counts,
+    nvcc 13.0, the mods presets' tiles (160 / 128 / 64 rows)."""
+    from b200c.dsl.presets import HOPPER_MOD_PRESETS
+    from b200c.nvcc import compile_cuda
+    from b200c.runtime.sdpa_mask import mod_call_of_mask
+    from b200c.sass.disasm import disassemble
+    from b200c.sass.hopper import hot_loop
+
+    contiguous = torch.zeros(1, 32, 1, 1024).bfloat16()
+    strided = torch.zeros(1, 1024, 32, 1).bfloat16().permute(0, 2, 3, 1)  # (1, 32, 1, 1024), key stride 32
+    s = HOPPER_MOD_PRESETS[d]
+    loops = {}
+    for name, m in (("unit", contiguous), ("strided", strided)):
+        mc = mod_call_of_mask(m).for_sizes(1, 32, 4096, 1024)
+        assert mc.mods.mask_mod is None and mc.mods.small_indices
+        assert mc.mods.captured[0].unit_dims == ((3,) if name == "unit" else ())
+        res = compile_cuda(b200c.codegen.generate(s, "sm90a", mods=mc.mods).source, tmp_path / f"{name}.cubin",
+                           "cubin", "sm_90a")
+        # the strided mask's per-key addresses spill 16 B at head dim 128 (outside the steady loop)
+        assert res.resources()["spill_bytes"] == (16 if (name, d) == ("strided", 128) else 0), res.log
+        loops[name] = hot_loop(disassemble(tmp_path / f"{name}.cubin"))
+        assert not [x for x in loops[name]["body"] if "LDL" in x or "STL" in x]
+        assert sum("LDG" in x for x in loops[name]["body"]) == s.block_n // 4
+    assert loops["unit"]["instructions"] == {64: 723, 128: 674, 256: 557}[d]
+    assert loops["strided"]["instructions"] - loops["unit"]["instructions"] == {64: 318, 128: 258, 256: 126}[d]
+    assert loops["unit"]["ffma"] == loops["strided"]["ffma"]
 
 
 def test_varlen_block_mask_trusts_cu_seqlens_with_check_seqlens_false(fd, monkeypatch):

@@ -363,15 +363,23 @@ def _body(graph: ModGraph, mods: ModSet, bias_of: tuple | None = None) -> list:
             return None  # a per-key float term that is not base + slope * kv_off: no split
         if n.op == "load":
             cap = mods.captured[n.tensor]
-            terms = []
+            terms, split = [], None
             for d, a in enumerate(n.args):
                 if by_name[a].op == "const":
                     v = const_value(by_name[a])
                     if v:
                         terms.append(f"(int64_t){v} * c.cap{n.tensor}_stride[{d}]")
+                elif split is None and d in cap.unit_dims and coefs.get(a) == 1 and mods.mask_mod is None:
+                    # a key index along a dimension of stride 1: one address per tile (kv_idx - kv_off is the
+                    # same for every key of the thread's fragment), each key at a constant offset from it
+                    split = d
+                    terms.append(f"(int64_t)({a} - kv_off)")
                 else:
                     terms.append(f"(int64_t){a} * c.cap{n.tensor}_stride[{d}]")
-            expr = C_LOAD[cap.dtype].format(C_OPS["load"].format(n.tensor, " + ".join(terms) or "0"))
+            index = " + ".join(terms) or "0"
+            if split is not None:
+                index = f"({index}) + kv_off"
+            expr = C_LOAD[cap.dtype].format(C_OPS["load"].format(n.tensor, index))
         else:
             want = _compute_types(n, types)
             operands = [atom(a, w) for a, w in zip(n.args, want)]
@@ -485,6 +493,25 @@ def bias_varies_along_the_row(mods: ModSet) -> bool:
     return any(varies[name] for name, _ in terms)
 
 
+def kv_indexed_dims(mods: ModSet) -> tuple:
+    """Per captured tensor, the dimensions the score_mod indexes by ``kv_idx`` plus a value free of it
+    (``t[h, kv_idx]``, ``t[b, kv_idx + 1]``): where a stride of 1 lets the kernel read consecutive keys
+    at constant offsets (:attr:`b200c.dsl.mod_records.CapturedTensor.unit_dims`). A tuple of tuples of
+    dimension numbers, one per captured tensor; all empty for a kernel with a mask_mod (its partial
+    tiles evaluate both functions per score: with the per-tile addresses live beside them, ptxas
+    spilled, 136 B at head dim 128, nvcc 13.0)."""
+    out = [set() for _ in mods.captured]
+    g = mods.score_mod
+    if g is not None and mods.mask_mod is None:
+        coefs = _kv_coefficients(g)
+        by_name = {n.name: n for n in g.nodes}
+        for n in g.nodes:
+            if n.op == "load":
+                out[n.tensor].update(d for d, a in enumerate(n.args)
+                                     if by_name[a].op != "const" and coefs.get(a) == 1)
+    return tuple(tuple(sorted(x)) for x in out)
+
+
 def reads_by_kv(graph) -> bool:
     """Whether ``graph`` loads from a captured tensor at an index computed from ``kv_idx`` (then a key
     column past the sequence must be clamped into it before the call; arithmetic on such a column is
@@ -556,4 +583,4 @@ def ctx_fields(mods: ModSet) -> tuple:
 
 
 __all__ = ["C_OPS", "C_LOAD", "C_TENSOR_TYPES", "C_VALUE_TYPES", "c_literal", "device_functions", "ctx_fields",
-           "additive_score_mod", "reads_by_kv", "score_bias_parts", "light", "bias_varies_along_the_row"]
+           "additive_score_mod", "reads_by_kv", "kv_indexed_dims", "score_bias_parts", "light", "bias_varies_along_the_row"]

@@ -61,17 +61,23 @@ class ModGraph(msgspec.Struct, frozen=True):
     expression: str = ""
 
 
-class CapturedTensor(msgspec.Struct, frozen=True):
+class CapturedTensor(msgspec.Struct, frozen=True, omit_defaults=True):
     """A tensor the mods read (a closure variable of the user's function), as the kernel sees it:
     kernel parameters ``cap{index}`` (pointer) and ``cap{index}_stride{d}`` (element strides).
 
     Attributes:
         dtype: element type on the device (:data:`TENSOR_DTYPES`).
         ndim: number of dimensions (>= 1; one index per dimension).
+        unit_dims: dimensions every call of this kernel passes with element stride 1, among those the
+            score_mod indexes by ``kv_idx`` (:func:`b200c.codegen.mods.kv_indexed_dims`; the runtime sets
+            it per call). The kernel then reads consecutive keys at constant offsets from one address per
+            tile. Empty (the traced record, and left out of the JSON) reads every stride from its
+            parameter.
     """
 
     dtype: str
     ndim: int
+    unit_dims: tuple[int, ...] = ()
 
 
 class ModSet(msgspec.Struct, frozen=True):

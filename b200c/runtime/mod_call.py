@@ -24,6 +24,7 @@ _traced: "OrderedDict" = OrderedDict()  # (function identities) -> (functions, M
 _traced_lock = threading.Lock()
 _MAX_TRACED = 32  # each entry keeps its functions (and what they capture) alive
 _light: dict = {}  # ModSet JSON -> b200c.codegen.mods.light of it (~140 us to compute: not per call)
+_kv_dims_of: dict = {}  # ModSet JSON -> b200c.codegen.mods.kv_indexed_dims of it
 _uncached = collections.deque(maxlen=64)  # block masks computed for one call only, alive until 64 later ones
 
 
@@ -50,18 +51,26 @@ class ModCall:
         self.mask_uses = mask_uses
 
     def for_sizes(self, *sizes) -> "ModCall":
-        """This call's mods with :attr:`~b200c.dsl.mod_records.ModSet.small_indices` set when every size
-        (B, H, S_q, S_kv; varlen: the longest sequences) is below 2^21: the kernel may then convert
-        index sums to float without the I2F (another kernel, cached like any)."""
+        """This call's mods specialised to its sizes and captured tensors (each another kernel, cached
+        like any): :attr:`~b200c.dsl.mod_records.ModSet.small_indices` set when every size (B, H, S_q,
+        S_kv; varlen: the longest sequences) is below 2^21 (the kernel may then convert index sums to
+        float without the I2F), and per captured tensor the
+        :attr:`~b200c.dsl.mod_records.CapturedTensor.unit_dims`: the dimensions the score_mod indexes by
+        key that this tensor has with stride 1 (its keys are read at constant offsets from one address per
+        tile)."""
         from ..codegen.mods import SMALL_INDEX
 
-        if self.mods.small_indices or not all(0 <= int(s) < SMALL_INDEX for s in sizes):
+        small = not self.mods.small_indices and all(0 <= int(s) < SMALL_INDEX for s in sizes)
+        dims = _kv_dims(self.mods_json, self.mods)
+        caps = self.mods.captured
+        units = tuple(tuple(d for d in dd if t.stride(d) == 1) for dd, t in zip(dims, self.tensors))
+        if not small and all(u == c.unit_dims for u, c in zip(units, caps)):
             return self
         import msgspec
 
-        out = ModCall(msgspec.structs.replace(self.mods, small_indices=True), self.tensors, self.sinks, self.mask_fn,
-                      self.mask_uses)
-        return out
+        captured = tuple(c if u == c.unit_dims else msgspec.structs.replace(c, unit_dims=u) for u, c in zip(units, caps))
+        mods = msgspec.structs.replace(self.mods, small_indices=self.mods.small_indices or small, captured=captured)
+        return ModCall(mods, self.tensors, self.sinks, self.mask_fn, self.mask_uses)
 
     @property
     def light(self) -> bool:
@@ -154,6 +163,19 @@ class ModCall:
             stream.wait_event(done)
             ranges.record_stream(stream)
         return ranges
+
+
+def _kv_dims(mods_json: str, mods) -> tuple:
+    """:func:`b200c.codegen.mods.kv_indexed_dims` of ``mods`` (a graph walk), computed once per ModSet."""
+    hit = _kv_dims_of.get(mods_json)
+    if hit is None:
+        from ..codegen.mods import kv_indexed_dims
+
+        hit = kv_indexed_dims(mods)
+        if len(_kv_dims_of) > 256:
+            _kv_dims_of.clear()
+        _kv_dims_of[mods_json] = hit
+    return hit
 
 
 def _identity(fn, depth: int = 3) -> tuple:

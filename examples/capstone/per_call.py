@@ -5,8 +5,11 @@ with torch's SDPA and with ``b200c.scaled_dot_product_attention``:
 * GPU time: CUDA events around each call, L2 flushed before each, the two in the same rounds
   (``b200c.bench.timing.time_interleaved``), median of 20. For a call too small to keep the GPU busy
   this is the host's time to issue it.
-* host time: the wall time of issuing the call while the GPU is kept busy (``torch.cuda._sleep``), so
-  only the Python and launch work is measured.
+* host time: the wall time of issuing the call (its Python and launch work), each call timed alone
+  between two synchronizations that are not counted, median of 50. (An earlier version issued 50 calls
+  behind a long ``torch.cuda._sleep`` kernel; a call of ~30 small kernels then filled the driver's launch
+  queue and the host waited for the sleep to end: 1.5 ms per masked call that back-to-back calls did not
+  show.)
 
 A masked call gets a fresh copy of its mask each time, for torch and b200c alike (a model makes a new
 mask per forward, and b200c keeps the block mask of a mask tensor it has seen: the recorded tensor alone
@@ -55,18 +58,20 @@ def record_calls(forward) -> dict:
 
 
 def host_us(fn, calls: int = 50) -> float:
-    """Microseconds of host time per ``fn()`` while the GPU is busy with a sleep kernel (launches queue up
-    behind it instead of waiting for the GPU)."""
+    """Median microseconds of host time of one ``fn()``: each call is issued alone, after the GPU has
+    finished the last one, so its launches never wait for a full launch queue."""
+    import statistics
+
     import torch
 
-    torch.cuda.synchronize()
-    torch.cuda._sleep(100_000_000)  # about 50 ms at the H200's clock: longer than the calls take to issue
-    t0 = time.perf_counter()
+    times = []
     for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         fn()
-    dt = (time.perf_counter() - t0) / calls * 1e6
+        times.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
-    return dt
+    return statistics.median(times) * 1e6
 
 
 def main(argv=None) -> int:
