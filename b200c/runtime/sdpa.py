@@ -156,7 +156,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``attn_mask`` None, boolean (True: attend) or additive (float), of any
     shape that broadcasts to (B, H, S_q, S_kv) (key padding (B, 1, 1, S_kv),
     (B, H, 1, S_kv), full masks; compiled in as mods, eagerly: a masked call
-    under torch.compile falls back), ``dropout_p == 0``, ``is_causal`` only when S_q == S_kv
+    under torch.compile falls back; a boolean mask is a mask_mod, whose block
+    mask skips the K/V tiles it hides, an additive one a score_mod adding it
+    to every score, no tile skipped), ``dropout_p == 0``, ``is_causal`` only when S_q == S_kv
     (torch aligns a causal mask with S_q != S_kv to the top-left corner,
     b200c to the bottom-right), ``scale`` None or >= 0 (and not so large
     that scale * log2(e) overflows FP32), strides the TMA rules accept, a
