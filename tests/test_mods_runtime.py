@@ -128,6 +128,22 @@ def test_key_stride_of_one_is_its_own_kernel(fd):
     assert [L.params["cap0_stride3"] for L in fd.launches] == [1, 1, 4, 4]
 
 
+def test_for_sizes_specialises_once_per_pattern():
+    """ModCall.for_sizes makes its ModSet and JSON once per (ModSet, small_indices, unit_dims), not per
+    call; the cached JSON is the ModSet's own, and a larger size or another stride is another entry."""
+    from b200c.runtime.sdpa_mask import mod_call_of_mask
+
+    m = torch.zeros(1, 4, 1, 256).bfloat16()
+    a, b = (mod_call_of_mask(m.clone()).for_sizes(1, 4, 300, 256) for _ in range(2))
+    assert a.mods is b.mods and a.mods_json == a.mods.to_json()
+    assert a.mods.small_indices and a.mods.captured[0].unit_dims == (3,)
+    big = mod_call_of_mask(m).for_sizes(1, 4, 1 << 22, 256)
+    assert not big.mods.small_indices and big.mods.captured[0].unit_dims == (3,) and big.mods_json == big.mods.to_json()
+    strided = mod_call_of_mask(torch.zeros(1, 256, 4, 1).bfloat16().permute(0, 2, 3, 1)).for_sizes(1, 4, 300, 256)
+    assert strided.mods.captured[0].unit_dims == () and strided.mods_json == strided.mods.to_json()
+    assert len({a.mods_json, big.mods_json, strided.mods_json}) == 3
+
+
 def test_sdpa_masks_trace_once_per_pattern(fd, monkeypatch):
     """A model makes a new mask tensor per forward: its functions are traced once per mask pattern, not per
     tensor (tracing per call made LTX-2's forward 2.4x slower on the H200)."""

@@ -25,6 +25,7 @@ _traced_lock = threading.Lock()
 _MAX_TRACED = 32  # each entry keeps its functions (and what they capture) alive
 _light: dict = {}  # ModSet JSON -> b200c.codegen.mods.light of it (~140 us to compute: not per call)
 _kv_dims_of: dict = {}  # ModSet JSON -> b200c.codegen.mods.kv_indexed_dims of it
+_specialized: dict = {}  # (ModSet JSON, small_indices, unit_dims) -> ModCall.for_sizes's (ModSet, its JSON)
 _uncached = collections.deque(maxlen=64)  # block masks computed for one call only, alive until 64 later ones
 
 
@@ -42,9 +43,9 @@ class ModCall:
 
     __slots__ = ("mods", "mods_json", "tensors", "sinks", "mask_fn", "mask_uses")
 
-    def __init__(self, mods, tensors, sinks, mask_fn, mask_uses):
+    def __init__(self, mods, tensors, sinks, mask_fn, mask_uses, mods_json=None):
         self.mods = mods
-        self.mods_json = mods.to_json()
+        self.mods_json = mods.to_json() if mods_json is None else mods_json  # given: the caller's cached JSON
         self.tensors = tuple(tensors)
         self.sinks = sinks
         self.mask_fn = mask_fn
@@ -66,11 +67,20 @@ class ModCall:
         units = tuple(tuple(d for d in dd if t.stride(d) == 1) for dd, t in zip(dims, self.tensors))
         if not small and all(u == c.unit_dims for u, c in zip(units, caps)):
             return self
-        import msgspec
+        key = (self.mods_json, small, units)
+        hit = _specialized.get(key)
+        if hit is None:  # per ModSet and specialisation, not per call (a replace and its JSON: ~15 us)
+            import msgspec
 
-        captured = tuple(c if u == c.unit_dims else msgspec.structs.replace(c, unit_dims=u) for u, c in zip(units, caps))
-        mods = msgspec.structs.replace(self.mods, small_indices=self.mods.small_indices or small, captured=captured)
-        return ModCall(mods, self.tensors, self.sinks, self.mask_fn, self.mask_uses)
+            captured = tuple(c if u == c.unit_dims else msgspec.structs.replace(c, unit_dims=u)
+                             for u, c in zip(units, caps))
+            mods = msgspec.structs.replace(self.mods, small_indices=self.mods.small_indices or small,
+                                           captured=captured)
+            hit = (mods, mods.to_json())
+            if len(_specialized) > 256:
+                _specialized.clear()
+            _specialized[key] = hit
+        return ModCall(hit[0], self.tensors, self.sinks, self.mask_fn, self.mask_uses, hit[1])
 
     @property
     def light(self) -> bool:

@@ -21,7 +21,7 @@ import threading
 
 import torch
 
-_patterns: dict = {}  # (bool?, dtype, broadcast dims) -> (ModSet, mask_uses)
+_patterns: dict = {}  # (dtype, broadcast dims) -> (ModSet, mask_uses, its JSON)
 _lock = threading.Lock()
 
 
@@ -81,10 +81,10 @@ def mod_call_of_mask(attn_mask):
         hit = _patterns.get(key)
     if hit is None:
         mods, _ = trace_mods(score_mod=score_mod, mask_mod=mask_mod)
-        hit = (mods, uses(mods.mask_mod) if mods.mask_mod is not None else frozenset())
+        hit = (mods, uses(mods.mask_mod) if mods.mask_mod is not None else frozenset(), mods.to_json())
         with _lock:
             _patterns[key] = hit
-    return ModCall(hit[0], (m,), None, mask_mod, hit[1])
+    return ModCall(hit[0], (m,), None, mask_mod, hit[1], hit[2])
 
 
 __all__ = ["mask_problem", "mod_call_of_mask"]
