@@ -154,6 +154,25 @@ def test_recipes_both_targets(torch):
               what="score_mod and mask_mod, S_q != S_kv")
 
 
+def test_key_bias_tables_by_stride(torch):
+    """A score_mod reading a captured table by key: with a key stride of 1 the kernel reads one address
+    per K/V tile plus constant offsets (CapturedTensor.unit_dims), with another stride one address per key;
+    both against FP32 on both targets, with the index offset by a constant, -inf entries hiding whole rows'
+    worth of keys, causal, S_q != S_kv and partial last tiles."""
+    for target in _targets(torch):
+        g = torch.Generator(device=DEV).manual_seed(7)
+        unit = torch.randn(2, 4, 530, device=DEV, generator=g)  # (B, H, S_kv + 13), key stride 1
+        unit[1, :, 300:] = float("-inf")
+        strided = unit.transpose(1, 2).contiguous().transpose(1, 2)  # the same values, key stride 1 -> 4
+        for name, table in (("unit", unit), ("strided", strided)):
+            def per_key(score, b, h, q_idx, kv_idx, table=table):
+                return score + table[b, h, kv_idx + 13]
+
+            _case(torch, target, s_q=300, s_kv=517, score_mod=per_key, what=f"per-key table, {name} stride")
+            _case(torch, target, s_q=517, s_kv=517, score_mod=per_key, causal=True,
+                  what=f"per-key table, {name} stride, causal")
+
+
 def test_additive_biases_split_per_row(torch):
     """Score_mods that are score + bias with a bias linear in kv_idx (ALiBi) or constant over a row (a
     per-head or per-row bias): on sm90a the whole tiles add slope * k per score and hand the rest to the
