@@ -1,19 +1,28 @@
 """torch SDPA's ``attn_mask`` as b200c mods: a boolean mask is a mask_mod (True: take part in
 attention; the block mask skips the K/V tiles it hides entirely), an additive float mask a score_mod
-(``score + mask``, a bias on every score, as torch's kernels add it: no block mask is computed and no
-tile is skipped; -inf entries give weight 0 and rows that are -inf everywhere give O = 0, LSE = -inf).
-Models' additive masks are mostly finite (diffusers' -10000, transformers' dtype minimum), which hide no
-tile, and a mask_mod beside the score_mod cost LTX-2's masked cross-attention (H200, 1x32x12288 queries,
-1024 keys, D 128) 6 % more kernel time plus ~30 small torch kernels per call for its block mask; a
-boolean mask keeps the tile skipping. The mask keeps its own shape and strides: dimensions of size 1
-(broadcast over B, H or S_q, e.g. a key-padding mask (B, 1, 1, S_kv)) are indexed with 0, so neither
-the kernel nor the block mask reads more than the mask holds.
+(``score + mask``, a bias added to every score: no block mask is computed and no tile is skipped; -inf
+entries give weight 0 and rows that are -inf everywhere give O = 0, LSE = -inf, where torch's result
+depends on its backend and version).
 
-Models make a new mask tensor per forward (or per layer), so nothing is keyed by the tensor: the
-functions are traced once per mask *pattern* (boolean or additive, its dtype, which dimensions have
-size 1) and each call only puts its mask in as the captured tensor (a kernel argument) and its own
-block mask (measured on the H200: tracing per call made LTX-2's 4-layer forward 242.6 ms against
-torch's 103.1).
+The kernel adds the bias in raw score units (``fmaf(mask, 1 / softmax_scale, s)``), so entries below
+about -3.4e38 * softmax_scale (transformers' dtype minimum, -3.39e38, at any head dim) become -inf: rows
+hidden entirely by such finite entries give O = 0, where torch's math gives the mean of V over all keys
+(those are padding rows a model discards); rows they hide in part are unaffected.
+
+Why no mask_mod for additive masks: models' masks are mostly finite (diffusers' -10000) and hide no tile,
+and on the H200 (the tree of e9c3177, one interleaved run, LTX-2's masked cross-attention: 1x32x12288
+queries, 1024 keys, D 128) the kernel with the mask_mod `mask > -inf` took 571 us against 536 with the
+score_mod alone, plus ~30 small torch kernels per call for its block mask. A boolean mask keeps the tile
+skipping. Per-head, per-row and one-element additive masks are light mods
+(:func:`b200c.codegen.mods.light`): the dense presets' tiles, the bias handed to the softmax per row.
+
+The mask keeps its own shape and strides: dimensions of size 1 (broadcast over B, H or S_q, e.g. a
+key-padding mask (B, 1, 1, S_kv)) are indexed with 0, so neither the kernel nor the block mask reads more
+than the mask holds. Models make a new mask tensor per forward (or per layer), so nothing is keyed by the
+tensor: the functions are traced once per mask *pattern* (boolean or additive, its dtype, which
+dimensions have size 1) and each call only puts its mask in as the captured tensor (a kernel argument)
+and, for a boolean mask, its own block mask (measured on the H200: tracing per call made LTX-2's 4-layer
+forward 242.6 ms against torch's 103.1).
 """
 from __future__ import annotations
 

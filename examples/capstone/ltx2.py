@@ -3,7 +3,7 @@ published width (32 heads x 128) with random weights (no weights can be download
 its 48 layers, at the blog's 10-second video shape (249 frames at 768 x 512: 32 latent frames of 24 x 16
 tokens = 12,288 video tokens), with every attention call through b200c's SDPA drop-in. Prints the calls
 b200c served vs fell back (with each reason; LTX-2's text/audio cross-attention passes an additive
-key-padding mask, which b200c runs as a score_mod + mask_mod), the output's distance to torch SDPA's next
+key-padding mask, which b200c runs as a score_mod adding it), the output's distance to torch SDPA's next
 to FlashAttention-2's, and the forward time of both.
 
     pip install -e ".[capstone]" && python examples/capstone/ltx2.py --layers 4

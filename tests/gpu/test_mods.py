@@ -364,6 +364,17 @@ def test_sdpa_attn_mask(torch):
         "additive full (S_q,S)": torch.randn(s_q, s_kv, device=DEV).bfloat16(),
         "bool one element (1,1,1,1)": torch.ones(1, 1, 1, 1, device=DEV, dtype=torch.bool),
         "additive one element (1,)": torch.full((1,), 2.5, device=DEV).bfloat16(),
+        # a key stride of 2: the general loads (a contiguous mask takes the unit-stride ones)
+        "additive key padding, key stride 2": torch.zeros(B, s_kv, 2, device=DEV, dtype=torch.bfloat16).masked_fill(
+            ~pad[:, :, None], float("-inf"))[:, None, None, :, 0],
+        # a per-row bias is a light mod (the dense tiles, the bias handed to the softmax per row); -inf rows
+        "additive per row (B,1,S_q,1), -inf rows": torch.randn(B, 1, s_q, 1, device=DEV).bfloat16().index_fill(
+            2, torch.arange(0, s_q, 7, device=DEV), float("-inf")),
+        # sequence 1 sees no key: its rows give exactly 0
+        "bool key padding, an empty sequence": (pad & (torch.arange(B, device=DEV) == 0)[:, None])[:, None, None, :],
+        "additive key padding, an empty sequence": torch.zeros(B, 1, 1, s_kv, device=DEV, dtype=torch.bfloat16
+                                                               ).index_fill(0, torch.tensor([1], device=DEV),
+                                                                            float("-inf")),
     }
     for what, m in masks.items():
         sdpa.calls.clear()
@@ -380,7 +391,9 @@ def test_sdpa_attn_mask(torch):
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=full if m.dtype == torch.bool
                                              else full.float())
         lowp = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
-        rows = ~torch.isnan(ref).any(-1)
+        hidden = ~full.any(-1) if m.dtype == torch.bool else (full == float("-inf")).all(-1)  # (B, H, S_q)
+        assert bool((out[hidden] == 0).all()), f"{what}: rows that see no key are not 0"
+        rows = ~torch.isnan(ref).any(-1) & ~hidden
         tol = 2 * float((lowp.float() - ref)[rows].abs().max()) + 1e-3
         err = float((out.float() - ref)[rows].abs().max())
         assert err <= tol, (what, err, tol)
