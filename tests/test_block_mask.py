@@ -406,3 +406,49 @@ def test_cache_is_an_lru_and_thread_safe():
     make = lambda: kv_ranges(every, SHAPES[0], batch=1, heads=1, heads_kv=1, seq_q=128, seq_kv=300)  # noqa: E731
     assert cached_kv_ranges(key, make) is cached_kv_ranges(key, make)
     block_mask._CACHE.clear()
+
+
+@st.composite
+def tensor_problems(draw):
+    d = WorkDecomposition(draw(st.sampled_from((16, 32))), draw(st.sampled_from((16, 24, 32))),
+                          draw(st.sampled_from((1, 2))))
+    heads_kv = draw(st.integers(1, 2))
+    group = draw(st.sampled_from((1, 2, 4)))
+    heads, batch = heads_kv * group, draw(st.integers(1, 3))
+    seq_q, seq_kv = draw(st.integers(1, 90)), draw(st.integers(1, 90))
+    pack = d.q_stages > 1 and group % d.q_stages == 0 and draw(st.booleans())
+    broadcast = [draw(st.booleans()) for _ in range(4)]  # which dimensions the mask has as size 1
+    shape = tuple(1 if one else n for one, n in zip(broadcast, (batch, heads, seq_q, seq_kv)))
+    density = draw(st.sampled_from((0.0, 0.3, 0.9, 1.0)))
+    band = draw(st.integers(-1, 40))
+    return d, dict(batch=batch, heads=heads, heads_kv=heads_kv, seq_q=seq_q, seq_kv=seq_kv, pack_heads=pack), \
+        shape, density, band, draw(st.integers(0, 2 ** 16)), draw(st.booleans())
+
+
+@settings(max_examples=80, deadline=None)
+@given(tensor_problems())
+def test_tensor_masks_match_the_reference(p):
+    """tensor_ranges (an SDPA boolean attn_mask given as the tensor) against the reference from the
+    definition, for masks broadcast over any dimensions, strided views, partial Q and K/V tiles, packed
+    heads and items that see nothing."""
+    d, kw, shape, density, band, seed, strided = p
+    gen = torch.Generator().manual_seed(seed)
+    m = torch.rand(shape, generator=gen) < density
+    if shape[2] > 1 and shape[3] > 1:
+        q, k = torch.arange(shape[2]).view(-1, 1), torch.arange(shape[3]).view(1, -1)
+        m = m | ((q - k).abs() <= band)
+    if strided:  # the same values in a transposed layout
+        m = m.transpose(2, 3).contiguous().transpose(2, 3)
+    full = m.expand(kw["batch"], kw["heads"], kw["seq_q"], kw["seq_kv"])
+    got = block_mask.tensor_ranges(m, d, **{k: v for k, v in kw.items() if k != "heads_kv"})
+    assert got.dtype == torch.int32 and got.is_contiguous()
+    np.testing.assert_array_equal(got.numpy(), reference(lambda b, h, q, k: full[b, h, q, k], d, **kw))
+
+
+def test_tensor_ranges_refuses_what_it_does_not_take():
+    d = WorkDecomposition(32, 32, 2)
+    for m in (torch.ones(1, 1, 8, 8), torch.ones(8, 8, dtype=torch.bool), torch.ones(1, 1, 3, 8, dtype=torch.bool)):
+        with pytest.raises(LaunchError, match="4-D bool tensor broadcastable"):
+            block_mask.tensor_ranges(m, d, batch=1, heads=1, seq_q=8, seq_kv=8)
+    assert block_mask.tensor_ranges(torch.ones(1, 1, 1, 1, dtype=torch.bool), d, batch=1, heads=2, seq_q=0,
+                                    seq_kv=8).shape == (0, 4)

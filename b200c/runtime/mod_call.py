@@ -39,17 +39,21 @@ class ModCall:
         sinks: FP32 (H,) sink logits on the call's device, or None.
         mask_fn: the mask_mod (evaluated with torch ops for the block mask), or None.
         mask_uses: the mask_mod's arguments that its value depends on.
+        mask_tensor: the mask_mod's values as a 4-D bool tensor broadcastable to (B, H, S_q, S_kv) (an SDPA
+            boolean ``attn_mask``: the block mask is computed from it by
+            :func:`b200c.runtime.block_mask.tensor_ranges`), or None.
     """
 
-    __slots__ = ("mods", "mods_json", "tensors", "sinks", "mask_fn", "mask_uses")
+    __slots__ = ("mods", "mods_json", "tensors", "sinks", "mask_fn", "mask_uses", "mask_tensor")
 
-    def __init__(self, mods, tensors, sinks, mask_fn, mask_uses, mods_json=None):
+    def __init__(self, mods, tensors, sinks, mask_fn, mask_uses, mods_json=None, mask_tensor=None):
         self.mods = mods
         self.mods_json = mods.to_json() if mods_json is None else mods_json  # given: the caller's cached JSON
         self.tensors = tuple(tensors)
         self.sinks = sinks
         self.mask_fn = mask_fn
         self.mask_uses = mask_uses
+        self.mask_tensor = mask_tensor
 
     def for_sizes(self, *sizes) -> "ModCall":
         """This call's mods specialised to its sizes and captured tensors (each another kernel, cached
@@ -80,7 +84,7 @@ class ModCall:
             if len(_specialized) > 256:
                 _specialized.clear()
             _specialized[key] = hit
-        return ModCall(hit[0], self.tensors, self.sinks, self.mask_fn, self.mask_uses, hit[1])
+        return ModCall(hit[0], self.tensors, self.sinks, self.mask_fn, self.mask_uses, hit[1], self.mask_tensor)
 
     @property
     def light(self) -> bool:
@@ -128,7 +132,7 @@ class ModCall:
 
     def ranges(self, entry, causal: bool, cu_seqlens=None, check_seqlens: bool = True) -> torch.Tensor:
         """The block mask of this call (:func:`b200c.runtime.block_mask.kv_ranges`), cached."""
-        from .block_mask import _CACHE, cached_kv_ranges, kv_ranges
+        from .block_mask import _CACHE, cached_kv_ranges, kv_ranges, tensor_ranges
 
         p = entry.problem
         info = entry.lk.built.launch
@@ -139,11 +143,15 @@ class ModCall:
         stream = torch.cuda.current_stream(device) if cuda else None
 
         def compute():
-            ranges = kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv, seq_q=p.seq_q,
-                               seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
-                               cu_seqlens_q=None if cu_seqlens is None else cu_seqlens[0],
-                               cu_seqlens_k=None if cu_seqlens is None else cu_seqlens[1], device=device,
-                               uses=self.mask_uses, check_seqlens=check_seqlens)
+            if self.mask_tensor is not None and cu_seqlens is None and not causal:
+                ranges = tensor_ranges(self.mask_tensor, work, batch=p.batch, heads=p.heads, seq_q=p.seq_q,
+                                       seq_kv=p.seq_kv, pack_heads=entry.pack_heads)
+            else:
+                ranges = kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv,
+                                   seq_q=p.seq_q, seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
+                                   cu_seqlens_q=None if cu_seqlens is None else cu_seqlens[0],
+                                   cu_seqlens_k=None if cu_seqlens is None else cu_seqlens[1], device=device,
+                                   uses=self.mask_uses, check_seqlens=check_seqlens)
             done = None
             if cuda:
                 done = torch.cuda.Event()

@@ -93,7 +93,7 @@ def mod_call_of_mask(attn_mask):
         hit = (mods, uses(mods.mask_mod) if mods.mask_mod is not None else frozenset(), mods.to_json())
         with _lock:
             _patterns[key] = hit
-    return ModCall(hit[0], (m,), None, mask_mod, hit[1], hit[2])
+    return ModCall(hit[0], (m,), None, mask_mod, hit[1], hit[2], m if m.dtype == torch.bool else None)
 
 
 __all__ = ["mask_problem", "mod_call_of_mask"]
