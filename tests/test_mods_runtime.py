@@ -128,6 +128,46 @@ def test_key_stride_of_one_is_its_own_kernel(fd):
     assert [L.params["cap0_stride3"] for L in fd.launches] == [1, 1, 4, 4]
 
 
+def test_block_mask_cache_does_not_keep_masks_alive(fd):
+    """The block-mask cache keeps weak references to the tensors a block mask was computed from: a model's
+    mask is freed when the model drops it (strong references kept the last 64 masks alive: 2.1 GB for a
+    (2, 1, 4096, 4096) decoder mask). The same tensor still hits; a new tensor at the freed address, with
+    the same version, is computed afresh."""
+    import gc
+    import weakref
+
+    from b200c.runtime import block_mask
+
+    block_mask._CACHE.clear()
+    q = t(s=256)
+    m = torch.ones(2, 1, 256, 256, dtype=torch.bool).tril()
+    alive = weakref.ref(m)
+    b200c.scaled_dot_product_attention(q, q, q, attn_mask=m, schedule=HOPPER)
+    b200c.scaled_dot_product_attention(q, q, q, attn_mask=m, schedule=HOPPER)
+    assert block_mask._CACHE.misses == 1 and block_mask._CACHE.hits == 1
+    del m
+    gc.collect()
+    assert alive() is None
+    # a new tensor on the same memory with the same version (a freed block the allocator hands out again)
+    buf = torch.ones(2 * 256 * 256, dtype=torch.bool)
+
+    def on_buf():
+        return torch.empty(0, dtype=torch.bool).set_(buf.untyped_storage(), 0, (2, 1, 256, 256))
+
+    buf.view(2, 1, 256, 256).copy_(torch.ones(256, 256, dtype=torch.bool).tril())
+    first = on_buf()
+    b200c.scaled_dot_product_attention(q, q, q, attn_mask=first, schedule=HOPPER)
+    ranges_first = fd.launches[-1].params["kv_ranges"]
+    version = first._version
+    del first
+    gc.collect()
+    buf.fill_(True)  # new values: every key visible (the buffer's own version counter, not the views')
+    second = on_buf()
+    assert second._version == version
+    b200c.scaled_dot_product_attention(q, q, q, attn_mask=second, schedule=HOPPER)
+    assert fd.launches[-1].params["kv_ranges"] != ranges_first  # computed afresh, not the stale entry
+
+
 def test_for_sizes_specialises_once_per_pattern():
     """ModCall.for_sizes makes its ModSet and JSON once per (ModSet, small_indices, unit_dims), not per
     call; the cached JSON is the ModSet's own, and a larger size or another stride is another entry."""

@@ -516,8 +516,8 @@ def _drop_const(key: tuple) -> None:
 
 def cached_kv_ranges(key: Hashable, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
     """The module-wide :class:`BlockMaskCache` (64 entries): the value stored under ``key``, else
-    ``compute()`` (e.g. a ``functools.partial`` of :func:`kv_ranges`; the runtime stores the ranges with
-    the tensors they were computed from, :meth:`b200c.runtime.mod_call.ModCall.ranges`) stored under it."""
+    ``compute()`` (e.g. a ``functools.partial`` of :func:`kv_ranges`; the runtime stores the ranges with weak
+    references to the tensors they were computed from, :meth:`b200c.runtime.mod_call.ModCall.ranges`) stored under it."""
     return _CACHE.get(key, compute)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -156,9 +157,11 @@ class ModCall:
             if cuda:
                 done = torch.cuda.Event()
                 done.record(stream)
-            # the inputs are kept with the result: a pointer and version seen again belong to the same tensors
-            # only while they are alive (a freed block reused by new values would otherwise hit)
-            return ranges, inputs, stream, done
+            # weak references to the inputs are kept with the result: a pointer and version seen again belong
+            # to the same tensors only while they are alive (a freed block reused by new values would otherwise
+            # hit), and the cache must not keep them alive (strong references kept a model's last 64 masks:
+            # 2.1 GB of the padded decoder's (2, 1, 4096, 4096) masks)
+            return ranges, tuple(weakref.ref(t) for t in inputs), stream, done
 
         if any(t.is_inference() for t in inputs):
             # made under torch.inference_mode: no version counter, so a write in place could not be told from
@@ -173,7 +176,7 @@ class ModCall:
         key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,
                p.seq_q, p.seq_kv, causal, entry.pack_heads, str(device))
         ranges, kept, made_on, done = cached_kv_ranges(key, compute)
-        if any(a is not b for a, b in zip(kept, inputs)):  # other tensors at the same addresses: compute again
+        if any(a() is not b for a, b in zip(kept, inputs)):  # other tensors at the same addresses: compute again
             hit = compute()
             _CACHE.put(key, hit)
             ranges, kept, made_on, done = hit
