@@ -411,9 +411,9 @@ def test_cache_is_an_lru_and_thread_safe():
 @st.composite
 def tensor_problems(draw):
     d = WorkDecomposition(draw(st.sampled_from((16, 32))), draw(st.sampled_from((16, 24, 32))),
-                          draw(st.sampled_from((1, 2))))
+                          draw(st.sampled_from((1, 2, 3))))
     heads_kv = draw(st.integers(1, 2))
-    group = draw(st.sampled_from((1, 2, 4)))
+    group = draw(st.sampled_from((1, 2, 3, 4)))
     heads, batch = heads_kv * group, draw(st.integers(1, 3))
     seq_q, seq_kv = draw(st.integers(1, 90)), draw(st.integers(1, 90))
     pack = d.q_stages > 1 and group % d.q_stages == 0 and draw(st.booleans())
@@ -422,23 +422,25 @@ def tensor_problems(draw):
     density = draw(st.sampled_from((0.0, 0.3, 0.9, 1.0)))
     band = draw(st.integers(-1, 40))
     return d, dict(batch=batch, heads=heads, heads_kv=heads_kv, seq_q=seq_q, seq_kv=seq_kv, pack_heads=pack), \
-        shape, density, band, draw(st.integers(0, 2 ** 16)), draw(st.booleans())
+        shape, density, band, draw(st.integers(0, 2 ** 16)), draw(st.sampled_from(("plain", "strided", "expanded")))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(tensor_problems())
 def test_tensor_masks_match_the_reference(p):
     """tensor_ranges (an SDPA boolean attn_mask given as the tensor) against the reference from the
     definition, for masks broadcast over any dimensions, strided views, partial Q and K/V tiles, packed
     heads and items that see nothing."""
-    d, kw, shape, density, band, seed, strided = p
+    d, kw, shape, density, band, seed, layout = p
     gen = torch.Generator().manual_seed(seed)
     m = torch.rand(shape, generator=gen) < density
     if shape[2] > 1 and shape[3] > 1:
         q, k = torch.arange(shape[2]).view(-1, 1), torch.arange(shape[3]).view(1, -1)
         m = m | ((q - k).abs() <= band)
-    if strided:  # the same values in a transposed layout
+    if layout == "strided":  # the same values in a transposed layout
         m = m.transpose(2, 3).contiguous().transpose(2, 3)
+    elif layout == "expanded":  # broadcast dimensions expanded to full size with stride 0 (transformers' masks)
+        m = m.expand(kw["batch"], kw["heads"], kw["seq_q"] if shape[2] > 1 else 1, kw["seq_kv"])
     full = m.expand(kw["batch"], kw["heads"], kw["seq_q"], kw["seq_kv"])
     got = block_mask.tensor_ranges(m, d, **{k: v for k, v in kw.items() if k != "heads_kv"})
     assert got.dtype == torch.int32 and got.is_contiguous()

@@ -275,8 +275,8 @@ def tensor_ranges(mask: torch.Tensor, work: WorkDecomposition, *, batch: int, he
     causal mask).
 
     Args:
-        mask: bool, 4-D, each dimension 1 (broadcast) or (B, H, S_q, S_kv)'s. Its memory is read once;
-            a key length that is not a multiple of ``work.block_n`` makes one padded copy.
+        mask: bool, 4-D, each dimension 1 (broadcast) or (B, H, S_q, S_kv)'s. Its memory is read once
+            and not copied (dimensions expanded with stride 0 are read at one index).
         work, batch, heads, seq_q, seq_kv, pack_heads: as :func:`kv_ranges`.
 
     Returns:
@@ -298,11 +298,21 @@ def tensor_ranges(mask: torch.Tensor, work: WorkDecomposition, *, batch: int, he
     q_groups = work.q_groups(seq_q, pack_heads)
     hu = qs if pack_heads else 1  # heads per item
     ru = bm if pack_heads else qs * bm  # rows per item
-    m = mask.expand(*mask.shape[:3], seq_kv)  # a mask without a key dimension: every key alike
-    if n_kv * bn != seq_kv:  # keys past the sequence are never visible (and a tile with them never full)
-        m = torch.nn.functional.pad(m, (0, n_kv * bn - seq_kv), value=False)
-    tiles = m.reshape(*m.shape[:3], n_kv, bn)
-    row_any, row_all = tiles.any(dim=4), tiles.all(dim=4)  # (B|1, H|1, S_q|1, n_kv)
+    m = mask
+    for d in range(4):  # a dimension broadcast by expand() (stride 0) holds one value: read it once
+        if m.shape[d] > 1 and m.stride(d) == 0:
+            m = m.narrow(d, 0, 1)
+    whole = seq_kv // bn  # K/V tiles inside the sequence; a partial last one is never full
+    if m.shape[3] == 1:  # the same for every key of a row
+        row_any = m.expand(*m.shape[:3], n_kv)
+        row_all = row_any if whole == n_kv else torch.cat((row_any[..., :whole],
+                                                           torch.zeros_like(row_any[..., whole:])), 3)
+    else:  # whole tiles reduced in place (a view), the partial last one apart: no copy of the mask
+        tiles = m[..., :whole * bn].reshape(*m.shape[:3], whole, bn)
+        row_any, row_all = tiles.any(dim=4), tiles.all(dim=4)  # (B|1, H|1, S_q|1, n_kv)
+        if whole != n_kv:
+            tail = m[..., whole * bn:].any(dim=3, keepdim=True)
+            row_any, row_all = torch.cat((row_any, tail), 3), torch.cat((row_all, torch.zeros_like(tail)), 3)
     if row_any.shape[2] == 1:  # the same for every row, and every item has a row inside the sequence
         g_any, g_all = row_any, row_all
     else:  # rows past S_q (the last item's padding) see nothing and do not stop a tile being full

@@ -140,6 +140,10 @@ class ModCall:
         work = info.work()
         device = entry.torch_device
         inputs = self.tensors + (tuple(cu_seqlens) if cu_seqlens is not None else ())
+        # a view made per call (an SDPA mask of fewer than 4 dimensions, reshaped) is its base tensor's data:
+        # the identity check compares the tensors that own the memory (pointer, shape, strides and the
+        # shared version counter are in the key)
+        owners = tuple(t if t._base is None else t._base for t in inputs)
         cuda = device.type == "cuda"
         stream = torch.cuda.current_stream(device) if cuda else None
 
@@ -161,7 +165,7 @@ class ModCall:
             # to the same tensors only while they are alive (a freed block reused by new values would otherwise
             # hit), and the cache must not keep them alive (strong references kept a model's last 64 masks:
             # 2.1 GB of the padded decoder's (2, 1, 4096, 4096) masks)
-            return ranges, tuple(weakref.ref(t) for t in inputs), stream, done
+            return ranges, tuple(weakref.ref(t) for t in owners), stream, done
 
         if any(t.is_inference() for t in inputs):
             # made under torch.inference_mode: no version counter, so a write in place could not be told from
@@ -176,7 +180,7 @@ class ModCall:
         key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,
                p.seq_q, p.seq_kv, causal, entry.pack_heads, str(device))
         ranges, kept, made_on, done = cached_kv_ranges(key, compute)
-        if any(a() is not b for a, b in zip(kept, inputs)):  # other tensors at the same addresses: compute again
+        if any(a() is not b for a, b in zip(kept, owners)):  # other tensors at the same addresses: compute again
             hit = compute()
             _CACHE.put(key, hit)
             ranges, kept, made_on, done = hit
