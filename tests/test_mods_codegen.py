@@ -290,19 +290,23 @@ def compare(cases, points, output: str, rtol: float, atol: float, names=None) ->
                                        msg=lambda m: f"{name}: {graph.expression}: {m}")
 
 
+def run_on_host(tmp_path, name: str, text: str) -> str:
+    """``text`` (a :func:`program` in host mode) compiled with g++ and run: its stdout."""
+    src, exe = tmp_path / f"{name}.cpp", tmp_path / name
+    src.write_text(text)
+    r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ on PATH to run the C lowering on the host")
 def test_c_lowering_matches_the_interpreter_on_the_host(tmp_path):
     """Every case's C, compiled by g++ with CUDA's intrinsics defined for the host, gives the interpreter's
     values (FP32 math functions of libm: within a few ulp)."""
     cases, points = traced_cases(), _points()
-    src = tmp_path / "mods_host.cpp"
-    src.write_text(program(cases, "host", points))
-    exe = tmp_path / "mods_host"
-    r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    compare(cases, points, run.stdout, rtol=1e-5, atol=1e-5)
+    compare(cases, points, run_on_host(tmp_path, "mods_host", program(cases, "host", points)), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ on PATH to run the C lowering on the host")
@@ -316,17 +320,10 @@ def test_c_lowering_with_small_indices_and_a_compile_time_key_part(tmp_path):
     assert any("per row + per key" in line for _, mods, _ in cases for line in device_functions(mods))
     points = _points(seed=3)
     for parts in (False, True):  # score_mod(..., kv_off) as the masked tiles call it; the split bias
-        src = tmp_path / f"mods_split{int(parts)}.cpp"
-        src.write_text(program(cases, "host", points, kv_off="kv[i] % 13", parts=parts))
+        text = program(cases, "host", points, kv_off="kv[i] % 13", parts=parts)
         split = [CASES[i][0] for i in SPLIT_CASES]
         assert len(split) >= (3 if parts else 0), split  # score + a per-head bias, index arithmetic, ...
-        exe = tmp_path / f"mods_split{int(parts)}"
-        r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True,
-                           text=True)
-        assert r.returncode == 0, r.stderr[-4000:]
-        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-        assert run.returncode == 0, run.stderr
-        compare(cases, points, run.stdout, rtol=1e-5, atol=1e-5)
+        compare(cases, points, run_on_host(tmp_path, f"mods_split{int(parts)}", text), rtol=1e-5, atol=1e-5)
 
 
 def _with_unit_dims(mods, tensors):
@@ -383,15 +380,8 @@ def test_c_lowering_of_unit_stride_key_loads_matches_the_interpreter(tmp_path):
     points = _points(seed=5)
     for small in (False, True):
         run_cases = [(k, msgspec.structs.replace(m, small_indices=small), t) for k, m, t in cases]
-        src = tmp_path / f"mods_unit{int(small)}.cpp"
-        src.write_text(program(run_cases, "host", points, kv_off="kv[i] % 13"))
-        exe = tmp_path / f"mods_unit{int(small)}"
-        r = subprocess.run(["g++", "-std=c++17", "-O1", "-w", str(src), "-o", str(exe)], capture_output=True,
-                           text=True)
-        assert r.returncode == 0, r.stderr[-4000:]
-        run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
-        assert run.returncode == 0, run.stderr
-        compare(run_cases, points, run.stdout, rtol=1e-5, atol=1e-5, names=names)
+        out = run_on_host(tmp_path, f"mods_unit{int(small)}", program(run_cases, "host", points, kv_off="kv[i] % 13"))
+        compare(run_cases, points, out, rtol=1e-5, atol=1e-5, names=names)
 
 
 @pytest.mark.nvcc

@@ -204,7 +204,7 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
 
     i64 = dict(dtype=torch.int64, device=device)
     zero = torch.zeros((1, 1, 1, 1), **i64)
-    tile_idx = torch.arange(n_kv, **i64)
+    tile_idx = _tile_index(device, n_kv)
     for b0 in range(0, batch, nbt):
         b1 = min(batch, b0 + nbt)
         bs = torch.arange(b0, b1, **i64)
@@ -327,7 +327,7 @@ def tensor_ranges(mask: torch.Tensor, work: WorkDecomposition, *, batch: int, he
         g_any, g_all = g_any.reshape(shape).any(dim=2), g_all.reshape(shape).all(dim=2)
     lead = g_any.shape[:3]
     r = _ranges(g_any.reshape(-1, n_kv), g_all.reshape(-1, n_kv),
-                _const((device, "tile index", n_kv), lambda: torch.arange(n_kv, dtype=torch.int64, device=device)))
+                _tile_index(device, n_kv))
     return r.view(*lead, 4).expand(batch, heads // hu, q_groups, 4).reshape(-1, 4).contiguous()
 
 
@@ -402,7 +402,7 @@ def _q_free(mask_fn, work, batch, heads, seq_q, seq_kv, causal, pack_heads, lens
     full = m_all.unsqueeze(2) & b_full.unsqueeze(1)
     lead = torch.broadcast_shapes(nonempty.shape[:3], full.shape[:3])
     r = _ranges(nonempty.expand(*lead, n_kv).reshape(-1, n_kv), full.expand(*lead, n_kv).reshape(-1, n_kv),
-                _const((device, "tile index", n_kv), lambda: torch.arange(n_kv, **i64)))
+                _tile_index(device, n_kv))
     return r.view(*lead, 4).expand(batch, units, q_groups, 4).reshape(-1, 4).contiguous()
 
 
@@ -517,6 +517,12 @@ def _const(key: tuple, make: Callable):
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return build()
     return _CONSTS.get((_stream_of(device),) + key, build)
+
+
+def _tile_index(device, n_kv: int) -> torch.Tensor:
+    """``arange(n_kv)`` (int64) on ``device``, made once (:func:`_const`): the K/V tile numbers
+    :func:`_ranges` takes."""
+    return _const((device, "tile index", n_kv), lambda: torch.arange(n_kv, dtype=torch.int64, device=device))
 
 
 def _drop_const(key: tuple) -> None:

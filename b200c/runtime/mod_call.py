@@ -67,39 +67,32 @@ class ModCall:
         from ..codegen.mods import SMALL_INDEX
 
         small = not self.mods.small_indices and all(0 <= int(s) < SMALL_INDEX for s in sizes)
-        dims = _kv_dims(self.mods_json, self.mods)
+        from ..codegen.mods import kv_indexed_dims
+
+        dims = _memo(_kv_dims_of, self.mods_json, lambda: kv_indexed_dims(self.mods))
         caps = self.mods.captured
         units = tuple(tuple(d for d in dd if t.stride(d) == 1) for dd, t in zip(dims, self.tensors))
         if not small and all(u == c.unit_dims for u, c in zip(units, caps)):
             return self
-        key = (self.mods_json, small, units)
-        hit = _specialized.get(key)
-        if hit is None:  # per ModSet and specialisation, not per call (a replace and its JSON: ~15 us)
+        def specialise():  # per ModSet and specialisation, not per call (a replace and its JSON: ~15 us)
             import msgspec
 
             captured = tuple(c if u == c.unit_dims else msgspec.structs.replace(c, unit_dims=u)
                              for u, c in zip(units, caps))
             mods = msgspec.structs.replace(self.mods, small_indices=self.mods.small_indices or small,
                                            captured=captured)
-            hit = (mods, mods.to_json())
-            if len(_specialized) > 256:
-                _specialized.clear()
-            _specialized[key] = hit
-        return ModCall(hit[0], self.tensors, self.sinks, self.mask_fn, self.mask_uses, hit[1], self.mask_tensor)
+            return mods, mods.to_json()
+
+        mods, mods_json = _memo(_specialized, (self.mods_json, small, units), specialise)
+        return ModCall(mods, self.tensors, self.sinks, self.mask_fn, self.mask_uses, mods_json, self.mask_tensor)
 
     @property
     def light(self) -> bool:
         """:func:`b200c.codegen.mods.light` of :attr:`mods` (whether the built-in schedule keeps the dense
         K/V tiles), computed once per ModSet."""
-        hit = _light.get(self.mods_json)
-        if hit is None:
-            from ..codegen.mods import light
+        from ..codegen.mods import light
 
-            hit = light(self.mods)
-            if len(_light) > 256:
-                _light.clear()
-            _light[self.mods_json] = hit
-        return hit
+        return _memo(_light, self.mods_json, lambda: light(self.mods))
 
     def check(self, q, heads: int) -> None:
         """The captured tensors and the sinks are usable with query ``q`` (H = ``heads``).
@@ -190,16 +183,15 @@ class ModCall:
         return ranges
 
 
-def _kv_dims(mods_json: str, mods) -> tuple:
-    """:func:`b200c.codegen.mods.kv_indexed_dims` of ``mods`` (a graph walk), computed once per ModSet."""
-    hit = _kv_dims_of.get(mods_json)
+def _memo(table: dict, key, make):
+    """``table[key]``, else ``make()`` stored under ``key`` (the table is emptied past 256 entries): the
+    per-ModSet facts a call needs (a graph walk, a replace and its JSON), computed once, not per call."""
+    hit = table.get(key)
     if hit is None:
-        from ..codegen.mods import kv_indexed_dims
-
-        hit = kv_indexed_dims(mods)
-        if len(_kv_dims_of) > 256:
-            _kv_dims_of.clear()
-        _kv_dims_of[mods_json] = hit
+        hit = make()
+        if len(table) > 256:
+            table.clear()
+        table[key] = hit
     return hit
 
 
@@ -245,21 +237,23 @@ def _needs_grad(fn, depth: int = 3) -> bool:
     if getattr(fn, "__code__", None) is None:  # a callable object: its attributes
         seen.append(fn)
     for v in seen:
-        if isinstance(v, torch.Tensor):
-            if v.requires_grad:
-                return True
-        elif isinstance(v, torch.nn.Module):
-            if any(t.requires_grad for t in v.parameters()):
+        if isinstance(v, (torch.Tensor, torch.nn.Module)):
+            if _holds_grad(v):
                 return True
         elif callable(v) and getattr(v, "__code__", None) is not None:
             if _needs_grad(v, depth - 1):
                 return True
         elif hasattr(v, "__dict__") and not isinstance(v, (type, type(torch))):
-            for a in vars(v).values():
-                if (isinstance(a, torch.Tensor) and a.requires_grad) or (
-                        isinstance(a, torch.nn.Module) and any(t.requires_grad for t in a.parameters())):
-                    return True
+            if any(_holds_grad(a) for a in vars(v).values()):
+                return True
     return False
+
+
+def _holds_grad(v) -> bool:
+    """A tensor that requires grad, or an ``nn.Module`` with a parameter that does."""
+    if isinstance(v, torch.Tensor):
+        return v.requires_grad
+    return isinstance(v, torch.nn.Module) and any(t.requires_grad for t in v.parameters())
 
 
 def _reads(fn) -> list:
