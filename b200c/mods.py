@@ -67,7 +67,10 @@ def _non_negative_int(name: str, v) -> int:
 def softcap(cap: float) -> Callable:
     """Logit soft-capping (Gemma 2, Grok): a score_mod ``cap * tanh(score / cap)``.
 
-    Scores keep their sign and order and stay within (-cap, cap); near 0 they are unchanged.
+    Scores keep their sign and order and stay within (-cap, cap); near 0 they are unchanged. The kernel's
+    tanh is PTX ``tanh.approx.f32`` (one MUFU op; relative error up to about 2^-11, as FlashAttention-3's
+    softcap): ``cap * (1 - 2 / (1 + torch.exp(2 * score / cap)))`` as your own score_mod is exact to about
+    1e-7 at one more MUFU op per score.
 
     Args:
         cap: the cap, a finite float > 0 in score units (Gemma 2: 50.0 for attention logits). Compiled

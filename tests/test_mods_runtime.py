@@ -366,8 +366,9 @@ def test_hopper_mod_presets_compile_without_spills(d, tmp_path):
     s = default_schedule(d, "hopper", mods=True)
     res = compile_cuda(b200c.codegen.generate(s, "sm90a", mods=ms).source, tmp_path / "k.cubin", "cubin", "sm_90a")
     # head dim 256: the consumers' 240 registers hold a 128-register O; the masked path spills a few bytes
-    # (nvcc 13.0: 4 B of stores, 16 B of loads)
-    assert res.resources()["spill_bytes"] <= (32 if d == 256 else 0), res.log
+    # (nvcc 13.0: 12 B of stores, 24 B of loads, as the document mask alone; with tanh as 1 - 2 / (1 + e^2x)
+    # 4 + 16 B)
+    assert res.resources()["spill_bytes"] <= (36 if d == 256 else 0), res.log
 
 
 def test_tracing_after_the_one_line_swap_with_a_partial(monkeypatch):
@@ -531,7 +532,9 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
     """ALiBi at the dense presets' K/V tiles (224 / 176 / 80 rows): no spills, and its steady K/V loop is
     the dense one plus one FFMA per score (slope * k, k the key's column in the thread's fragment; the
     bias at the fragment's first column is a per-row offset of the softmax: softmax_tile_biased) and a
-    fixed few per tile (the slope's load, the per-row bases, the top P's exponent). Exact counts, nvcc 13.0."""
+    fixed few per tile: the two rows' offsets (an FFMA each from the tile's first column and the work
+    item's row_bias, evaluated before the loop), the top P's exponent. Exact counts, nvcc 13.0 (the slope's
+    load and the index arithmetic per tile were 10 / 26 / 13 instructions more at 64 / 128 / 256)."""
     import msgspec
 
     from b200c.dsl.mods import trace_mods
@@ -551,9 +554,11 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
         loops[name] = hot_loop(disassemble(tmp_path / f"{name}.cubin"))
         assert not [x for x in loops[name]["body"] if "LDL" in x or "STL" in x]
     s_regs = s.block_n // 2  # S registers per thread: 64 rows x block_n over 128 threads
-    assert loops["alibi"]["ffma"] - loops["dense"]["ffma"] == s_regs + 2  # + the top P's exponent per row
+    # + per row: the tile's offset and the top P's exponent
+    assert loops["alibi"]["ffma"] - loops["dense"]["ffma"] == s_regs + 4
     assert loops["alibi"]["mufu_ex2"] == loops["dense"]["mufu_ex2"]
-    assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 30, 128: 45, 256: 30}[d]
+    assert not [x for x in loops["alibi"]["body"] if "LDG" in x]  # the slope is read once per work item
+    assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 20, 128: 19, 256: 17}[d]
 
 
 @pytest.mark.nvcc

@@ -39,9 +39,9 @@ C_OPS: dict[str, object] = {
     "log2": "log2f({0})",
     "sqrt": "sqrtf({0})",
     "rsqrt": "rsqrtf({0})",
-    # 1 - 2 / (1 + e^2x): an exp and a reciprocal (absolute error ~1e-7; tanhf is a long subroutine: softcap ran at
-    # 197 TFLOPS with it on the H200, scripts/bench_mods.py); saturates to +-1, NaN stays NaN
-    "tanh": "(1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * {0})))",
+    # one MUFU.TANH (mod_tanh: PTX tanh.approx.f32); tanhf is a long subroutine (softcap ran at 197 TFLOPS with it
+    # on the H200, scripts/bench_mods.py) and 1 - 2 / (1 + e^2x) two MUFU ops (an exp and a reciprocal)
+    "tanh": "mod_tanh({0})",
     "sigmoid": "__fdividef(1.0f, 1.0f + __expf(-{0}))",
     "sin": "sinf({0})",
     "cos": "cosf({0})",
@@ -104,6 +104,16 @@ _HELPERS = {
         "  if (d == 0.0f) return copysignf(0.0f, a / b);",
         "  const float f = floorf(d);",
         "  return d - f > 0.5f ? f + 1.0f : f;",
+        "}",
+    ),
+    "tanh": (
+        "// tanh on the MUFU pipe: PTX tanh.approx.f32 (sm_75+; maximum relative error about 2^-11, the PTX ISA's",
+        "// bound; FlashAttention-3's softcap uses it too). One MUFU op per score, the softmax's exp2 takes one more;",
+        "// +-inf gives +-1, NaN stays NaN",
+        "__device__ __forceinline__ float mod_tanh(const float x) {",
+        "  float y;",
+        "  asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));",
+        "  return y;",
         "}",
     ),
     "mod": (
@@ -538,11 +548,11 @@ def device_functions(mods: ModSet) -> tuple:
     compile-time constant at the call, used to convert index arithmetic to float once per row) and ``__device__ __forceinline__ bool mask_mod(const Ctx& c,
     const int b, const int h, const int q_idx, const int kv_idx)``, each after a comment with the traced
     expression, preceded by the helpers they call (``mod_floordiv`` / ``mod_floormod``, int and float
-    overloads, emitted only when used). They read captured tensor ``k`` as ``c.cap{k}`` with the strides
+    overloads; ``mod_tanh``, PTX ``tanh.approx.f32``: emitted only when used). They read captured tensor ``k`` as ``c.cap{k}`` with the strides
     ``c.cap{k}_stride[d]`` (:func:`ctx_fields`). Empty when ``mods`` has neither function."""
     lines: list = []
     used = _needs(mods)
-    for op in ("floordiv", "mod"):
+    for op in ("floordiv", "mod", "tanh"):
         if op in used:
             lines.extend(_HELPERS[op])
     body = {kind: _body(getattr(mods, kind), mods) for kind in ("score_mod", "mask_mod")

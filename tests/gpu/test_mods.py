@@ -177,7 +177,8 @@ def test_additive_biases_split_per_row(torch):
     """Score_mods that are score + bias with a bias linear in kv_idx (ALiBi) or constant over a row (a
     per-head or per-row bias): on sm90a the whole tiles add slope * k per score and hand the rest to the
     softmax as a per-row offset (softmax_tile_biased). -inf and large biases, rows that a -inf bias hides
-    entirely (O = 0, LSE = -inf), sinks, causal with S_q != S_kv, head dims 64 and 256."""
+    entirely (O = 0, LSE = -inf), a slope that differs per row, sinks, causal with S_q != S_kv, head dims
+    64 and 256."""
     import b200c.mods as mods
 
     for target in _targets(torch):
@@ -199,10 +200,16 @@ def test_additive_biases_split_per_row(torch):
         def wide(score, b, h, q_idx, kv_idx):  # |q_idx - 2 kv_idx| may pass 2^22: not split, one FMA per score
             return score + (q_idx - 2 * kv_idx) * 0.01 - head_bias[h]
 
+        row_slope = torch.rand(777, device=DEV) * 0.5
+
+        def slope_per_row(score, b, h, q_idx, kv_idx):  # the thread's two rows (8 apart) have different slopes
+            return score + (kv_idx - q_idx) * row_slope[q_idx]
+
         _case(torch, target, score_mod=per_head, what="per-head bias")
         _case(torch, target, s_q=777, s_kv=500, score_mod=per_row, causal=True, what="per-row bias with -inf rows")
         _case(torch, target, s_q=300, s_kv=777, score_mod=linear, causal=True, what="linear in kv_idx and q_idx")
         _case(torch, target, s_q=300, s_kv=777, score_mod=wide, what="a bias not split")
+        _case(torch, target, s_q=300, s_kv=777, score_mod=slope_per_row, causal=True, what="a slope per row")
         _case(torch, target, score_mod=mods.alibi(slopes), sinks=head_bias, what="alibi with sinks")
         _case(torch, target, score_mod=mods.alibi(slopes), causal=True, builtin=True, what="alibi, built-in schedule")
         _case(torch, target, score_mod=wide, builtin=True, what="a bias not split, built-in schedule")

@@ -54,32 +54,61 @@ def biased(plan) -> bool:
     return has_score_mod(plan.mods) and bool(score_bias_parts(plan.mods))
 
 
+def row_bias_per_item(plan) -> bool:
+    """Whether the split bias of a :func:`biased` kernel is evaluated once per work item (``row_bias`` into
+    ``rbias`` before the K/V loop; each tile then adds its first column times the slope) rather than per
+    whole tile. Per item without a mask_mod; with one, the partial tiles evaluate both functions per
+    score and the four values held across the loop made ptxas spill more (ALiBi with a document mask at
+    the mods presets: 48 -> 72 B at head dim 128, causal & document 64 -> 112 B; nvcc 13.0), so those
+    kernels evaluate ``row_bias`` per tile."""
+    return biased(plan) and plan.mods.mask_mod is None
+
+
 def apply_score_bias_lines(plan) -> tuple:
-    """The lines of ``apply_score_bias`` (whole tiles: every column inside the sequence); a bias without a
-    per-key part (a per-head or per-row bias) adds nothing per score."""
+    """The lines of ``row_bias`` (once per work item: the bias's per-key slope and its value at key column
+    ``2 (lane % 4)`` for each of the thread's two rows, raw score units) and ``apply_score_bias`` (per whole
+    tile: the rows' offsets at the tile's first column, one FMA each, and ``slope * k`` added per score).
+    The bias is ``base + slope * kv_idx`` along the row (:func:`b200c.codegen.mods.score_bias_parts`), so
+    the offset of a tile follows from the work item's one evaluation: the slope's load and the index
+    arithmetic leave the K/V loop. A bias without a per-key part (a per-head or per-row bias) adds
+    nothing per score."""
     from ..mods import bias_varies_along_the_row, score_bias_parts
 
     per_key = (
-        "  slope *= c.inv_scale;",
         "#pragma unroll",
         "  for (int i = 0; i < S_REGS / 4; ++i)",
         "#pragma unroll",
-        "    for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(slope, (float)(8 * i + (e & 1)), s[4 * i + e]);",
+        "    for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(b.slope[e >> 1], (float)(8 * i + (e & 1)), s[4 * i + e]);",
     ) if bias_varies_along_the_row(plan.mods) else ("  // the bias has no per-key part (slope 0)",)
     return (
         *score_bias_parts(plan.mods),
         "",
-        "// The score_mod's bias on one whole S tile: s += slope * k per score (k: the column within the thread's",
-        "// fragment, a constant) and rb[r] = the bias at the fragment's first column of row r, raw score units (the",
-        "// softmax adds it per row: softmax_tile_biased)",
-        "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const Ctx& c, const WorkItem& w, const int h,",
-        "                                                 const int row0, const int j, float (&rb)[2]) {",
-        _fragment_col0(plan),
-        "  float slope, base0, base1;",
-        "  score_bias_parts(c, w.b, h, min(row0, w.len_q - 1), col0, slope, base0);",
-        "  score_bias_parts(c, w.b, h, min(row0 + 8, w.len_q - 1), col0, slope, base1);",
-        "  rb[0] = base0 * c.inv_scale;",
-        "  rb[1] = base1 * c.inv_scale;",
+        "// The score_mod's bias for this thread's two rows of the work item (row0, row0 + 8), raw score units:",
+        "// slope[r] per key and base[r] at key column 2 (lane % 4), the fragment's first column in K/V tile 0",
+        "struct RowBias {",
+        "  float slope[2];",
+        "  float base[2];",
+        "};",
+        "__device__ __forceinline__ RowBias row_bias(const Ctx& c, const WorkItem& w, const int h, const int row0) {",
+        "  const int col0 = 2 * (int)(threadIdx.x & 3);",
+        "  RowBias b;",
+        "  score_bias_parts(c, w.b, h, min(row0, w.len_q - 1), col0, b.slope[0], b.base[0]);",
+        "  score_bias_parts(c, w.b, h, min(row0 + 8, w.len_q - 1), col0, b.slope[1], b.base[1]);",
+        "#pragma unroll",
+        "  for (int r = 0; r < 2; ++r) {",
+        "    b.slope[r] *= c.inv_scale;",
+        "    b.base[r] *= c.inv_scale;",
+        "  }",
+        "  return b;",
+        "}",
+        "// The bias on one whole S tile whose first key column is col: s += slope * k per score (k: the column",
+        "// within the thread's fragment, a constant) and rb[r] = the bias at the fragment's first column of row r",
+        "// (the softmax adds it per row: softmax_tile_biased)",
+        "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const RowBias& b, const int col, "
+        "float (&rb)[2]) {",
+        "  const float k0 = (float)col;",
+        "  rb[0] = fmaf(b.slope[0], k0, b.base[0]);",
+        "  rb[1] = fmaf(b.slope[1], k0, b.base[1]);",
         *per_key,
         "}",
     )
@@ -123,8 +152,9 @@ def softmax_node(plan, tile: str, masked=None, q: str = "q") -> Softmax:
     masked_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, true);",
                     f"softmax_tile_masked(s, st, c.scale_units, {lims});"]
     if biased(plan):
+        bias = "rbias" if row_bias_per_item(plan) else f"row_bias(c, w, {head}, row_in_seq)"
         whole_lines = ["float rb[2];  // the score_mod's bias at the fragment's first column, per row",
-                       f"apply_score_bias(s, c, w, {head}, row_in_seq, {tile}, rb);",
+                       f"apply_score_bias(s, {bias}, {kv_col0(plan, tile)}, rb);",
                        "softmax_tile_biased(s, st, c.scale_units, rb[0], rb[1]);"]
     elif has_score_mod(plan.mods):
         whole_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, false);",
