@@ -54,24 +54,48 @@ def biased(plan) -> bool:
     return has_score_mod(plan.mods) and bool(score_bias_parts(plan.mods))
 
 
+# the widest S tile whose kernels hold the work item's row bias across the K/V loop without spilling (ALiBi,
+# nvcc 13.0, softmax_regs 232: 160 / 176 columns spill-free at head dim 64 / 128, 192 / 224 at head dim 64
+# spilled 20 / 84 B)
+ROW_BIAS_MAX_BLOCK_N = 176
+
+
 def row_bias_per_item(plan) -> bool:
     """Whether the split bias of a :func:`biased` kernel is evaluated once per work item (``row_bias`` into
-    ``rbias`` before the K/V loop; each tile then adds its first column times the slope) rather than per
-    whole tile. Per item without a mask_mod; with one, the partial tiles evaluate both functions per
-    score and the four values held across the loop made ptxas spill more (ALiBi with a document mask at
-    the mods presets: 48 -> 72 B at head dim 128, causal & document 64 -> 112 B; nvcc 13.0), so those
-    kernels evaluate ``row_bias`` per tile."""
-    return biased(plan) and plan.mods.mask_mod is None
+    ``rbias`` before the K/V loop, at the Q stage's first row as reference key; each tile then adds the
+    slope times its distance from there) rather than per whole tile at the tile's own column. Per item
+    without a mask_mod and on S tiles of at most :data:`ROW_BIAS_MAX_BLOCK_N` columns; otherwise the values
+    held across the loop made ptxas spill (with a mask_mod, whose partial tiles evaluate both functions per
+    score: ALiBi with a document mask at the mods presets 48 -> 72 B at head dim 128, causal & document
+    64 -> 112 B; the head dim 64 preset's 224 columns: 84 B; nvcc 13.0)."""
+    return biased(plan) and plan.mods.mask_mod is None and plan.tile.block_n <= ROW_BIAS_MAX_BLOCK_N
+
+
+def row_bias_call(plan, head: str, ref: str) -> str:
+    """C expression of the thread's :func:`apply_score_bias_lines` ``RowBias`` for query head ``head``,
+    evaluated at reference key column ``ref`` (plus the thread's fragment offset)."""
+    return f"row_bias(c, w, {head}, row_in_seq, {ref})"
+
+
+def item_row_bias_ref(q: str) -> str:
+    """The reference key column of a work item's ``row_bias`` for Q stage ``q``: the stage's first row
+    (warp-uniform). A bias of the relative position (ALiBi: ``slope * (kv_idx - q_idx)``) is then at
+    most ``slope * BLOCK_M`` there, and a tile's offset ``base + slope * (col - ref)`` is exact to FP32
+    rounding of values of that size; from key 0 it would cancel two values of size ``slope * q_idx``
+    (4e-2 off at ``q_idx`` near 2^21). The thread's own row as reference kept one more value live
+    across the loop and ptxas spilled 96 B (ALiBi at head dim 64, 224-row tiles, nvcc 13.0)."""
+    return f"q_tile_of(c, w, {q}) * BLOCK_M"
 
 
 def apply_score_bias_lines(plan) -> tuple:
-    """The lines of ``row_bias`` (once per work item: the bias's per-key slope and its value at key column
-    ``2 (lane % 4)`` for each of the thread's two rows, raw score units) and ``apply_score_bias`` (per whole
-    tile: the rows' offsets at the tile's first column, one FMA each, and ``slope * k`` added per score).
-    The bias is ``base + slope * kv_idx`` along the row (:func:`b200c.codegen.mods.score_bias_parts`), so
-    the offset of a tile follows from the work item's one evaluation: the slope's load and the index
-    arithmetic leave the K/V loop. A bias without a per-key part (a per-head or per-row bias) adds
-    nothing per score."""
+    """The lines of ``row_bias`` (the bias's per-key slope and its value at a reference key column for each
+    of the thread's two rows, raw score units) and ``apply_score_bias`` (per whole tile: the rows' offsets
+    at the tile's first column, one FMA each from the reference, and ``slope * k`` added per score). The
+    bias is ``base + slope * kv_idx`` along the row (:func:`b200c.codegen.mods.score_bias_parts`), so one
+    evaluation serves every tile of the work item (:func:`row_bias_per_item`: the slope's load and the
+    index arithmetic leave the K/V loop); kernels with a mask_mod evaluate it per tile at the tile's own
+    column (distance 0). A bias without a per-key part (a per-head or per-row bias) adds nothing per
+    score."""
     from ..mods import bias_varies_along_the_row, score_bias_parts
 
     per_key = (
@@ -83,14 +107,15 @@ def apply_score_bias_lines(plan) -> tuple:
     return (
         *score_bias_parts(plan.mods),
         "",
-        "// The score_mod's bias for this thread's two rows of the work item (row0, row0 + 8), raw score units:",
-        "// slope[r] per key and base[r] at key column 2 (lane % 4), the fragment's first column in K/V tile 0",
+        "// The score_mod's bias for this thread's two rows (row0, row0 + 8), raw score units: slope[r] per key",
+        "// and base[r] at key ref + 2 (lane % 4), the fragment's first column if a tile started at key ref",
         "struct RowBias {",
         "  float slope[2];",
         "  float base[2];",
         "};",
-        "__device__ __forceinline__ RowBias row_bias(const Ctx& c, const WorkItem& w, const int h, const int row0) {",
-        "  const int col0 = 2 * (int)(threadIdx.x & 3);",
+        "__device__ __forceinline__ RowBias row_bias(const Ctx& c, const WorkItem& w, const int h, const int row0,",
+        "                                            const int ref) {",
+        "  const int col0 = ref + 2 * (int)(threadIdx.x & 3);",
         "  RowBias b;",
         "  score_bias_parts(c, w.b, h, min(row0, w.len_q - 1), col0, b.slope[0], b.base[0]);",
         "  score_bias_parts(c, w.b, h, min(row0 + 8, w.len_q - 1), col0, b.slope[1], b.base[1]);",
@@ -101,14 +126,14 @@ def apply_score_bias_lines(plan) -> tuple:
         "  }",
         "  return b;",
         "}",
-        "// The bias on one whole S tile whose first key column is col: s += slope * k per score (k: the column",
-        "// within the thread's fragment, a constant) and rb[r] = the bias at the fragment's first column of row r",
-        "// (the softmax adds it per row: softmax_tile_biased)",
-        "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const RowBias& b, const int col, "
+        "// The bias on one whole S tile that starts dk keys after b's reference key: rb[r] = the bias at the",
+        "// fragment's first column of row r (dk is exact in FP32: keys and rows are below 2^21 when the bias",
+        "// varies along the row, small_indices), and s += slope * k per score (k: the column within the",
+        "// thread's fragment, a constant); the softmax adds rb per row (softmax_tile_biased)",
+        "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const RowBias& b, const int dk, "
         "float (&rb)[2]) {",
-        "  const float k0 = (float)col;",
-        "  rb[0] = fmaf(b.slope[0], k0, b.base[0]);",
-        "  rb[1] = fmaf(b.slope[1], k0, b.base[1]);",
+        "  rb[0] = fmaf(b.slope[0], (float)dk, b.base[0]);",
+        "  rb[1] = fmaf(b.slope[1], (float)dk, b.base[1]);",
         *per_key,
         "}",
     )
@@ -152,9 +177,13 @@ def softmax_node(plan, tile: str, masked=None, q: str = "q") -> Softmax:
     masked_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, true);",
                     f"softmax_tile_masked(s, st, c.scale_units, {lims});"]
     if biased(plan):
-        bias = "rbias" if row_bias_per_item(plan) else f"row_bias(c, w, {head}, row_in_seq)"
+        col = kv_col0(plan, tile)
+        if row_bias_per_item(plan):  # the distance from the item's reference key (recomputed: one register less)
+            bias, dk = "rbias", f"{col} - {item_row_bias_ref(q)}"
+        else:
+            bias, dk = row_bias_call(plan, head, col), "0"
         whole_lines = ["float rb[2];  // the score_mod's bias at the fragment's first column, per row",
-                       f"apply_score_bias(s, {bias}, {kv_col0(plan, tile)}, rb);",
+                       f"apply_score_bias(s, {bias}, {dk}, rb);",
                        "softmax_tile_biased(s, st, c.scale_units, rb[0], rb[1]);"]
     elif has_score_mod(plan.mods):
         whole_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, false);",

@@ -10,8 +10,8 @@ from ...ir import Arrive, Comment, Decl, Loop, NamedBarSync, PhaseDecl, RoleIR, 
 from ...mod_kernel import kv_row
 from ...roles.load import tile_load
 from ..ir import ConsumerInit, PackP, RescaleO, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
-from ..softmax import softmax_node
-from .consumer import row_in_seq
+from ..softmax import row_bias_per_item, softmax_node
+from .consumer import row_bias, row_in_seq
 
 
 def build(lw) -> RoleIR:
@@ -41,6 +41,7 @@ def build(lw) -> RoleIR:
         WorkLoop(False, (
             ConsumerInit(),
             row_in_seq("0"),
+            *((row_bias(lw.plan, "0"),) if row_bias_per_item(lw.plan) else ()),
             Single("thread0", (
                 Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),
                 tile_load(lw, "q", "SMEM_Q", "w.q_row0 + w.q_tile * BLOCK_M", "q_full", None, "w.h"),
