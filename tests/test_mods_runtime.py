@@ -533,9 +533,11 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
     """ALiBi at the dense presets' K/V tiles (224 / 176 / 80 rows): no spills, and its steady K/V loop is
     the dense one plus one FFMA per score (slope * k, k the key's column in the thread's fragment; the
     bias at the fragment's first column is a per-row offset of the softmax: softmax_tile_biased) and a
-    fixed few per tile: the two rows' offsets (an FFMA each from the tile's first column and the work
-    item's row_bias, evaluated before the loop), the top P's exponent. Exact counts, nvcc 13.0 (the slope's
-    load and the index arithmetic per tile were 10 / 26 / 13 instructions more at 64 / 128 / 256)."""
+    fixed few per tile: the two rows' offsets (an FFMA each from the tile's distance to the work item's
+    reference key: row_bias_item, evaluated before the loop), the top P's exponent. Head dim 64's 224
+    columns evaluate the bias per tile (the slope's load and the index arithmetic in the loop: held
+    across it, ptxas spilled 84 B). Exact counts, nvcc 13.0 (evaluated per tile, 128 / 256 had 25 / 12
+    instructions more)."""
     import msgspec
 
     from b200c.dsl.mods import trace_mods
@@ -560,7 +562,7 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
     assert loops["alibi"]["mufu_ex2"] == loops["dense"]["mufu_ex2"]
     # the slope is read once per work item, except on head dim 64's 224-column tiles (evaluated per tile there)
     assert bool([x for x in loops["alibi"]["body"] if "LDG" in x]) == (d == 64)
-    assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 31, 128: 24, 256: 17}[d]
+    assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 31, 128: 20, 256: 18}[d]
 
 
 @pytest.mark.nvcc
@@ -579,63 +581,74 @@ def test_alibi_compiles_on_the_one_warpgroup_schedule(tmp_path):
     ms, _ = trace_mods(score_mod=mods.alibi(mods.alibi_slopes(4)))
     ms = msgspec.structs.replace(ms, small_indices=True)
     src = b200c.codegen.generate(s, "sm90a", mods=ms).source
-    assert "const RowBias rbias = row_bias(" in src
+    assert "const RowBias rbias = row_bias_item(" in src
     res = compile_cuda(src, tmp_path / "k.cubin", "cubin", "sm_90a")
     assert res.resources()["spill_bytes"] == 0, res.log
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="needs g++ on PATH")
-def test_row_bias_offsets_stay_exact_far_from_key_zero(tmp_path):
-    """The whole tiles' bias offsets (row_bias once per work item, apply_score_bias per tile: the slope
-    times the tile's distance from the reference key) compiled by g++ and evaluated for rows up to 2^21:
-    ALiBi's bias near the diagonal is within a few FP32 ulps of its own size plus the reference's
-    (at most slope * 64 away), not of slope * q_idx (a reference at key 0 was 3.6e-2 logits off at
-    q_idx near 2^21)."""
+def test_row_bias_offsets_are_exact_where_the_bias_is_small(tmp_path):
+    """The whole tiles' bias offsets as the kernel computes them (``row_bias_item`` once per work item at
+    the key where the first row's bias crosses zero, ``apply_score_bias`` per tile: the slope times the
+    tile's distance from there), the generated C compiled by g++ and run for rows up to 2^21: for ALiBi
+    near the diagonal and for a bias on the absolute key near key 0, both rows of the thread are within a
+    few FP32 ulps of the bias itself plus one reference's (at most 16 keys' slope). From a fixed key the
+    offsets cancelled two values of size slope * distance: ALiBi from key 0 was 3.6e-2 logits off near
+    q_idx = 2^21, the absolute bias from the row's own index as much near key 0."""
     import types
 
     import msgspec
 
     from b200c.codegen.mods import ctx_fields, device_functions
-    from b200c.codegen.sm90.softmax import apply_score_bias_lines, item_row_bias_ref
+    from b200c.codegen.sm90.softmax import apply_score_bias_lines
+    from b200c.dsl.mods import trace_mods
+    from b200c.dsl.presets import HOPPER_PRESETS
     from test_mods_codegen import _HOST_PRELUDE, run_on_host
 
-    from b200c.dsl.mods import trace_mods
-
-    ms, _ = trace_mods(score_mod=mods.alibi(torch.tensor([0.5])))
-    ms = msgspec.structs.replace(ms, small_indices=True)
-    assert item_row_bias_ref("q") == "q_tile_of(c, w, q) * BLOCK_M"
-    inv_scale, block_m, block_n = 128 ** 0.5, 64, 176
-    rows = (1000, 131077, 1048579, 2 ** 21 - 5)
-    prog = [_HOST_PRELUDE, "struct { unsigned x; } threadIdx;", "#define S_REGS 4",
-            "struct Ctx {", *ctx_fields(ms), "  float inv_scale;", "};", "struct WorkItem { int b; int len_q; };",
-            *device_functions(ms),
-            *apply_score_bias_lines(types.SimpleNamespace(mods=ms)),
-            "int main() {",
-            "  static const float slope = 0.5f;",
-            f"  Ctx c{{}}; c.cap0 = &slope; c.cap0_stride[0] = 1; c.inv_scale = {inv_scale!r}f;",
-            "  WorkItem w{0, 1 << 21};",
-            f"  const int rows[] = {{{', '.join(map(str, rows))}}};",
-            "  for (int row : rows)",
-            "    for (unsigned lane = 0; lane < 4; ++lane) {",
-            "      threadIdx.x = lane;",
-            f"      const int ref = row / {block_m} * {block_m};  // the Q stage's first row",
-            "      const RowBias b = row_bias(c, w, 0, row, ref);",
-            f"      for (int t = row / {block_n} - 24; t <= row / {block_n}; ++t) {{",
-            "        float s[S_REGS] = {0, 0, 0, 0}, rb[2];",
-            f"        apply_score_bias(s, b, t * {block_n} - ref, rb);",
-            f'        printf("%d %d %a\\n", row, t * {block_n} + 2 * (int)lane, (double)rb[0]);',
-            "      }",
-            "    }",
-            "}"]
-    out = run_on_host(tmp_path, "row_bias", "\n".join(prog) + "\n")
-    n = 0
-    for line in out.splitlines():
-        row, col, v = line.split()
-        exact = (int(col) - int(row)) * 0.5 * inv_scale  # raw score units
-        err = abs(float.fromhex(v) - exact) / inv_scale  # logits
-        assert err <= 2 ** -22 * (abs(exact) / inv_scale + 0.5 * 64), (row, col, err)
-        n += 1
-    assert n == len(rows) * 4 * 25
+    slope = torch.tensor([0.5])
+    cases = {"alibi": (mods.alibi(slope), lambda q, k: (k - q) * 0.5),
+             "absolute": (lambda score, b, h, q_idx, kv_idx: score - slope[h] * kv_idx, lambda q, k: -0.5 * k)}
+    inv_scale, block_n, n = 128 ** 0.5, HOPPER_PRESETS[128].block_n, 2 ** 21
+    rows = (1000, 131077, 1048579, n - 16)
+    for name, (fn, exact_of) in cases.items():
+        ms, _ = trace_mods(score_mod=fn)
+        ms = msgspec.structs.replace(ms, small_indices=True)
+        src = b200c.codegen.generate(HOPPER_PRESETS[128], "sm90a", mods=ms).source
+        # the kernel's calls, as the program below makes them
+        assert "const RowBias rbias = row_bias_item(c, w, q_head_of(c, w, q), row_in_seq);" in src
+        assert "apply_score_bias(s, rbias, (i + 1) * BLOCK_N, rb);" in src
+        near = "row / BN" if name == "alibi" else "0"  # the tiles where the bias is small
+        prog = [_HOST_PRELUDE, "struct { unsigned x; } threadIdx;", "#define S_REGS 4", f"#define BN {block_n}",
+                "static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }",
+                "struct Ctx {", *ctx_fields(ms), "  float inv_scale;", "};",
+                "struct WorkItem { int b; int len_q; int len_kv; };",
+                *device_functions(ms), *apply_score_bias_lines(types.SimpleNamespace(mods=ms)),
+                "int main() {",
+                "  static const float slope = 0.5f;",
+                f"  Ctx c{{}}; c.cap0 = &slope; c.cap0_stride[0] = 1; c.inv_scale = {inv_scale!r}f;",
+                f"  const WorkItem w{{0, {n}, {n}}};",
+                f"  const int rows[] = {{{', '.join(map(str, rows))}}};",
+                "  for (int row : rows)",
+                "    for (unsigned lane = 0; lane < 4; ++lane) {",
+                "      threadIdx.x = lane;",
+                "      const RowBias b = row_bias_item(c, w, 0, row);",
+                f"      for (int t = {near}; t <= {near} + 24; ++t) {{",
+                "        float s[S_REGS] = {0, 0, 0, 0}, rb[2];",
+                "        apply_score_bias(s, b, (t - 12) * BN, rb);",
+                "        for (int r = 0; r < 2; ++r)",
+                '          printf("%d %d %a\\n", row + 8 * r, (t - 12) * BN + 2 * (int)lane, (double)rb[r]);',
+                "      }",
+                "    }",
+                "}"]
+        out = run_on_host(tmp_path, f"row_bias_{name}", "\n".join(prog) + "\n")
+        count = 0
+        for line in out.splitlines():
+            row, col, v = (int(x) if i < 2 else float.fromhex(x) for i, x in enumerate(line.split()))
+            exact = exact_of(row, col)  # logits
+            err = abs(v / inv_scale - exact)
+            assert err <= 2 ** -21 * (abs(exact) + 0.5 * 16), (name, row, col, err)
+            count += 1
+        assert count == len(rows) * 4 * 25 * 2
 
 
 @pytest.mark.nvcc

@@ -61,8 +61,8 @@ ROW_BIAS_MAX_BLOCK_N = 176
 
 
 def row_bias_per_item(plan) -> bool:
-    """Whether the split bias of a :func:`biased` kernel is evaluated once per work item (``row_bias`` into
-    ``rbias`` before the K/V loop, at the Q stage's first row as reference key; each tile then adds the
+    """Whether the split bias of a :func:`biased` kernel is evaluated once per work item (``row_bias_item``
+    into ``rbias`` before the K/V loop, at the key where the bias crosses zero; each tile then adds the
     slope times its distance from there) rather than per whole tile at the tile's own column. Per item
     without a mask_mod and on S tiles of at most :data:`ROW_BIAS_MAX_BLOCK_N` columns; otherwise the values
     held across the loop made ptxas spill (with a mask_mod, whose partial tiles evaluate both functions per
@@ -71,39 +71,49 @@ def row_bias_per_item(plan) -> bool:
     return biased(plan) and plan.mods.mask_mod is None and plan.tile.block_n <= ROW_BIAS_MAX_BLOCK_N
 
 
-def row_bias_call(plan, head: str, ref: str) -> str:
-    """C expression of the thread's :func:`apply_score_bias_lines` ``RowBias`` for query head ``head``,
-    evaluated at reference key column ``ref`` (plus the thread's fragment offset)."""
-    return f"row_bias(c, w, {head}, row_in_seq, {ref})"
+def item_row_bias(head: str) -> str:
+    """C expression of a work item's ``RowBias`` for query head ``head`` (:func:`apply_score_bias_lines`:
+    ``row_bias_item``, evaluated once before the K/V loop)."""
+    return f"row_bias_item(c, w, {head}, row_in_seq)"
 
 
-def item_row_bias_ref(q: str) -> str:
-    """The reference key column of a work item's ``row_bias`` for Q stage ``q``: the stage's first row
-    (warp-uniform). A bias of the relative position (ALiBi: ``slope * (kv_idx - q_idx)``) is then at
-    most ``slope * BLOCK_M`` there, and a tile's offset ``base + slope * (col - ref)`` is exact to FP32
-    rounding of values of that size; from key 0 it would cancel two values of size ``slope * q_idx``
-    (4e-2 off at ``q_idx`` near 2^21). The thread's own row as reference kept one more value live
-    across the loop and ptxas spilled 96 B (ALiBi at head dim 64, 224-row tiles, nvcc 13.0)."""
-    return f"q_tile_of(c, w, {q}) * BLOCK_M"
+def tile_row_bias(head: str, col: str) -> str:
+    """C expression of the ``RowBias`` of the whole tile whose first key column is ``col``, evaluated
+    there (distance 0: the kernels that do not hold it across the loop, :func:`row_bias_per_item`)."""
+    return f"row_bias(c, w, {head}, row_in_seq, {col})"
 
 
 def apply_score_bias_lines(plan) -> tuple:
-    """The lines of ``row_bias`` (the bias's per-key slope and its value at a reference key column for each
-    of the thread's two rows, raw score units) and ``apply_score_bias`` (per whole tile: the rows' offsets
-    at the tile's first column, one FMA each from the reference, and ``slope * k`` added per score). The
-    bias is ``base + slope * kv_idx`` along the row (:func:`b200c.codegen.mods.score_bias_parts`), so one
-    evaluation serves every tile of the work item (:func:`row_bias_per_item`: the slope's load and the
-    index arithmetic leave the K/V loop); kernels with a mask_mod evaluate it per tile at the tile's own
-    column (distance 0). A bias without a per-key part (a per-head or per-row bias) adds nothing per
-    score."""
+    """The lines of ``row_bias`` (the bias's per-key slope and its value at a reference key for each of
+    the thread's two rows, raw score units), ``row_bias_item`` (the same at the key where the first row's
+    bias crosses zero, clamped into the sequence) and ``apply_score_bias`` (per whole tile: the rows'
+    offsets at the tile's first column, one FMA each from the reference, and ``slope * k`` added per
+    score). The bias is ``base + slope * kv_idx`` along the row
+    (:func:`b200c.codegen.mods.score_bias_parts`), so one evaluation serves every tile of the work item
+    (:func:`row_bias_per_item`: the slope's load and the index arithmetic leave the K/V loop); the
+    other kernels evaluate it per tile at the tile's own column (distance 0).
+
+    Why the zero crossing: an offset ``base + slope * (col - ref)`` is exact to FP32 rounding of the
+    bias at ``col`` plus that of ``base``; near the crossing ``base`` is at most one key's slope.
+    From a fixed key it cancels two values of size ``slope * distance`` where the bias is small, the
+    tiles that carry the softmax: ALiBi (``slope * (kv_idx - q_idx)``) from key 0 was 3.6e-2 logits
+    off near ``q_idx`` = 2^21, and ``-slope * kv_idx`` from the row's index as much near key 0. A bias
+    without a per-key part (a per-head or per-row bias) adds nothing per score."""
     from ..mods import bias_varies_along_the_row, score_bias_parts
 
+    varies = bias_varies_along_the_row(plan.mods)
     per_key = (
         "#pragma unroll",
         "  for (int i = 0; i < S_REGS / 4; ++i)",
         "#pragma unroll",
         "    for (int e = 0; e < 4; ++e) s[4 * i + e] = fmaf(b.slope[e >> 1], (float)(8 * i + (e & 1)), s[4 * i + e]);",
-    ) if bias_varies_along_the_row(plan.mods) else ("  // the bias has no per-key part (slope 0)",)
+    ) if varies else ("  // the bias has no per-key part (slope 0)",)
+    crossing = (
+        "  float slope, base;  // the first row's bias at key 0: the key where it crosses zero",
+        "  score_bias_parts(c, w.b, h, min(row0, w.len_q - 1), 0, slope, base);",
+        "  const float k = fminf(fmaxf(-__fdividef(base, slope), 0.0f), (float)(w.len_kv - 1));  // NaN (slope 0): 0",
+        "  return row_bias(c, w, h, row0, __float2int_rn(k));",
+    ) if varies else ("  return row_bias(c, w, h, row0, 0);  // no per-key part: any reference",)
     return (
         *score_bias_parts(plan.mods),
         "",
@@ -112,11 +122,13 @@ def apply_score_bias_lines(plan) -> tuple:
         "struct RowBias {",
         "  float slope[2];",
         "  float base[2];",
+        "  int ref;",
         "};",
         "__device__ __forceinline__ RowBias row_bias(const Ctx& c, const WorkItem& w, const int h, const int row0,",
         "                                            const int ref) {",
         "  const int col0 = ref + 2 * (int)(threadIdx.x & 3);",
         "  RowBias b;",
+        "  b.ref = ref;",
         "  score_bias_parts(c, w.b, h, min(row0, w.len_q - 1), col0, b.slope[0], b.base[0]);",
         "  score_bias_parts(c, w.b, h, min(row0 + 8, w.len_q - 1), col0, b.slope[1], b.base[1]);",
         "#pragma unroll",
@@ -126,14 +138,20 @@ def apply_score_bias_lines(plan) -> tuple:
         "  }",
         "  return b;",
         "}",
-        "// The bias on one whole S tile that starts dk keys after b's reference key: rb[r] = the bias at the",
-        "// fragment's first column of row r (dk is exact in FP32: keys and rows are below 2^21 when the bias",
-        "// varies along the row, small_indices), and s += slope * k per score (k: the column within the",
-        "// thread's fragment, a constant); the softmax adds rb per row (softmax_tile_biased)",
-        "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const RowBias& b, const int dk, "
+        "// The work item's: at the key where the first row's bias crosses zero, clamped into the sequence (the",
+        "// offsets from there are exact to FP32 rounding of the bias itself where it is small)",
+        "__device__ __forceinline__ RowBias row_bias_item(const Ctx& c, const WorkItem& w, const int h, const int row0) {",
+        *crossing,
+        "}",
+        "// The bias on the whole S tile whose first key column is col: rb[r] = the bias at the fragment's first",
+        "// column of row r (col - ref is exact in FP32: keys are below 2^21 when the bias varies along the row,",
+        "// small_indices), and s += slope * k per score (k: the column within the thread's fragment, a",
+        "// constant); the softmax adds rb per row (softmax_tile_biased)",
+        "__device__ __forceinline__ void apply_score_bias(float (&s)[S_REGS], const RowBias& b, const int col, "
         "float (&rb)[2]) {",
-        "  rb[0] = fmaf(b.slope[0], (float)dk, b.base[0]);",
-        "  rb[1] = fmaf(b.slope[1], (float)dk, b.base[1]);",
+        "  const float dk = (float)(col - b.ref);",
+        "  rb[0] = fmaf(b.slope[0], dk, b.base[0]);",
+        "  rb[1] = fmaf(b.slope[1], dk, b.base[1]);",
         *per_key,
         "}",
     )
@@ -178,12 +196,9 @@ def softmax_node(plan, tile: str, masked=None, q: str = "q") -> Softmax:
                     f"softmax_tile_masked(s, st, c.scale_units, {lims});"]
     if biased(plan):
         col = kv_col0(plan, tile)
-        if row_bias_per_item(plan):  # the distance from the item's reference key (recomputed: one register less)
-            bias, dk = "rbias", f"{col} - {item_row_bias_ref(q)}"
-        else:
-            bias, dk = row_bias_call(plan, head, col), "0"
+        bias = "rbias" if row_bias_per_item(plan) else tile_row_bias(head, col)
         whole_lines = ["float rb[2];  // the score_mod's bias at the fragment's first column, per row",
-                       f"apply_score_bias(s, {bias}, {dk}, rb);",
+                       f"apply_score_bias(s, {bias}, {col}, rb);",
                        "softmax_tile_biased(s, st, c.scale_units, rb[0], rb[1]);"]
     elif has_score_mod(plan.mods):
         whole_lines = [f"apply_mods(s, c, w, {head}, row_in_seq, {tile}, false);",

@@ -28,7 +28,7 @@ from __future__ import annotations
 from ...ir import (Arrive, Comment, Decl, If, Loop, NamedBarArrive, NamedBarSync, PhaseDecl, PhaseRef, RingAdvance,
                    RoleIR, Scope, Wait, WorkLoop)
 from ..ir import ConsumerInit, PackP, RescaleO, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
-from ..softmax import item_row_bias_ref, row_bias_call, row_bias_per_item, softmax_node
+from ..softmax import item_row_bias, row_bias_per_item, softmax_node
 
 KV_BUF = "SMEM_KV + {slot} * KV_SLOT_BYTES"  # SMEM offset of a ring slot
 Q_BUF = "SMEM_Q + q * TILE_BYTES"  # this consumer's Q rows (``q``: the role's Q stage)
@@ -188,12 +188,12 @@ def row_in_seq(q: str) -> Decl:
                 model="0")
 
 
-def row_bias(plan, q: str) -> Decl:
-    """The score_mod's split bias for this thread's rows of the work item (``row_bias``: the per-key slope
-    and the value at the reference key, the Q stage's first row), evaluated once before the K/V loop; each
-    whole tile then offsets it by its distance from the reference
+def row_bias(q: str) -> Decl:
+    """The score_mod's split bias for this thread's rows of the work item (``row_bias_item``: the per-key
+    slope and the value at the key where the bias crosses zero), evaluated once before the K/V loop;
+    each whole tile then offsets it by its distance from there
     (:func:`b200c.codegen.sm90.softmax.apply_score_bias_lines`)."""
-    return Decl("const RowBias", "rbias", row_bias_call(plan, f"q_head_of(c, w, {q})", item_row_bias_ref(q)))
+    return Decl("const RowBias", "rbias", item_row_bias(f"q_head_of(c, w, {q})"))
 
 
 def shape_of(order) -> str:
@@ -214,7 +214,7 @@ def build(lw) -> RoleIR:
     item = (
         ConsumerInit(),
         row_in_seq("q"),
-        *((row_bias(lw.plan, "q"),) if row_bias_per_item(lw.plan) else ()),
+        *((row_bias("q"),) if row_bias_per_item(lw.plan) else ()),
         *lw.span("wait Q", (Wait("q_full", "q", lw.phase("q_full_ph"), lw.site("consumer", "q_full"), "-1"),)),
         *tiles,
         *lw.span("epilogue", (StoreO("q"),)),

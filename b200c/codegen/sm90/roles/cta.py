@@ -41,7 +41,7 @@ def build(lw) -> RoleIR:
         WorkLoop(False, (
             ConsumerInit(),
             row_in_seq("0"),
-            *((row_bias(lw.plan, "0"),) if row_bias_per_item(lw.plan) else ()),
+            *((row_bias("0"),) if row_bias_per_item(lw.plan) else ()),
             Single("thread0", (
                 Arrive("q_full", by="thread", tx_bytes="TILE_BYTES"),
                 tile_load(lw, "q", "SMEM_Q", "w.q_row0 + w.q_tile * BLOCK_M", "q_full", None, "w.h"),
