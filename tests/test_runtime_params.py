@@ -166,6 +166,31 @@ def test_pack_heads_reaches_the_kernel():
         assert tiles.params["pack_heads"] == 0 and tiles.grid == 2 * 8 * 1
 
 
+def test_causal_packing_keeps_the_persistent_grid_balanced():
+    """A causal GQA launch packs heads (one diagonal per item) unless the packed items load the persistent
+    CTAs worse (launcher.pack_balances, from the work decomposition's own model): a Llama-style prefill
+    (2, 16, 4096) with 8 K/V heads on the Hopper preset's 132 CTAs has its most loaded CTA at 134 K/V
+    tiles packed (mean 95) against 100 unpacked, so it launches unpacked; (2, 32, 4096) stays packed
+    (198 against 200)."""
+    from b200c.dsl.presets import HOPPER_PRESETS
+
+    info = op.generated_kernel(HOPPER_PRESETS[128].to_json(), "sm90a").launch
+    work = info.work()
+    assert launcher._max_cta_tiles(work, 2, 16, 8, 4096, 4096, 132, True) == 134
+    assert launcher._max_cta_tiles(work, 2, 16, 8, 4096, 4096, 132, False) == 100
+    assert launcher.pack_balances(info, 2, 16, 8, 4096, 4096, 132) is False
+    assert launcher.pack_balances(info, 2, 32, 8, 4096, 4096, 132) is True
+    with fake_driver.install(target="sm90a") as fd:
+        k = torch.empty(2, 8, 4096, 128, dtype=BF16)
+        for h in (16, 32):
+            q = torch.empty(2, h, 4096, 128, dtype=BF16)
+            b200c.attention(q, k, k, causal=True, target="sm90a")
+            b200c.attention(q[..., :4000, :], k[..., :4000, :], k[..., :4000, :], target="sm90a")  # not causal
+        causal16, dense16, causal32, dense32 = fd.launches
+        assert causal16.params["pack_heads"] == 0 and causal32.params["pack_heads"] == 1
+        assert dense16.params["pack_heads"] == dense32.params["pack_heads"] == 1  # 4000 rows: a part-idle item
+
+
 def test_work_items_past_int32_refused():
     with fake_driver.install() as fd:
         q = torch.empty(1 << 16, 1 << 8, 1 << 14, 128, dtype=BF16, device="meta")  # 2^31 work items
