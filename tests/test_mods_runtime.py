@@ -6,6 +6,7 @@ with nvcc, the Hopper mod presets compiled spill-free."""
 from __future__ import annotations
 
 import ctypes
+import shutil
 from pathlib import Path
 
 import pytest
@@ -586,7 +587,7 @@ def test_alibi_compiles_on_the_one_warpgroup_schedule(tmp_path):
     assert res.resources()["spill_bytes"] == 0, res.log
 
 
-@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="needs g++ on PATH")
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ on PATH")
 def test_row_bias_offsets_are_exact_where_the_bias_is_small(tmp_path):
     """The whole tiles' bias offsets as the kernel computes them (``row_bias_item`` once per work item at
     the key where the first row's bias crosses zero, ``apply_score_bias`` per tile: the slope times the

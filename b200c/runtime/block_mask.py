@@ -269,10 +269,10 @@ def tensor_ranges(mask: torch.Tensor, work: WorkDecomposition, *, batch: int, he
                   seq_kv: int, pack_heads: bool = False) -> torch.Tensor:
     """:func:`kv_ranges` of a boolean mask given as a tensor (torch SDPA's ``attn_mask``: True where the
     query row sees the key), without varlen or causal: the same result, from the tensor itself instead of
-    a mask_mod evaluated on index tensors (no index tensors, no gather, no chunking; a new mask tensor
-    per call, as models make them, costs about 30 torch ops instead of about 60, each a kernel launch on
-    the GPU: 1.3 ms of host time per call on the H200's host for the padded decoder's (2, 1, 4096, 4096)
-    causal mask).
+    a mask_mod evaluated on index tensors (no index tensors, no gather, no chunking). A new mask tensor
+    costs about 30 torch ops instead of about 60, each a kernel launch on the GPU: for the padded
+    decoder's (2, 1, 4096, 4096) causal mask a call with a new tensor took 609 us of host time on the
+    H200's host against torch's 60, with the same tensor (cached) 94 against 90.
 
     Args:
         mask: bool, 4-D, each dimension 1 (broadcast) or (B, H, S_q, S_kv)'s. Its memory is read once

@@ -21,7 +21,6 @@ Dense calls: :func:`run`; varlen calls: :mod:`b200c.runtime.varlen`.
 from __future__ import annotations
 
 import functools
-
 import threading
 
 import torch

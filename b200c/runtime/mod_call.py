@@ -64,16 +64,15 @@ class ModCall:
         :attr:`~b200c.dsl.mod_records.CapturedTensor.unit_dims`: the dimensions the score_mod indexes by
         key that this tensor has with stride 1 (its keys are read at constant offsets from one address per
         tile)."""
-        from ..codegen.mods import SMALL_INDEX
+        from ..codegen.mods import SMALL_INDEX, kv_indexed_dims
 
         small = not self.mods.small_indices and all(0 <= int(s) < SMALL_INDEX for s in sizes)
-        from ..codegen.mods import kv_indexed_dims
-
         dims = _memo(_kv_dims_of, self.mods_json, lambda: kv_indexed_dims(self.mods))
         caps = self.mods.captured
         units = tuple(tuple(d for d in dd if t.stride(d) == 1) for dd, t in zip(dims, self.tensors))
         if not small and all(u == c.unit_dims for u, c in zip(units, caps)):
             return self
+
         def specialise():  # per ModSet and specialisation, not per call (a replace and its JSON: ~15 us)
             import msgspec
 
