@@ -458,27 +458,37 @@ def test_short_key_sequences_take_smaller_kv_tiles():
     from b200c.dsl import presets
     from b200c.dsl.mods import trace_mods
 
-    cases = {  # (head dim, S_kv): short? -- preset tiles 224 / 176 / 80 rows, short ones 128 / 128 / 64
-        (64, 251): True,     # 448 against 256 keys
-        (64, 1024): False,   # 1120 against 1024
-        (64, 512): True,     # 672 against 512
-        (64, 1121): False,   # 1344 against 1152, but past 4 of the preset's tiles (896 keys)
-        (128, 251): True,    # 352 against 256
-        (128, 300): False,   # 352 against 384
-        (128, 1024): False,  # 1056 against 1024
-        (128, 1): True,      # 176 against 128
-        (256, 251): True,    # 320 against 256
-        (256, 77): False,    # 80 against 128
-        (256, 4096): False,  # 4160 against 4096
+    S, F = "short", "few"
+    cases = {  # (head dim, S_kv): which preset -- preset tiles 224 / 176 / 80 rows, short ones 128 / 128 / 64;
+        # at head dim 64 up to 2 x 128 keys the few-K/V preset (one warpgroup per CTA)
+        (64, 251): F,        # 448 against 256 keys, within two 128-row tiles
+        (64, 1): F,          # 224 against 128
+        (64, 256): F,        # 448 against 256
+        (64, 257): S,        # 448 against 384: past two 128-row tiles
+        (64, 1024): None,    # 1120 against 1024
+        (64, 512): S,        # 672 against 512
+        (64, 1121): None,    # 1344 against 1152, but past 4 of the preset's tiles (896 keys)
+        (128, 251): S,       # 352 against 256 (no few-K/V preset at head dim 128)
+        (128, 300): None,    # 352 against 384
+        (128, 1024): None,   # 1056 against 1024
+        (128, 1): S,         # 176 against 128
+        (256, 251): S,       # 320 against 256
+        (256, 77): None,     # 80 against 128
+        (256, 4096): None,   # 4160 against 4096
     }
-    for (d, n), short in cases.items():
+    for (d, n), kind in cases.items():
         s = b200c.default_schedule(d, target="sm90a", seq_kv=n)
-        want = presets.HOPPER_SHORT_KV_PRESETS[d] if short else presets.HOPPER_PRESETS[d]
+        want = {S: presets.HOPPER_SHORT_KV_PRESETS, F: presets.HOPPER_FEW_KV_PRESETS,
+                None: presets.HOPPER_PRESETS}[kind][d]
         assert s == want, (d, n, s.name)
-        assert s.replace(name="x", block_n=0) == presets.HOPPER_PRESETS[d].replace(name="x", block_n=0)  # tiles only
+        if kind != F:  # the short presets change the tiles only
+            assert s.replace(name="x", block_n=0) == presets.HOPPER_PRESETS[d].replace(name="x", block_n=0)
+    few = presets.HOPPER_FEW_KV_PRESETS[64]
+    assert (few.block_n, few.warp_specialized, few.q_stages, few.persistent) == (128, False, 1, False)
     for n in (None, 0):
         assert b200c.default_schedule(64, target="sm90a", seq_kv=n) == presets.HOPPER_PRESETS[64]
-    assert b200c.default_schedule(64, target="sm90a", seq_kv=np.int64(251)) == presets.HOPPER_SHORT_KV_PRESETS[64]
+    assert b200c.default_schedule(64, target="sm90a", seq_kv=np.int64(251)) == presets.HOPPER_FEW_KV_PRESETS[64]
+    assert b200c.default_schedule(64, target="sm90a", seq_kv=np.int64(300)) == presets.HOPPER_SHORT_KV_PRESETS[64]
     for bad in (-3, 251.0, "251", True):
         with pytest.raises(ScheduleError, match="seq_kv"):
             b200c.default_schedule(64, target="sm90a", seq_kv=bad)
@@ -499,18 +509,20 @@ def test_short_key_calls_launch_the_short_tiles():
     from b200c.runtime import api, fake_driver
 
     q = torch.zeros(1, 2, 300, 64, dtype=torch.bfloat16)
-    short, long_ = (torch.zeros(1, 2, n, 64, dtype=torch.bfloat16) for n in (251, 4096))
+    short, few, long_ = (torch.zeros(1, 2, n, 64, dtype=torch.bfloat16) for n in (300, 251, 4096))
     with fake_driver.install(target="sm90a") as fd:
-        for kv, name in ((short, "hopper_short_kv_d64"), (long_, "hopper_default_d64")):
+        for kv, name in ((short, "hopper_short_kv_d64"), (few, "hopper_few_kv_d64"), (long_, "hopper_default_d64")):
             b200c.attention(q, kv, kv, target="sm90a")
             b200c.scaled_dot_product_attention(q, kv, kv, target="sm90a")
             b200c.attention(q.transpose(1, 2), kv.transpose(1, 2), kv.transpose(1, 2), layout="bshd", target="sm90a")
             assert [L.kernel.name for L in fd.launches[-3:]] == [name] * 3
-        b200c.attention(q, short, short, schedule=presets.HOPPER_D64, target="sm90a")
+        b200c.attention(q, few, few, schedule=presets.HOPPER_D64, target="sm90a")
         assert fd.launches[-1].kernel.name == "hopper_default_d64"
-        b200c.scaled_dot_product_attention(q, short, short, attn_mask=torch.ones(300, 251, dtype=torch.bool),
+        b200c.scaled_dot_product_attention(q, few, few, attn_mask=torch.ones(300, 251, dtype=torch.bool),
                                            target="sm90a")
         assert fd.launches[-1].kernel.name == "hopper_mods_d64"
-    traced = msgspec.json.decode(api._traced_json(q, None, "sm90a", 251))
+    traced = msgspec.json.decode(api._traced_json(q, None, "sm90a", 300))
     assert (traced["name"], traced["block_n"]) == ("hopper_short_kv_d64", 128)
+    traced = msgspec.json.decode(api._traced_json(q, None, "sm90a", 251))
+    assert (traced["name"], traced["block_n"], traced["warp_specialized"]) == ("hopper_few_kv_d64", 128, False)
     assert msgspec.json.decode(api._traced_json(q, None, "sm90a", None))["name"] == "hopper_default_d64"

@@ -146,6 +146,17 @@ class Target(msgspec.Struct, frozen=True):
 
         return bool(self.presets) and short_kv_tiles(head_dim, self.presets, seq_kv)
 
+    def few_kv_tiles(self, head_dim: int, seq_kv) -> bool:
+        """Whether a dense call with ``seq_kv`` keys takes this target's few-K/V-tile preset
+        (:func:`b200c.dsl.presets.few_kv_tiles`; False without built-in schedules).
+
+        Raises:
+            ScheduleError: ``seq_kv`` not None and not a non-negative integer.
+        """
+        from ..dsl.presets import few_kv_tiles
+
+        return bool(self.presets) and few_kv_tiles(head_dim, self.presets, seq_kv)
+
     def source_target(self) -> "Target":
         """The record of :attr:`source` (self for a native target)."""
         return self if self.source == self.name else resolve(self.source)

@@ -127,9 +127,23 @@ HOPPER_SHORT_KV_PRESETS = {
 SHORT_KV_WASTE = 1.15
 SHORT_KV_TILES = 4
 
+# at most two 128-row K/V tiles at head dim 64 (LTX-2's video-to-audio attention: 251 keys): one warpgroup per
+# CTA (blog stage 1's roles with exp2), not persistent, 42 KB of shared memory and 128 registers, so several CTAs
+# share an SM and one's Q load and O store overlap another's GEMMs, where the two-consumer kernel's item is mostly
+# its own fixed cost. Measured by b200c bench on the H200 in one run (1x32x12288 against 251 keys): 269 TFLOPS
+# (95 % of cuDNN's 282) against the short preset's 236 (84 %); 64-row tiles 265. At head dim 128 the same kernel
+# was slower than the short preset (1x32x12288 against 77 keys: 105 against 139; 300 keys: 239 against 343), so
+# only head dim 64, and only where measured: up to FEW_KV_TILES of its tiles
+HOPPER_FEW_KV_PRESETS = {
+    64: Schedule(name="hopper_few_kv_d64", block_m=64, block_n=128, head_dim=64, swizzle="128B",
+                 p_storage="registers", exp2="ex2.approx.ftz", tma_l2_promotion="256B", phase_tracking="bitmask"),
+}
+FEW_KV_TILES = 2
+
 FAMILIES = {"b200": PRESETS, "hopper": HOPPER_PRESETS}
 MOD_FAMILIES = {"b200": PRESETS, "hopper": HOPPER_MOD_PRESETS}
 SHORT_KV_FAMILIES = {"hopper": HOPPER_SHORT_KV_PRESETS}
+FEW_KV_FAMILIES = {"hopper": HOPPER_FEW_KV_PRESETS}
 
 
 def short_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
@@ -165,6 +179,21 @@ def short_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
     return n <= SHORT_KV_TILES * dense and padded(dense) > SHORT_KV_WASTE * padded(short.block_n)
 
 
+def few_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
+    """Whether a dense call with ``seq_kv`` keys takes the family's few-K/V-tile preset
+    (:data:`HOPPER_FEW_KV_PRESETS`, one warpgroup per CTA): it takes the short preset
+    (:func:`short_kv_tiles`) and ``seq_kv`` fits in :data:`FEW_KV_TILES` of the few preset's K/V tiles
+    (head dim 64: 1 to 256 keys). False for a family or head dim without one, ``seq_kv`` None or 0.
+
+    Raises:
+        ScheduleError: ``seq_kv`` is not None and not a non-negative integer (a bool is not one).
+    """
+    if not short_kv_tiles(head_dim, family, seq_kv):
+        return False
+    few = FEW_KV_FAMILIES.get(family, {}).get(head_dim)
+    return few is not None and int(seq_kv) <= FEW_KV_TILES * few.block_n
+
+
 def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, seq_kv=None) -> Schedule:
     """The built-in schedule for head dim 64, 128 or 256 of a family of targets (``"b200"``:
     sm100a and its emulation; ``"hopper"``: sm90a). ``b200c.default_schedule(head_dim, target=...)``
@@ -172,7 +201,8 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     calls with a score_mod / mask_mod that is not light (Hopper: smaller K/V tiles,
     :data:`HOPPER_MOD_PRESETS`; light mods, :func:`b200c.codegen.mods.light`, keep the dense ones).
     ``seq_kv``: the call's key length (int) for a dense call: a short one takes smaller K/V tiles
-    (:func:`short_kv_tiles`, Hopper); None (the default) gives the head dim's preset.
+    (:func:`short_kv_tiles`, Hopper), a very short one at head dim 64 one warpgroup per CTA
+    (:func:`few_kv_tiles`); None (the default) gives the head dim's preset.
 
     Raises:
         ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family; a ``seq_kv``
@@ -188,5 +218,7 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     except (KeyError, TypeError):
         raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256") from None
     if short_kv_tiles(head_dim, family, seq_kv) and not mods:
+        if few_kv_tiles(head_dim, family, seq_kv):
+            return FEW_KV_FAMILIES[family][head_dim]
         return SHORT_KV_FAMILIES[family][head_dim]
     return preset

@@ -99,8 +99,8 @@ def test_drop_in_without_a_schedule_runs_natively_on_hopper(monkeypatch):
 
 def test_short_key_presets(monkeypatch):
     """The short-K/V presets (128 / 128 / 64-row K/V tiles for a few hundred keys, what cross-attention to
-    text or audio tokens runs without a schedule) at every head dim: S_kv 1, 77, 251 (one partial tile, a
-    whole one and a partial one), S_q 251 and 1000, causal (rows with no key: O = 0, LSE = -inf) and not,
+    text or audio tokens runs without a schedule) at every head dim, and the few-K/V one (head dim 64):
+    S_kv 1, 77, 251 (one partial tile, a whole one and a partial one), S_q 251 and 1000, causal (rows with no key: O = 0, LSE = -inf) and not,
     GQA 8/2; against FP32 attention with the FlashAttention rule (the sweep's reference and check),
     natively."""
     import warnings
@@ -122,17 +122,19 @@ def test_short_key_presets(monkeypatch):
                 q = torch.randn(2, 8, s_q, d, device="cuda", dtype=torch.bfloat16)
                 k = torch.randn(2, 2, s_kv, d, device="cuda", dtype=torch.bfloat16)
                 v = torch.randn(2, 2, s_kv, d, device="cuda", dtype=torch.bfloat16)
-                short = presets.HOPPER_SHORT_KV_PRESETS[d]
-                for causal in (False, True):
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("error", b200c.FallbackWarning)
-                        out, lse = b200c.attention(q, k, v, schedule=short, causal=causal, target="sm90a",
-                                                   return_lse=True)
-                    chk = sweep.Check()
-                    chk.add(out, lse, *sweep.reference(q, k, v, d ** -0.5, causal))
-                    status, tol, fails = chk.verdict()
-                    assert status == "PASS", (d, s_kv, s_q, causal, fails)
-        out = b200c.attention(q, k, v)  # schedule=None picks it for S_kv = 251
-        assert torch.equal(out, b200c.attention(q, k, v, schedule=presets.HOPPER_SHORT_KV_PRESETS[d]))
+                for short in (presets.HOPPER_SHORT_KV_PRESETS[d], presets.HOPPER_FEW_KV_PRESETS.get(d)):
+                    for causal in (False, True) if short else ():
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("error", b200c.FallbackWarning)
+                            out, lse = b200c.attention(q, k, v, schedule=short, causal=causal, target="sm90a",
+                                                       return_lse=True)
+                        chk = sweep.Check()
+                        chk.add(out, lse, *sweep.reference(q, k, v, d ** -0.5, causal))
+                        status, tol, fails = chk.verdict()
+                        assert status == "PASS", (short.name, d, s_kv, s_q, causal, fails)
+        # schedule=None picks the few-K/V preset for S_kv = 251 at head dim 64, the short one elsewhere
+        picked = presets.HOPPER_FEW_KV_PRESETS.get(d, presets.HOPPER_SHORT_KV_PRESETS[d])
+        out = b200c.attention(q, k, v)
+        assert torch.equal(out, b200c.attention(q, k, v, schedule=picked))
     assert {lk.built.launch.name for lk in op._kernels.values()} == {
-        presets.HOPPER_SHORT_KV_PRESETS[d].name for d in (64, 128, 256)}
+        *(presets.HOPPER_SHORT_KV_PRESETS[d].name for d in (64, 128, 256)), presets.HOPPER_FEW_KV_PRESETS[64].name}
