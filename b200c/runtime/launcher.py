@@ -100,8 +100,8 @@ def pack_balances(info, batch: int, heads: int, heads_kv: int, seq_q: int, seq_k
     loaded CTA visits more tiles than the unpacked one's. Measured on the H200: (2, 16, 4096, 128)
     causal with 8 K/V heads (a Llama-style decoder's prefill) ran 300.6 us packed against cuDNN's
     260.3; its most loaded CTA visits 134 K/V tiles packed against a mean of 95 (1.41x), 100 unpacked
-    (mean 97, 1.03x); unpacked, the same call ran 236.2 us against cuDNN's 259.6. Not modelled past :data:`BALANCE_ROUNDS` rounds of the grid (packing stays).
-    Cached per shape."""
+    (mean 97, 1.03x); unpacked, the same call ran 236.2 us against cuDNN's 259.6. Not modelled past
+    :data:`BALANCE_ROUNDS` rounds of the grid (packing stays). Cached per shape."""
     if not info.persistent:
         return True
     grid_packed = info.grid(batch, heads, seq_q, num_sms, True)
