@@ -464,6 +464,7 @@ def test_short_key_sequences_take_smaller_kv_tiles():
         (64, 251): F,        # 448 against 256 keys, within two 128-row tiles
         (64, 1): F,          # 224 against 128
         (64, 256): F,        # 448 against 256
+        (64, 200): None,     # 224 against 256: one of the preset's tiles, no padding to save
         (64, 257): S,        # 448 against 384: past two 128-row tiles
         (64, 1024): None,    # 1120 against 1024
         (64, 512): S,        # 672 against 512

@@ -135,27 +135,16 @@ class Target(msgspec.Struct, frozen=True):
             seq_kv = None  # calls with mods keep their presets' tiles (light ones: the dense preset's)
         return default_schedule(head_dim, self.presets, bool(mods), seq_kv)
 
-    def short_kv_tiles(self, head_dim: int, seq_kv) -> bool:
-        """Whether a dense call with ``seq_kv`` keys takes this target's short-K/V-tile preset
-        (:func:`b200c.dsl.presets.short_kv_tiles`; False without built-in schedules).
+    def short_kv_preset(self, head_dim: int, seq_kv):
+        """The preset a dense call with ``seq_kv`` keys takes because its keys are few
+        (:func:`b200c.dsl.presets.short_kv_preset`), or None (also without built-in schedules).
 
         Raises:
             ScheduleError: ``seq_kv`` not None and not a non-negative integer.
         """
-        from ..dsl.presets import short_kv_tiles
+        from ..dsl.presets import short_kv_preset
 
-        return bool(self.presets) and short_kv_tiles(head_dim, self.presets, seq_kv)
-
-    def few_kv_tiles(self, head_dim: int, seq_kv) -> bool:
-        """Whether a dense call with ``seq_kv`` keys takes this target's few-K/V-tile preset
-        (:func:`b200c.dsl.presets.few_kv_tiles`; False without built-in schedules).
-
-        Raises:
-            ScheduleError: ``seq_kv`` not None and not a non-negative integer.
-        """
-        from ..dsl.presets import few_kv_tiles
-
-        return bool(self.presets) and few_kv_tiles(head_dim, self.presets, seq_kv)
+        return short_kv_preset(head_dim, self.presets, seq_kv) if self.presets else None
 
     def source_target(self) -> "Target":
         """The record of :attr:`source` (self for a native target)."""

@@ -179,19 +179,22 @@ def short_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
     return n <= SHORT_KV_TILES * dense and padded(dense) > SHORT_KV_WASTE * padded(short.block_n)
 
 
-def few_kv_tiles(head_dim: int, family: str, seq_kv) -> bool:
-    """Whether a dense call with ``seq_kv`` keys takes the family's few-K/V-tile preset
-    (:data:`HOPPER_FEW_KV_PRESETS`, one warpgroup per CTA): it takes the short preset
-    (:func:`short_kv_tiles`) and ``seq_kv`` fits in :data:`FEW_KV_TILES` of the few preset's K/V tiles
-    (head dim 64: 1 to 256 keys). False for a family or head dim without one, ``seq_kv`` None or 0.
+def short_kv_preset(head_dim: int, family: str, seq_kv) -> Schedule | None:
+    """The preset a dense call with ``seq_kv`` keys takes in place of the head dim's because its keys are
+    few, or None: where :func:`short_kv_tiles` holds, the few-K/V-tile preset (:data:`HOPPER_FEW_KV_PRESETS`,
+    one warpgroup per CTA) if ``seq_kv`` fits in :data:`FEW_KV_TILES` of its K/V tiles (head dim 64: 1-128
+    and 225-256 keys; 129-224 fit one of the preset's 224-row tiles, which it keeps), else the short-K/V-tile
+    one (:data:`HOPPER_SHORT_KV_PRESETS`).
 
     Raises:
         ScheduleError: ``seq_kv`` is not None and not a non-negative integer (a bool is not one).
     """
     if not short_kv_tiles(head_dim, family, seq_kv):
-        return False
+        return None
     few = FEW_KV_FAMILIES.get(family, {}).get(head_dim)
-    return few is not None and int(seq_kv) <= FEW_KV_TILES * few.block_n
+    if few is not None and int(seq_kv) <= FEW_KV_TILES * few.block_n:
+        return few
+    return SHORT_KV_FAMILIES[family][head_dim]
 
 
 def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, seq_kv=None) -> Schedule:
@@ -202,7 +205,7 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     :data:`HOPPER_MOD_PRESETS`; light mods, :func:`b200c.codegen.mods.light`, keep the dense ones).
     ``seq_kv``: the call's key length (int) for a dense call: a short one takes smaller K/V tiles
     (:func:`short_kv_tiles`, Hopper), a very short one at head dim 64 one warpgroup per CTA
-    (:func:`few_kv_tiles`); None (the default) gives the head dim's preset.
+    (:func:`short_kv_preset`); None (the default) gives the head dim's preset.
 
     Raises:
         ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family; a ``seq_kv``
@@ -217,8 +220,7 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
         preset = table[head_dim]
     except (KeyError, TypeError):
         raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256") from None
-    if short_kv_tiles(head_dim, family, seq_kv) and not mods:
-        if few_kv_tiles(head_dim, family, seq_kv):
-            return FEW_KV_FAMILIES[family][head_dim]
-        return SHORT_KV_FAMILIES[family][head_dim]
+    short = short_kv_preset(head_dim, family, seq_kv)  # seq_kv checked with mods too
+    if short is not None and not mods:
+        return short
     return preset

@@ -199,7 +199,7 @@ def _schedule_json(schedule, target: str = "auto") -> str:
 # ---- the built-in schedule of a call ---------------------------------------------
 
 
-_defaults: dict = {}  # (device index, target, head dim, mods, short K/V, few K/V) -> the built-in Schedule
+_defaults: dict = {}  # (device index, target, head dim, mods) -> the built-in Schedule
 _default_targets: dict = {}  # (device index, target) -> the target record whose presets run
 
 
@@ -209,7 +209,7 @@ def default_schedule_for(q, target="auto", mods: bool = False, seq_kv=None):
     native target (a Hopper GPU: the sm90a presets; a B200: sm100a's), never the emulation target's.
     ``mods``: the presets for calls with a score_mod / mask_mod. ``seq_kv``: a dense call's key length
     (an int): a short one takes the target's smaller K/V tiles where it has them
-    (:func:`b200c.dsl.presets.short_kv_tiles`, :func:`b200c.dsl.presets.few_kv_tiles`).
+    (:func:`b200c.dsl.presets.short_kv_preset`).
 
     Raises:
         ScheduleError: no built-in schedule for q's head dim.
@@ -225,13 +225,14 @@ def _default(dev: int, target, d: int, mods: bool = False, seq_kv=None):
     if t is None:
         t = _default_target(dev, target)
         _default_targets[(dev, target)] = t
-    short = not mods and seq_kv is not None and t.short_kv_tiles(d, seq_kv)
-    few = short and t.few_kv_tiles(d, seq_kv)
-    key = (dev, target, d, mods, short, few)
+    short = None if mods or seq_kv is None else t.short_kv_preset(d, seq_kv)
+    if short is not None:
+        return short
+    key = (dev, target, d, mods)
     hit = _defaults.get(key)
     if hit is not None:
         return hit
-    s = t.default_schedule(d, mods, seq_kv if short else None)
+    s = t.default_schedule(d, mods)
     _defaults[key] = s
     return s
 
