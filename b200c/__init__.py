@@ -10,10 +10,12 @@ Public API:
     attention(q, k, v, *, schedule, ...)  like flash_attn_func (b200c.runtime)
     attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule, ...)
                              like flash_attn_varlen_func
+    attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, ...)
+                             like flash_attn_with_kvcache (decoding; split-KV, paged caches)
     scaled_dot_product_attention(query, key, value, ...)  drop-in for torch's SDPA
     errors: ScheduleError, ResourceError, IssueOrderError, BuildError, TargetError,
             LaunchError, UnsupportedDeviceError, BarrierTimeoutError, ProtocolError,
-            BackwardNotSupportedError, DrawError; warning: FallbackWarning
+            BackwardNotSupportedError, DrawError; warnings: FallbackWarning, PerformanceWarning
 """
 from .errors import (
     B200cError,
@@ -24,6 +26,7 @@ from .errors import (
     FallbackWarning,
     IssueOrderError,
     LaunchError,
+    PerformanceWarning,
     ProtocolError,
     ResourceError,
     ScheduleError,
@@ -79,7 +82,7 @@ def default_schedule(head_dim: int, target: str = "sm100a", mods=False, seq_kv=N
 # (PEP 562), so `import b200c` and `b200c compile` stay free of torch. After that first
 # use they are plain attributes of this module: no wrapper frame per call, and nothing
 # that torch.compile would guard on or recompile for.
-_RUNTIME = ("attention", "attention_varlen", "scaled_dot_product_attention")
+_RUNTIME = ("attention", "attention_varlen", "attention_with_kvcache", "scaled_dot_product_attention")
 
 
 def _register_torch_provider() -> None:
@@ -121,6 +124,7 @@ __all__ = [
     "default_schedule",
     "attention",
     "attention_varlen",
+    "attention_with_kvcache",
     "scaled_dot_product_attention",
     "B200cError",
     "ScheduleError",
@@ -128,6 +132,7 @@ __all__ = [
     "IssueOrderError",
     "BuildError",
     "TargetError",
+    "PerformanceWarning",
     "LaunchError",
     "ProtocolError",
     "DrawError",

@@ -181,8 +181,13 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
             print(f"b200c: note: no SASS counts ({e})", file=sys.stderr)
             sass = False
     d = tempfile.mkdtemp(prefix="b200c_check_")
+    stems = [Path(f).stem for f in files]
+    dirs = []  # a file's sources go to d/<stem>.cu; two files of one stem (a/s.py b/s.py) each get a subfolder
+    for i, stem in enumerate(stems):  # (else -j N threads write one s.cu / s.cubin at once)
+        dirs.append(Path(d) if stems.count(stem) == 1 else Path(d) / str(i))
+        dirs[-1].mkdir(exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        rows = list(ex.map(lambda f: check_one(f, Path(d), sass, target), files))
+        rows = list(ex.map(lambda f, w: check_one(f, w, sass, target), files, dirs))
     notes = sys.stderr if as_json else sys.stdout
     from .codegen.targets import AUTO, native_targets, resolve, resolve_or_auto
 
@@ -206,7 +211,7 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
     for line in stack_notes(rows, sass):
         print(line, file=notes)
     bad = [r for r in rows if "error" in r]
-    kept = any(Path(d).iterdir())
+    kept = any(p.is_file() for p in Path(d).rglob("*"))
     if not (bad and kept):
         shutil.rmtree(d, ignore_errors=True)
     if bad:

@@ -1,6 +1,7 @@
 """The ``b200c`` command line (also ``python -m b200c``).
 
     b200c compile FILE [-o OUT|-] [--emit plan|ir|cu|ptx|cubin] [--target auto|sm100a|sm90a]
+                  [--score-mod FILE.py:FUNC] [--mask-mod FILE.py:FUNC]
     b200c check FILE... [--no-sass] [-j N] [--json] [--target auto|sm100a|sm90a]   validate + nvcc/ptxas +
                         SASS counts, one row per schedule, + each warp role's steady-state loop
     b200c build FILE... [--target auto|sm100a|emulate|sm90a] [-j N]   build into the on-disk kernel cache
@@ -50,8 +51,28 @@ class _Parser(argparse.ArgumentParser):
                        self._option_string_actions]
             if unknown:
                 message = f"unrecognized arguments: {' '.join(unknown)}"
+        message += _did_you_mean(message, self._option_string_actions)
         hint = f"b200c {sub} --help" if sub else "b200c --help"
         self.exit(2, f"b200c: error: {message}; see '{hint}'\n")
+
+
+def _did_you_mean(message: str, options) -> str:
+    """``" (did you mean 'compile'?)"`` for argparse's message about a mistyped subcommand or choice
+    (``b200c compil``, ``--emit cuu``) or option (``--ouput``: against ``options``, the parser's option
+    strings); ``""`` when nothing is close."""
+    import difflib
+    import re
+
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if m:
+        words, choices = [m.group(1)], re.findall(r"[\w.-]+", m.group(2))
+    elif message.startswith("unrecognized arguments:"):
+        words = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+        choices = [o for o in options if o.startswith("--")]
+    else:
+        return ""
+    found = [c for w in words for c in difflib.get_close_matches(w, choices, n=1, cutoff=0.75)]
+    return f" (did you mean {' or '.join(repr(c) for c in found)}?)" if found else ""
 
 
 _argv: list = []  # the arguments main() parses (for _Parser.error)
@@ -125,6 +146,7 @@ def _writable(out: Path) -> None:
 
 
 def _check_schedule_paths(files: list[str], one: bool = False) -> None:
+    """Each of ``files`` is an existing ``.py`` file (a schedule file), else a UsageError naming it."""
     for f in files:
         p = Path(f)
         if p.is_dir():
@@ -132,6 +154,9 @@ def _check_schedule_paths(files: list[str], one: bool = False) -> None:
             raise UsageError(f"schedule file {f!r} is a directory, not a file; pass {what}")
         if not p.is_file():
             raise UsageError(f"schedule file {f!r} does not exist (relative to {Path.cwd()})")
+        if p.suffix != ".py":
+            raise UsageError(f"{f!r} is not a schedule file: a schedule file is Python (.py) defining a module-level "
+                             f"`schedule`, e.g. examples/07_compute_pipeline.py")
 
 
 def _target_or_auto(text: str):
@@ -157,6 +182,8 @@ def _compile(args) -> int:
     from .codegen.targets import AUTO, schedule_target
     from .dsl.loader import load_with_dependencies
 
+    if Path(args.file).is_file():
+        _check_schedule_paths([args.file], one=True)  # a missing file or a folder: the loader's own message
     to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
     out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
@@ -167,6 +194,10 @@ def _compile(args) -> int:
         _writable(out)
     if args.target == AUTO:
         args.target = schedule_target(schedule)
+    mods = _traced_mods(args)
+    if mods is not None and args.emit in ("plan", "ir"):
+        raise UsageError(f"--score-mod / --mask-mod change the kernel's source, not its {args.emit}; use --emit cu, "
+                         f"ptx or cubin")
     if args.emit == "plan":
         from .codegen import make_plan
 
@@ -175,7 +206,7 @@ def _compile(args) -> int:
         from .codegen import lower
 
         return _write(lower(schedule, target=args.target).text(), out)
-    kernel = generate(schedule, args.target)
+    kernel = generate(schedule, args.target, mods=mods)
     if args.emit == "cu":
         return _write(kernel.source, out)
     import tempfile
@@ -201,6 +232,52 @@ def _compile(args) -> int:
     return 0
 
 
+def _mod_function(spec: str, option: str):
+    """The function ``spec`` names: ``FILE.py:NAME`` (a Python file, relative to the working folder) or
+    ``MODULE:NAME`` (an importable module)."""
+    import importlib
+    import importlib.util
+
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise UsageError(f"{option} {spec!r}: write FILE.py:FUNCTION or MODULE:FUNCTION (e.g. my_mods.py:bias)")
+    if where.endswith(".py"):
+        if not Path(where).is_file():
+            raise UsageError(f"{option} {spec!r}: file {where!r} does not exist (relative to {Path.cwd()})")
+        loaded = importlib.util.spec_from_file_location(f"_b200c_mods_{Path(where).stem}", where)
+        module = importlib.util.module_from_spec(loaded)
+        loaded.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise UsageError(f"{option} {spec!r}: cannot import module {where!r} ({e})") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"{option} {spec!r}: {where!r} defines no function {name!r}")
+    return fn
+
+
+def _traced_mods(args):
+    """The ModSet of ``--score-mod`` / ``--mask-mod`` (traced as :func:`b200c.attention` traces them,
+    with the index math of calls whose B, H and S are below 2^21, as nearly every call's), or None.
+    Only these options import torch."""
+    if not (args.score_mod or args.mask_mod):
+        return None
+    import msgspec
+
+    from .dsl.mods import trace_mods
+
+    score = _mod_function(args.score_mod, "--score-mod") if args.score_mod else None
+    mask = _mod_function(args.mask_mod, "--mask-mod") if args.mask_mod else None
+    try:
+        mods, _ = trace_mods(score_mod=score, mask_mod=mask)
+    except ScheduleError as e:  # the function's mistake, not the schedule file's
+        named = " / ".join(o for o, v in (("--score-mod", args.score_mod), ("--mask-mod", args.mask_mod)) if v)
+        raise UsageError(f"{named}: {e}") from None
+    return msgspec.structs.replace(mods, small_indices=True)
+
+
 def _write(text: str, out: Path | None) -> int:
     if out is not None:
         out.write_text(text)
@@ -216,7 +293,15 @@ def _check(args) -> int:
 
     _check_schedule_paths(args.files)
     find_nvcc()  # a missing nvcc is an error for the whole command, not one failed row per schedule
-    return check_files(args.files, sass=not args.no_sass, jobs=args.jobs, as_json=args.json, target=args.target)
+    return check_files(args.files, sass=not args.no_sass, jobs=args.jobs or _cpu_count(), as_json=args.json,
+                       target=args.target)
+
+
+def _cpu_count() -> int:
+    """``-j``'s default for check and build: the CPU count."""
+    import os
+
+    return os.cpu_count() or 1
 
 
 def _build(args) -> int:
@@ -282,6 +367,13 @@ def make_parser() -> argparse.ArgumentParser:
                         "(default); ptx, cubin: nvcc output for the target")
     c.add_argument("--target", type=_target_or_auto, default="auto",
                    help=_target_help("the schedule's own target (sm90a for examples/hopper, else sm100a)"))
+    c.add_argument("--score-mod", metavar="FILE.py:FUNC",
+                   help="compile a score_mod into the kernel: FILE.py:FUNCTION or MODULE:FUNCTION, "
+                        "score_mod(score, b, h, q_idx, kv_idx) -> score (the kernel b200c.attention(..., "
+                        "schedule=FILE, score_mod=FUNCTION) runs; needs torch)")
+    c.add_argument("--mask-mod", metavar="FILE.py:FUNC",
+                   help="compile a mask_mod into the kernel: FILE.py:FUNCTION or MODULE:FUNCTION, "
+                        "mask_mod(b, h, q_idx, kv_idx) -> bool (needs torch)")
     c.set_defaults(func=_compile)
     k = sub.add_parser("check", help="validate, emit and compile schedules for their target; print a resource "
                                         "table and each warp role's steady-state loop",
@@ -291,7 +383,7 @@ def make_parser() -> argparse.ArgumentParser:
                                    "mix).", epilog=EXIT_STATUS, formatter_class=fmt)
     k.add_argument("files", nargs="+", metavar="FILE", help="schedule files")
     k.add_argument("--no-sass", action="store_true", help="skip the SASS instruction counts")
-    k.add_argument("-j", "--jobs", type=_jobs, default=2, help="parallel nvcc runs, >= 1 (default 2)")
+    k.add_argument("-j", "--jobs", type=_jobs, default=None, help="parallel nvcc runs, >= 1 (default: CPU count)")
     k.add_argument("--json", action="store_true",
                    help="print the rows (with each role's steady-state loop counts) as JSON instead of tables")
     k.add_argument("--target", type=_target_or_auto, default="auto",
@@ -339,6 +431,9 @@ def main(argv=None) -> int:
     if not _parsers:
         _parsers.append(make_parser())
     _argv[:] = list(sys.argv[1:] if argv is None else argv)
+    if not _argv:  # bare `b200c`: the help, not an error
+        _parsers[0].print_help()
+        return 0
     args, extra = _parsers[0].parse_known_args(argv)
     if extra:  # named against the subcommand's help, not the top level's
         args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")

@@ -94,4 +94,11 @@ class BarrierTimeoutError(LaunchError):
 
 class FallbackWarning(UserWarning):
     """``b200c.scaled_dot_product_attention`` ran ``torch.nn.functional.scaled_dot_product_attention``
-    instead of a b200c kernel; the message says why. Issued once per reason per process."""
+    instead of a b200c kernel; the message says why. Issued on every eager call that falls back (the
+    warning filters decide what is shown: ``warnings.filterwarnings("ignore", category=FallbackWarning)``
+    silences it, ``"once"`` shows each message once); under torch.compile once per reason, when traced."""
+
+
+class PerformanceWarning(UserWarning):
+    """A b200c call took a path slower than its fast one (e.g. a paged KV cache whose pages are smaller
+    than the kernel's K/V tile, gathered into a contiguous copy first); the message says which and why."""

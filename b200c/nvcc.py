@@ -18,14 +18,23 @@ class CompileResult:
     path: Path
     log: str
 
-    def resources(self) -> dict:
-        """Registers, spill bytes and stack frame from ``-Xptxas -v``."""
+    def resources(self, function: str = "b200c_attention") -> dict:
+        """Registers, spill bytes and stack frame of ``function`` from ``-Xptxas -v`` (a module may hold
+        more than one kernel: a split-KV build's combine kernel too); the whole log when it names no
+        function."""
         res = {}
-        m = re.search(r"Used (\d+) registers", self.log)
+        log = self.log
+        parts = re.split(r"ptxas info\s*: Function properties for ", log)
+        for part in parts[1:]:
+            name = part.split(None, 1)[0] if part.strip() else ""
+            if name == function:
+                log = part
+                break
+        m = re.search(r"Used (\d+) registers", log)
         res["registers"] = int(m.group(1)) if m else None
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", self.log)
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
         res["spill_bytes"] = int(m.group(1)) + int(m.group(2)) if m else None
-        m = re.search(r"(\d+) bytes stack frame", self.log)
+        m = re.search(r"(\d+) bytes stack frame", log)
         res["stack_frame"] = int(m.group(1)) if m else None
         return res
 

@@ -7,8 +7,12 @@ The mix (round-robin, seeded): dense calls of several shapes (GQA, causal, LSE),
 slices of a packed QKV tensor, calls on a side stream, CUDA graph replays of a captured call with new
 data, torch.compile(fullgraph=True)'d calls, varlen calls, the SDPA drop-in; and bad calls that must
 raise their typed error (wrong dtype, a head dim b200c does not take, k/v heads that do not divide q's,
-a negative scale, cu_seqlens of the wrong dtype). Every good call is compared with the result the same
-call gave the first time (bit-equal); every bad call must raise the expected b200c error class.
+a negative scale, cu_seqlens of the wrong dtype); and, on tensors made anew by each call, refused calls
+(D = 256 inputs with a D = 128 schedule: a ResourceError) and SDPA drop-in calls that fall back to torch
+(each must say so with one FallbackWarning): every such call's inputs must be freed, so a refusal or a
+fallback that kept them alive shows as growth of the allocated memory (1 MiB per call). Every good call
+is compared with the result the same call gave the first time (bit-equal); every bad call must raise the
+expected b200c error class.
 
 Memory: ``torch.cuda.memory_allocated`` / ``memory_reserved`` (PyTorch's allocator), the driver's used
 device memory (``cuMemGetInfo``) and the process RSS (``/proc/self/statm``), at the start (after the
@@ -22,6 +26,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,6 +117,27 @@ def make_mix(target: str):
     cu64 = cu.to(torch.int64)
     mix.append(("bad: int64 cu_seqlens", b200c.LaunchError, lambda: b200c.attention_varlen(
         vq, vk, vv, cu64, cu64, max(lens), max(lens), target=target)))
+    # refused and fallen-back calls on new tensors per call (1 MiB each): nothing of theirs may stay alive
+    d128 = b200c.default_schedule(128)  # cannot hold D = 256 (768 of 512 TMEM columns), on any device
+    big = rnd(1, 4, 512, 256)
+
+    def refused():
+        q = big.clone()
+        b200c.attention(q, q, q, schedule=d128, target=target)
+
+    mix.append(("refused: D=256 inputs, D=128 schedule, new tensors", b200c.ResourceError, refused))
+
+    def fallen_back():
+        q = big.clone()
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always", b200c.FallbackWarning)
+            out = b200c.scaled_dot_product_attention(q, q, q, schedule=d128, target=target)
+        said = sum(issubclass(w.category, b200c.FallbackWarning) for w in rec)
+        if said != 1:
+            raise RuntimeError(f"the SDPA drop-in fell back with {said} FallbackWarnings, expected 1")
+        return out
+
+    mix.append(("SDPA drop-in falls back, new tensors", "good", fallen_back))
     return mix
 
 

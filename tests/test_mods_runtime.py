@@ -367,10 +367,10 @@ def test_hopper_mod_presets_compile_without_spills(d, tmp_path):
 
     s = default_schedule(d, "hopper", mods=True)
     res = compile_cuda(b200c.codegen.generate(s, "sm90a", mods=ms).source, tmp_path / "k.cubin", "cubin", "sm_90a")
-    # head dim 256: the consumers' 240 registers hold a 128-register O; the masked path spills a few bytes
-    # (nvcc 13.0: 12 B of stores, 24 B of loads, as the document mask alone; with tanh as 1 - 2 / (1 + e^2x)
-    # 4 + 16 B)
-    assert res.resources()["spill_bytes"] <= (36 if d == 256 else 0), res.log
+    # known defect (issue 33 item 7 asks for 0, not yet met): at head dim 256 the consumers' 240 registers hold
+    # a 128-register O and the document mask's masked path spills exactly 36 B (nvcc 13.0: 12 B of stores,
+    # 24 B of loads, the document mask alone gives the same); pinned exactly so any change shows
+    assert res.resources()["spill_bytes"] == (36 if d == 256 else 0), res.log
 
 
 def test_tracing_after_the_one_line_swap_with_a_partial(monkeypatch):
@@ -554,7 +554,9 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
     for name, m in (("dense", None), ("alibi", ms)):
         res = compile_cuda(b200c.codegen.generate(s, "sm90a", mods=m).source, tmp_path / f"{name}.cubin", "cubin",
                            "sm_90a")
-        assert res.resources()["spill_bytes"] == 0, res.log
+        # known defect (issue 33 item 7 asks for 0): the strided mask's per-key addresses spill exactly 16 B at
+        # head dim 128, outside the steady loop (no LDL/STL in it, checked below)
+        assert res.resources()["spill_bytes"] == (16 if (name, d) == ("strided", 128) else 0), res.log
         loops[name] = hot_loop(disassemble(tmp_path / f"{name}.cubin"))
         assert not [x for x in loops[name]["body"] if "LDL" in x or "STL" in x]
     s_regs = s.block_n // 2  # S registers per thread: 64 rows x block_n over 128 threads
@@ -659,8 +661,7 @@ def test_unit_stride_key_bias_loop(d, tmp_path):
     compiles it (a score_mod; ModCall.for_sizes flags the key dimension's stride of 1): each key of the
     thread's fragment is read at a constant offset from one address per K/V tile. The steady K/V loop has
     one load per key column of the thread (block_n / 4) and 258 / 318 / 126 fewer instructions than the
-    same mask with a key stride of 32 (one 64-bit multiply and address per key, which also spills 16 B at
-    head dim 128); the unit-stride kernels do not spill. Exact counts,
+    same mask with a key stride of 32 (one 64-bit multiply and address per key, which also spills 16 B at head dim 128). Exact counts,
     nvcc 13.0, the mods presets' tiles (160 / 128 / 64 rows)."""
     from b200c.dsl.presets import HOPPER_MOD_PRESETS
     from b200c.nvcc import compile_cuda
@@ -678,7 +679,8 @@ def test_unit_stride_key_bias_loop(d, tmp_path):
         assert mc.mods.captured[0].unit_dims == ((3,) if name == "unit" else ())
         res = compile_cuda(b200c.codegen.generate(s, "sm90a", mods=mc.mods).source, tmp_path / f"{name}.cubin",
                            "cubin", "sm_90a")
-        # the strided mask's per-key addresses spill 16 B at head dim 128 (outside the steady loop)
+        # known defect (issue 33 item 7 asks for 0): the strided mask's per-key addresses spill exactly 16 B at
+        # head dim 128, outside the steady loop (no LDL/STL in it, checked below)
         assert res.resources()["spill_bytes"] == (16 if (name, d) == ("strided", 128) else 0), res.log
         loops[name] = hot_loop(disassemble(tmp_path / f"{name}.cubin"))
         assert not [x for x in loops[name]["body"] if "LDL" in x or "STL" in x]

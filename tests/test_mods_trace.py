@@ -225,7 +225,7 @@ CASES = [
      {"bitwise_not", "bitwise_and"}),
     ("to_bool", "mask_mod", lambda b, h, q_idx, kv_idx: (q_idx - kv_idx).bool() & h.to(torch.bool), None,
      {"to_bool"}),
-    ("int_mask_output", "mask_mod", lambda b, h, q_idx, kv_idx: (q_idx - kv_idx) % 2, None, {"to_bool"}),
+    ("int_mask_output", "mask_mod", lambda b, h, q_idx, kv_idx: (q_idx - kv_idx) % 2 != 0, None, {"mod", "ne"}),
     ("load_i64", "mask_mod", lambda b, h, q_idx, kv_idx: DOC_I64[q_idx] == DOC_I64[kv_idx], None, {"load"}),
     ("load_i32_bool", "mask_mod", lambda b, h, q_idx, kv_idx:
         (kv_idx < LENS_I32[b]) & KEEP_BOOL[b, kv_idx] | (kv_idx < LENS_I32[b * 0]), None, {"load"}),

@@ -231,3 +231,103 @@ def test_schedule_file_cached_until_modified(tmp_path):
     assert '"name": "v2"' in api._schedule_json(str(f))
     with pytest.raises(ScheduleError, match="does not exist"):
         api._schedule_json(tmp_path / "missing.py")
+
+
+# ---- compiles: a lock per kernel key ---------------------------------------------------
+
+
+@pytest.fixture
+def slow_builds(monkeypatch):
+    """op.loaded_kernel with generation and build/load replaced: ``builds`` records each (schedule name)
+    build; ``hook`` (set by the test) runs inside the build, with no lock of the test held."""
+    import types
+
+    state = types.SimpleNamespace(builds=[], hook=lambda name: None)
+    monkeypatch.setattr(op, "_kernels", {})
+    monkeypatch.setattr(op, "_key_locks", {}, raising=False)
+    monkeypatch.setattr(op, "device_capability", lambda dev: ((10, 0), "fake GPU"))
+    monkeypatch.setattr(op, "generated_kernel", lambda j, target, mods="": b200c.Schedule.from_json(j).name)
+
+    def build_and_load(gen, target, device):
+        state.builds.append(gen)
+        state.hook(gen)
+        return ("loaded", gen)
+
+    monkeypatch.setattr(op, "kernel_for_generated", build_and_load)
+    return state
+
+
+def _in_threads(*fns, timeout=20):
+    import threading
+
+    results, errors = [None] * len(fns), []
+
+    def run(i, fn):
+        try:
+            results[i] = fn()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i, fn), daemon=True) for i, fn in enumerate(fns)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout)
+    assert not any(th.is_alive() for th in threads), "a thread is still stuck in loaded_kernel"
+    assert not errors, errors
+    return results
+
+
+def test_different_kernels_compile_in_parallel(slow_builds):
+    import threading
+
+    both_inside = threading.Barrier(2, timeout=10)  # broken (an error) unless both builds run at once
+    slow_builds.hook = lambda name: both_inside.wait()
+    a, b = SCHED.replace(name="kernel_a").to_json(), SCHED.replace(name="kernel_b").to_json()
+    got = _in_threads(lambda: op.loaded_kernel(a, "sm100a", 0), lambda: op.loaded_kernel(b, "sm100a", 0))
+    assert got == [("loaded", "kernel_a"), ("loaded", "kernel_b")]
+    assert sorted(slow_builds.builds) == ["kernel_a", "kernel_b"]
+
+
+def test_one_kernel_compiles_once_while_others_wait(slow_builds):
+    import threading
+    import time
+
+    inside, release = threading.Event(), threading.Event()
+
+    def hook(name):
+        inside.set()
+        assert release.wait(10), "the test never released the build"
+
+    slow_builds.hook = hook
+    j = SCHED.replace(name="kernel_once").to_json()
+    first = threading.Thread(target=lambda: op.loaded_kernel(j, "sm100a", 0), daemon=True)
+    first.start()
+    assert inside.wait(10)
+    waiter_done = []
+    waiter = threading.Thread(target=lambda: waiter_done.append(op.loaded_kernel(j, "sm100a", 0)), daemon=True)
+    waiter.start()
+    time.sleep(0.2)
+    assert not waiter_done  # waits for the one build instead of starting its own
+    release.set()
+    first.join(10)
+    waiter.join(10)
+    assert waiter_done == [("loaded", "kernel_once")]
+    assert slow_builds.builds == ["kernel_once"]
+    got = _in_threads(*[lambda: op.loaded_kernel(j, "sm100a", 0)] * 4)  # cached now
+    assert got == [("loaded", "kernel_once")] * 4 and slow_builds.builds == ["kernel_once"]
+
+
+def test_a_failed_build_is_raised_and_tried_again(slow_builds):
+    from b200c.errors import BuildError
+
+    def fail_once(name):
+        if len(slow_builds.builds) == 1:
+            raise BuildError("nvcc failed for kernel 'kernel_retry': error: boom")
+
+    slow_builds.hook = fail_once
+    j = SCHED.replace(name="kernel_retry").to_json()
+    with pytest.raises(BuildError, match="error: boom"):
+        op.loaded_kernel(j, "sm100a", 0)
+    assert op.loaded_kernel(j, "sm100a", 0) == ("loaded", "kernel_retry")  # the key's lock was released
+    assert slow_builds.builds == ["kernel_retry", "kernel_retry"]

@@ -52,6 +52,10 @@ def add_parser(sub, func) -> None:
                                                     "first shape and write DIR/<name>.trace.json (+ .png)")
     b.add_argument("--profile-ctas", type=int, default=2, help="CTAs recorded in a profile (default 2)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--decode", metavar="CASES", help="the decode table instead (files: 'default'): one attention "
+                                                     "step per case, BxH/Hkv:S_kv[xD][qN][pP] or 'default', as GB/s "
+                                                     "next to cuDNN, FlashAttention-2 and the copy bandwidth "
+                                                     "(b200c/bench/decode.py)")
     b.set_defaults(func=func)
 
 
@@ -96,6 +100,20 @@ def run_bench(args, *, timer=None, device=None) -> int:
     from .run import measure
     from .timing import time_ms
 
+    if getattr(args, "decode", None):
+        from . import decode
+
+        cases = decode.parse_cases(args.decode)
+        rows = decode.measure(cases, iters=args.iters, warmup=args.warmup, target=args.target)
+        table = decode.markdown(rows)
+        print(table)
+        if args.md:
+            Path(args.md).write_text(table + "\n")
+        if args.json:
+            import json
+
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return 0
     schedules, shapes = validate_args(args)
     dev = device if device is not None else current_device()
     rows = measure(schedules, shapes, dev, target=args.target, timer=timer or time_ms, warmup=args.warmup,

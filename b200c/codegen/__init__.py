@@ -74,7 +74,12 @@ def make_plan(schedule, target="sm100a"):
     _check_schedule_type(schedule)
     be = backend(target)
     issue = validate_schedule(schedule, be.RULES, p_aliases_s=be.P_ALIASES_S)
-    return be.make_plan(schedule, issue)
+    plan = be.make_plan(schedule, issue)
+    if schedule.kv_splits is not None:  # split-KV (b200c/codegen/work.py): every backend, the same way
+        import msgspec
+
+        plan = msgspec.structs.replace(plan, split_kv=schedule.kv_splits != 1, kv_splits=schedule.kv_splits)
+    return plan
 
 
 def lower(schedule, plan=None, target="sm100a", profile: bool = False, mods=None):

@@ -213,11 +213,15 @@ class TmaLoadTile(Node):
     batch: str = "w.tma_b"
     box_cols: str = "TMA_BOX_INNER"
     slice_bytes: str = "TMA_SLICE_BYTES"
+    # split-KV builds: a K/V tile may come from a paged KV cache (c.block_table): then boxes of c.page_box rows,
+    # each inside one page, at the page's block coordinate; ``first_key``: the tile's first key in the sequence
+    paged: bool = False
+    first_key: str = ""
 
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""
         return (f"tma.load {self.tensor.upper()} rows {self.row} head {self.head} -> smem {self.dst} "
-                f"(complete_tx {self.barrier}{idx})")
+                f"(complete_tx {self.barrier}{idx})" + ("; paged: one box per page run" if self.paged else ""))
 
 
 class Scope(Node):

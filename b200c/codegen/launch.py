@@ -71,6 +71,8 @@ class LaunchInfo:
             (edge ``"B"`` begin or ``"E"`` end of a span).
         serpentine: the plan's work order (:attr:`b200c.codegen.plan.Plan.serpentine`): a persistent
             causal kernel's odd grid-stride rounds run right to left.
+        split_kv: a split-KV build (takes ``num_splits``; its module also holds the combine kernel).
+        kv_splits: the schedule's ``kv_splits`` (None, 0: the count per call; 2..128: fixed).
     """
 
     name: str
@@ -92,6 +94,8 @@ class LaunchInfo:
     trace_tracks: tuple = ()
     trace_events: tuple = ()
     serpentine: bool = False
+    split_kv: bool = False
+    kv_splits: int | None = None
 
     @property
     def kv_box_rows(self) -> int:
@@ -102,19 +106,21 @@ class LaunchInfo:
         """The kernel's :class:`~b200c.codegen.work.WorkDecomposition` (its Python model)."""
         from .work import WorkDecomposition
 
-        return WorkDecomposition(self.block_m, self.block_n, self.q_stages, serpentine=self.serpentine)
+        return WorkDecomposition(self.block_m, self.block_n, self.q_stages, serpentine=self.serpentine,
+                                 split_kv=self.split_kv)
 
-    def num_work_items(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False) -> int:
+    def num_work_items(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False, num_splits: int = 1) -> int:
         """Work items of a problem (the kernel's ``num_work``; :meth:`b200c.codegen.work.WorkDecomposition.num_work`):
         ``B * (H / q_stages if pack_heads else H) * q_groups`` with ``q_groups = ceil(S_q / block_m)``
         when ``pack_heads``, else ``ceil(ceil(S_q / block_m) / q_stages)``; ``seq_q`` is the longest
         query sequence for varlen calls.
         """
-        return self.work().num_work(batch, heads, seq_q, pack_heads)
+        return self.work().num_work(batch, heads, seq_q, pack_heads, num_splits)
 
-    def grid(self, batch: int, heads: int, seq_q: int, num_sms: int, pack_heads: bool = False) -> int:
+    def grid(self, batch: int, heads: int, seq_q: int, num_sms: int, pack_heads: bool = False,
+             num_splits: int = 1) -> int:
         """CTAs to launch: one per work item, or min(work items, SMs) if persistent."""
-        n = self.num_work_items(batch, heads, seq_q, pack_heads)
+        n = self.num_work_items(batch, heads, seq_q, pack_heads, num_splits)
         return min(n, num_sms) if self.persistent else n
 
     def site(self, site_id: int) -> WaitSite | None:
@@ -142,7 +148,7 @@ class LaunchInfo:
 
 def launch_info(plan, ir=None) -> LaunchInfo:
     """Launch configuration of a plan (wait sites from ``ir``, if given)."""
-    from . import mod_kernel
+    from . import mod_kernel, work
 
     return LaunchInfo(
         name=plan.name,
@@ -163,5 +169,7 @@ def launch_info(plan, ir=None) -> LaunchInfo:
         trace_tracks=tuple(ir.trace_tracks) if ir is not None else (),
         trace_events=tuple(ir.trace_events) if ir is not None else (),
         serpentine=plan.serpentine,
-        params=tuple((p.name, p.kind) for p in mod_kernel.params(plan.mods)),
+        params=tuple((p.name, p.kind) for p in mod_kernel.params(plan.mods) + work.params(work.decomposition(plan))),
+        split_kv=plan.split_kv,
+        kv_splits=plan.kv_splits,
     )

@@ -151,8 +151,8 @@ def template_args(mods) -> dict:
 
 def kv_col0(plan, tile: str = "j") -> str:
     """C expression of the first key column (in the sequence) of K/V tile number ``tile`` (visit order)
-    of the work item: with a block mask the visit order maps to tiles through ``kv_tile``."""
-    t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) else (tile if tile.isidentifier() or tile.isdigit()
+    of the work item: with a block mask or split-KV the visit order maps to tiles through ``kv_tile``."""
+    t = f"kv_tile(w, {tile})" if block_sparse(plan.mods) or getattr(plan, "split_kv", False) else (tile if tile.isidentifier() or tile.isdigit()
                                                                 else f"({tile})")
     return f"{t} * BLOCK_N"
 

@@ -127,6 +127,10 @@ class Plan(msgspec.Struct, frozen=True):
     serpentine: bool = False
     # the traced score_mod / mask_mod / sinks compiled into the kernel (b200c.dsl.mod_records.ModSet), or None
     mods: object = None
+    # split-KV build (the schedule's kv_splits is not None or 1): num_splits at launch, partial O/LSE to a
+    # workspace, merged by the module's combine kernel (b200c/codegen/work.py); kv_splits: the schedule's value
+    split_kv: bool = False
+    kv_splits: Optional[int] = None
 
     @property
     def kv_tma(self) -> TmaBoxes:
@@ -223,4 +227,16 @@ class Plan(msgspec.Struct, frozen=True):
             if self.issue.lead:
                 out.append(f"  prologue (K/V tile 0): {' '.join(st.label('0') for st in self.issue.prologue())}")
                 out.append(f"  epilogue (last tile):  {' '.join(st.label('n-1') for st in self.issue.epilogue())}")
+        out += ["", "work decomposition (b200c/codegen/work.py):", "  " + self.split_words()]
         return "\n".join(out) + "\n"
+
+    def split_words(self) -> str:
+        """One line on the plan's split-KV setting (``--emit plan``)."""
+        if self.kv_splits == 1:
+            return "split-KV: never (kv_splits=1)"
+        if not self.split_kv:
+            return ("split-KV: decided per call (kv_splits=None): calls whose items leave SMs idle run the split-KV "
+                    "build (kv_splits=0); --shape B,H,H_kv,S_q,S_kv prints the choice")
+        count = "per call (choose_splits)" if self.kv_splits == 0 else f"{self.kv_splits} per work item (capped at its K/V tiles)"
+        return (f"split-KV build: splits {count}; each split's O (FP32) and LSE to a workspace, merged by "
+                "b200c_attention_combine")

@@ -23,8 +23,8 @@ import hashlib
 from pathlib import Path
 
 # the modules (relative to b200c/codegen) whose code, given repr(ir), decides the verdict
-_VERIFIER_SOURCES = ("verify.py", "cexpr.py", "ir.py", "barriers.py", "plan.py", "tile.py", "verdicts.py",
-                     "tcgen05/ir.py", "sm90/ir.py", "sm90/plan.py")
+_VERIFIER_SOURCES = ("verify.py", "verify_tcgen05.py", "cexpr.py", "ir.py", "barriers.py", "plan.py", "tile.py",
+                     "verdicts.py", "tcgen05/ir.py", "sm90/ir.py", "sm90/plan.py")
 _HERE = Path(__file__).parent
 _PASSED: set = set()  # keys of the IRs that passed in this process
 

@@ -8,9 +8,11 @@ parity has completed, ``Arrive``/``Commit`` count arrivals, ``arrive.expect_tx``
 and TMA loads count transaction bytes (PTX ISA 9.7.13.15: a phase completes
 when the pending arrival count and the transaction count both reach zero;
 ``try_wait.parity(p)`` succeeds once the phase of parity ``p`` completed).
-It runs several problem sizes (K/V tiles per work item, work items per
-persistent CTA) under several interleavings of the roles, and checks, against
-the plan's typed protocol (:mod:`b200c.codegen.barriers`):
+It runs the problem sizes (K/V tiles per work item, work items per persistent
+CTA) that :func:`problem_sizes` chooses from the plan's own rings (every slot
+of the K/V ring and every once-per-tile or once-per-item phase wraps twice,
+sizes around each ring's length), under several interleavings of the roles,
+and checks, against the plan's typed protocol (:mod:`b200c.codegen.barriers`):
 
 * every barrier the IR names is in the plan, every plan barrier is waited on
   and arrived on, and only by the roles the plan names;
@@ -29,6 +31,11 @@ generation may not receive more threads than its count. A role that takes one
 turn too many or too few deadlocks the model. (The wgmma async groups of
 sm_90a, ``wgmma.wait_group``, order registers inside one warpgroup and are not
 a barrier protocol; they are not modelled here.)
+
+For sm_100a IR it first checks the tcgen05 memory model statically: which
+instruction needs which ``tcgen05.wait::ld/st``, ``tcgen05.fence::before/
+after_thread_sync``, ``tcgen05.commit`` or ``fence.proxy.async``
+(:mod:`b200c.codegen.verify_tcgen05`).
 
 A violation raises :class:`b200c.ProtocolError` naming the barrier, the role
 and the step (the IR path to the node, with loop indices). An IR that passed
@@ -51,9 +58,7 @@ from .cexpr import evaluate
 from .ir import (Arrive, AsyncArrive, Assign, Decl, If, KernelIR, Loop, NamedBarArrive, NamedBarSync, PhaseDecl,
                  RingAdvance, Scope, Single, TmaLoadTile, Wait, WorkLoop)
 
-# (K/V tiles per work item) x (work items per CTA) problem sizes, and interleavings
-TILE_COUNTS = (1, 2, 3, 5)
-WORK_COUNTS = (1, 2)
+# interleavings of the roles; the problem sizes come from the plan's rings (:func:`problem_sizes`)
 POLICIES = ("in_order", "reverse", "random")
 
 
@@ -644,14 +649,57 @@ def verify(ir: KernelIR, cached: bool = True) -> None:
         verdicts.record_good(key)
 
 
+def ring_sizes(plan) -> tuple:
+    """(name, slots, uses per K/V tile) of every ring of barrier phases in ``plan``: the K/V ring
+    (``kv_stages`` slots, one token per tile when K and V are paired, two when separate) and each
+    barrier family of more than one instance (one use per tile: the Q-stage families)."""
+    per_tile = 1 if plan.kv_tokens == "paired" else 2
+    rings = [("K/V ring", plan.kv_stages, per_tile)]
+    for b in plan.barriers:
+        if b.count > 1 and b.name not in ("kv_full", "kv_empty"):
+            rings.append((b.name, b.count, 1))
+    return tuple(rings)
+
+
+def problem_sizes(plan) -> tuple:
+    """The (K/V tiles per work item, work items per CTA) sizes the verifier simulates for ``plan``.
+
+    Chosen from the plan's own rings (:func:`ring_sizes`), so every legal ``kv_stages`` and token
+    mode is covered: for each ring of ``R`` slots used ``u`` times per tile, the tile counts that use
+    it ``R - 1``, ``R``, ``R + 1``, ``2R`` and ``2R + 1`` times (every slot's phase wraps twice,
+    and an index or parity that wraps one slot early or late meets a slot still in use), plus
+    1, 2 and 3 tiles and at least ``2 * kv_stages + 1`` tiles. Persistent CTAs also run 2 and 3 work
+    items (a once-per-item phase wraps twice; a ring that goes on across work items starts an item
+    mid-ring), and one-tile work items until the K/V ring wrapped twice across items. Sorted small
+    first (a broken protocol usually fails on a small size)."""
+    tiles = {1, 2, 3, 2 * plan.kv_stages + 1}
+    for _, slots, per_tile in ring_sizes(plan):
+        for uses in (slots - 1, slots, slots + 1, 2 * slots, 2 * slots + 1):
+            if uses >= 1:
+                tiles.add(-(-uses // per_tile))  # ceil
+    works = (1, 2, 3) if plan.persistent else (1,)
+    sizes = {(n, w) for n in tiles for w in works}
+    if plan.persistent:
+        per_tile = ring_sizes(plan)[0][2]
+        sizes.add((1, max(3, -(-(2 * plan.kv_stages + 1) // per_tile))))
+    return tuple(sorted(sizes, key=lambda s: (s[0] * s[1], s)))
+
+
 def _check(ir: KernelIR) -> None:
     _static_checks(ir)
-    works = WORK_COUNTS if ir.plan.persistent else (1,)
-    for n_kv in TILE_COUNTS:
-        for num_work in works:
-            traces = None
-            for policy in POLICIES:
-                m = _Model(ir, n_kv, num_work, traces)
-                m.run(policy, seed=n_kv * 31 + num_work)
-                if traces is None:
-                    traces = m.traces()
+    _tcgen05_checks(ir)
+    for n_kv, num_work in problem_sizes(ir.plan):
+        traces = None
+        for policy in POLICIES:
+            m = _Model(ir, n_kv, num_work, traces)
+            m.run(policy, seed=n_kv * 31 + num_work)
+            if traces is None:
+                traces = m.traces()
+
+
+def _tcgen05_checks(ir: KernelIR) -> None:
+    """The tcgen05 memory-model checks (:mod:`b200c.codegen.verify_tcgen05`) of an sm_100a IR."""
+    from .verify_tcgen05 import check_tcgen05, uses_tcgen05
+
+    if uses_tcgen05(ir):
+        check_tcgen05(ir)

@@ -28,6 +28,18 @@ CTA over the grid-stride loop (132 CTAs, h11's 2 x 64 x 176 tile; ``tests/test_w
 these): the most loaded CTA visits 1.117x / 1.075x / 1.055x the mean at 8x16x4096 / 4x16x8192 /
 2x16x16384 causal in per-head order alone, 1.034x / 1.033x / 1.031x with the serpentine rounds.
 
+Split-KV (flash-decoding; :attr:`WorkDecomposition.split_kv`, a schedule's ``kv_splits``): when the
+items alone would leave SMs idle (a decoding step: one Q tile per (sequence, head group) against a long
+KV cache), each item is cut into ``num_splits`` split items over consecutive ranges of its K/V visits:
+split ``s`` of an item with ``n_kv`` visits takes visits ``[s p, min((s + 1) p, n_kv))``,
+``p = ceil(n_kv / num_splits)`` (an empty range: one fully masked tile, O = 0, LSE = -inf). Split is
+the fastest-varying part of the item number, so the splits of one item run side by side. Each split
+writes its rows' O (FP32, normalised by its own row sum) and LSE to a workspace
+(:func:`part_row`); a second kernel of the same module (``b200c_attention_combine``) merges them:
+``LSE = log sum_s exp(LSE_s)``, ``O = sum_s exp(LSE_s - LSE) O_s`` (attention sinks join there as one
+more term with O = 0), so a row's result does not depend on the split count beyond FP32 rounding.
+How many splits a call takes is decided in Python (:func:`choose_splits`).
+
 The same decomposition exists twice, and they must agree: the device code every backend's
 kernel includes (``templates/work.cuh.j2``, rendered from this record: :func:`template_args`), and
 the Python model here (:meth:`WorkDecomposition.num_work`, :meth:`WorkDecomposition.item`), which
@@ -58,6 +70,9 @@ class WorkItem(msgspec.Struct, frozen=True):
     valid: bool
     kv_lo: int = 0  # block mask: first visited tile and first full tile (else 0: tiles 0 .. n_kv - 1 in order)
     full_lo: int = 0
+    split: int = 0  # split-KV: which split of its item; its visits start at v0 of the item's visit order
+    v0: int = 0
+    n_full_all: int = 0  # split-KV with a block mask: the whole item's full visits (kv_tile's order)
 
 
 class WorkDecomposition(msgspec.Struct, frozen=True):
@@ -73,6 +88,8 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         block_sparse: a mask_mod's block mask gives each item's tiles (:meth:`item` with ``ranges``,
             :meth:`kv_tile`): ``(kv_lo, full_lo, full_hi, kv_hi)`` per item id
             (:meth:`item_id`); the full run is visited first, then the partial tiles.
+        split_kv: the kernel takes ``num_splits`` at launch and each item is cut into that many
+            splits of its K/V visits (module docstring; 1: no split, the same items as without).
     """
 
     block_m: int
@@ -81,6 +98,7 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
     order: str = "longest_first_per_head"
     serpentine: bool = False
     block_sparse: bool = False
+    split_kv: bool = False
 
     def position(self, work: int, num_work: int, grid: int, causal: bool) -> int:
         """The item number that grid-stride index ``work`` stands for (the device's remap at the top
@@ -102,6 +120,15 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         group, rest = work % groups, work // groups
         return rest * groups + (groups - 1 - group if causal else group)
 
+    def tile_of_visit(self, item: WorkItem, v: int) -> int:
+        """The K/V tile that local visit ``v`` of ``item`` loads (the device's ``kv_tile``, or the
+        visit itself without a block mask or splits)."""
+        v += item.v0
+        if self.block_sparse:
+            n_full = item.n_full_all if self.split_kv else item.n_full
+            return self.kv_tile(item.kv_lo, item.full_lo, n_full, v)
+        return v
+
     @staticmethod
     def kv_tile(kv_lo: int, full_lo: int, n_full: int, v: int) -> int:
         """The K/V tile of visit ``v`` of a block-sparse item: the full run first, then the partial
@@ -115,21 +142,49 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         q_tiles = -(-seq_q // self.block_m)
         return q_tiles if pack_heads else -(-q_tiles // self.q_stages)
 
-    def num_work(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False) -> int:
+    def num_work(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False, num_splits: int = 1) -> int:
         """Work items of a problem (the kernel's ``num_work``); ``seq_q`` is the longest query
-        sequence of a varlen call."""
-        return batch * (heads // self.q_stages if pack_heads else heads) * self.q_groups(seq_q, pack_heads)
+        sequence of a varlen call; ``num_splits``: split-KV's splits per item."""
+        return batch * (heads // self.q_stages if pack_heads else heads) * self.q_groups(seq_q, pack_heads) * num_splits
 
     def item(self, work: int, *, batch: int, heads: int, heads_kv: int, seq_q, seq_kv, causal: bool = False,
              pack_heads: bool = False, cu_seqlens_q: Optional[list] = None,
-             cu_seqlens_k: Optional[list] = None, grid: Optional[int] = None, ranges=None) -> WorkItem:
+             cu_seqlens_k: Optional[list] = None, grid: Optional[int] = None, ranges=None, num_splits: int = 1,
+             seqused_k: Optional[list] = None) -> WorkItem:
         """Work item ``work`` (0 <= work < :meth:`num_work`), as the device's ``decode_work`` gives it.
         ``seq_q``/``seq_kv``: the lengths (varlen: the longest, with the prefix sums given); ``grid``:
         the persistent kernel's CTAs (``work`` is then the grid-stride index, remapped by
         :meth:`position`); None: ``work`` is the item number. ``ranges``: a block mask's rows
-        ``(kv_lo, full_lo, full_hi, kv_hi)`` by :meth:`item_id` (block-sparse kernels)."""
+        ``(kv_lo, full_lo, full_hi, kv_hi)`` by :meth:`item_id` (block-sparse kernels).
+        ``num_splits``: split-KV (:attr:`split_kv` kernels): the item is split ``work % num_splits``
+        of the unsplit item ``work // num_splits``. ``seqused_k``: per-sequence key lengths of a KV
+        cache (the keys past them are not read), else None."""
         if grid is not None:
-            work = self.position(work, self.num_work(batch, heads, seq_q, pack_heads), grid, causal)
+            work = self.position(work, self.num_work(batch, heads, seq_q, pack_heads, num_splits), grid, causal)
+        split = 0
+        if num_splits > 1:
+            work, split = divmod(work, num_splits)
+        item = self._item(work, batch, heads, heads_kv, seq_q, seq_kv, causal, pack_heads, cu_seqlens_q,
+                          cu_seqlens_k, ranges, seqused_k)
+        if not self.split_kv:
+            return item
+        return self.split_item(item, split, num_splits)
+
+    @staticmethod
+    def split_item(item: WorkItem, split: int, num_splits: int) -> WorkItem:
+        """Split ``split`` of ``num_splits`` of an item (the device's split step in ``decode_work``):
+        visits ``[split * p, min((split + 1) * p, n_kv))`` with ``p = ceil(n_kv / num_splits)``; an
+        empty range visits one tile past the item's last (fully masked: O = 0, LSE = -inf)."""
+        import msgspec
+
+        per = -(-item.n_kv // num_splits)
+        v0 = split * per
+        here = min(per, item.n_kv - v0)
+        return msgspec.structs.replace(item, split=split, v0=v0, n_kv=max(here, 1),
+                                       n_full=max(0, min(item.n_full - v0, here)), n_full_all=item.n_full)
+
+    def _item(self, work, batch, heads, heads_kv, seq_q, seq_kv, causal, pack_heads, cu_seqlens_q, cu_seqlens_k,
+              ranges, seqused_k) -> WorkItem:
         groups = self.q_groups(seq_q, pack_heads)
         group, rest = work % groups, work // groups
         if causal:
@@ -146,6 +201,8 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         else:
             q_row0 = kv_row0 = 0
             len_q, len_kv = seq_q, seq_kv
+        if seqused_k is not None:
+            len_kv = seqused_k[b]
         valid = q_tile * self.block_m < len_q
         n = -(-len_kv // self.block_n)
         if causal:
@@ -165,8 +222,9 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         return WorkItem(b, h, h_kv, q_tile, q_row0, kv_row0, len_q, len_kv, n_kv, min(full, n_kv), valid)
 
     def col_limit(self, item: WorkItem, row_in_seq: int, j: int, causal: bool = False) -> int:
-        """Columns of K/V tile ``j`` that query row ``row_in_seq`` of ``item``'s sequence sees
+        """Columns of K/V visit ``j`` that query row ``row_in_seq`` of ``item``'s sequence sees
         (>= block_n: all of them; <= 0: none), as the device's ``col_limit``."""
+        j = self.tile_of_visit(item, j) if (self.split_kv or self.block_sparse) else j
         lim = item.len_kv - j * self.block_n
         if causal:
             lim = min(lim, row_in_seq + item.len_kv - item.len_q + 1 - j * self.block_n)
@@ -175,16 +233,117 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
 
 def decomposition(plan) -> WorkDecomposition:
     """The work decomposition of a plan (every backend: the plan's tile and Q stages; the serpentine
-    rounds where the backend's plan asks for them, :attr:`b200c.codegen.plan.Plan.serpentine`)."""
+    rounds where the backend's plan asks for them, :attr:`b200c.codegen.plan.Plan.serpentine`; split-KV
+    where the schedule asks for its build, :attr:`b200c.codegen.plan.Plan.split_kv`)."""
     from .mod_kernel import block_sparse
 
     return WorkDecomposition(plan.tile.block_m, plan.tile.block_n, plan.q_stages, serpentine=plan.serpentine,
-                             block_sparse=block_sparse(getattr(plan, "mods", None)))
+                             block_sparse=block_sparse(getattr(plan, "mods", None)),
+                             split_kv=bool(getattr(plan, "split_kv", False)))
 
 
 def template_args(d: WorkDecomposition) -> dict:
     """What ``templates/work.cuh.j2`` prints from (``work=`` in the kernel template)."""
-    return {"order": d.order, "serpentine": d.serpentine, "block_sparse": d.block_sparse}
+    return {"order": d.order, "serpentine": d.serpentine, "block_sparse": d.block_sparse, "split_kv": d.split_kv}
 
 
-__all__ = ["WorkItem", "WorkDecomposition", "ORDERS", "decomposition", "template_args"]
+# ---- split-KV: the kernel's extra parameters and how many splits a call takes --------------------------
+
+MAX_SPLITS = 128
+
+
+def params(d: WorkDecomposition) -> tuple:
+    """Entry parameters a split-KV kernel adds after the others (:mod:`b200c.codegen.signature`)."""
+    if not d.split_kv:
+        return ()
+    from .signature import Param
+
+    return (
+        Param("num_splits", "i32", "split-KV: splits per work item (1: none; the combine kernel then does nothing)"),
+        Param("part_rows", "i32", "split-KV: rows per (sequence, head) in the workspace (S_q; varlen: total_q)"),
+        Param("o_part", "f32_ptr", "split-KV: each split's O, FP32 (splits, B, H, part_rows, D); varlen B = 1"),
+        Param("lse_part", "f32_ptr", "split-KV: each split's LSE, FP32 (splits, B, H, part_rows), natural log"),
+        Param("seqused_k", "i32_ptr", "KV cache: per-sequence key lengths (B,), or null (seq_kv / cu_seqlens_k)"),
+        Param("block_table", "i32_ptr", "paged KV cache: (B, max_blocks) cache block of each page, or null"),
+        Param("max_blocks", "i32", "paged KV cache: pages per sequence in block_table"),
+        Param("page_size", "i32", "paged KV cache: keys per page (a multiple of 16)"),
+        Param("page_box", "i32", "paged KV cache: rows per K/V TMA box (divides block_n and page_size)"),
+    )
+
+
+def combine_params() -> tuple:
+    """Entry parameters of the split-KV combine kernel ``b200c_attention_combine``."""
+    from .signature import Param
+
+    return (
+        Param("o_part", "f32_ptr", "each split's O, FP32 (splits, B, H, part_rows, D)"),
+        Param("lse_part", "f32_ptr", "each split's LSE, FP32 (splits, B, H, part_rows)"),
+        Param("out", "bf16_ptr", "O, same logical (B, H, S_q, D) shape as Q"),
+        Param("out_stride_b", "i64", "element stride of O over B (varlen: 0)"),
+        Param("out_stride_h", "i64", "element stride of O over H"),
+        Param("out_stride_s", "i64", "element stride of O over S_q (rows)"),
+        Param("lse", "f32_ptr", "log-sum-exp per (B, H, S_q) row in natural-log units, or null"),
+        Param("lse_stride_b", "i64", "element stride of lse over B (varlen: 0)"),
+        Param("lse_stride_h", "i64", "element stride of lse over H"),
+        Param("lse_stride_s", "i64", "element stride of lse over S_q"),
+        Param("sinks", "f32_ptr", "attention sink logit per query head (natural-log units), or null"),
+        Param("rows", "i32", "rows to merge: B * H * part_rows (varlen B = 1)"),
+        Param("heads", "i32", "H"),
+        Param("part_rows", "i32", "rows per (sequence, head)"),
+        Param("num_splits", "i32", "splits per row"),
+    )
+
+
+COMBINE_KERNEL_NAME = "b200c_attention_combine"
+COMBINE_ROWS_PER_CTA = 4  # one warp per row, 4 warps per CTA
+
+
+def choose_splits(items: int, kv_tiles: int, num_sms: int, persistent: bool = False, fixed=None) -> int:
+    """How many splits of its K/V tiles each work item takes (split-KV, flash-decoding).
+
+    Args:
+        items: work items of the call without splits (:meth:`WorkDecomposition.num_work`).
+        kv_tiles: K/V tiles of the longest item (``ceil(S_kv / block_n)``; causal: up to its diagonal).
+        num_sms: the device's SMs (132 on an H200).
+        persistent: the kernel is persistent (grid = min(items, SMs)); the count only sets the items.
+        fixed: the schedule's ``kv_splits`` (None or 0: decided here; 1..128: that count, capped at
+            ``kv_tiles``).
+
+    Returns:
+        1 .. min(128, kv_tiles). The rule (the aim of FlashAttention's ``num_splits_heuristic``, in our
+        words): no split while the items fill 80 % of the SMs; else the count whose last wave of
+        CTAs is fullest (``items * n / (ceil(items * n / SMs) * SMs)``), the smallest count within
+        95 % of the best, with each split keeping at least 2 K/V tiles (the pipeline's prologue and
+        epilogue amortised) and at most two waves of CTAs.
+    """
+    if fixed not in (None, 0):
+        return max(1, min(int(fixed), kv_tiles, MAX_SPLITS))
+    if items <= 0 or kv_tiles <= 1 or items >= 0.8 * num_sms:
+        return 1
+    cap = min(MAX_SPLITS, max(1, kv_tiles // 2), -(-2 * num_sms // items))
+    if cap <= 1:
+        return 1
+
+    def eff(n):
+        ctas = items * n
+        return ctas / (-(-ctas // num_sms) * num_sms)
+
+    best = max(eff(n) for n in range(1, cap + 1))
+    return next(n for n in range(1, cap + 1) if eff(n) >= 0.95 * best)
+
+
+def split_table(d: WorkDecomposition, num_sms: int, shapes) -> list:
+    """Rows ``(B, H, H_kv, S_q, S_kv, items, splits, CTAs)`` of :func:`choose_splits` for ``shapes``
+    ``(B, H, H_kv, S_q, S_kv)`` (``--emit plan --shape``): what a call of each shape launches."""
+    rows = []
+    for b, h, h_kv, s_q, s_kv in shapes:
+        pack = d.q_stages > 1 and (h // h_kv) % d.q_stages == 0 and (-(-s_q // d.block_m)) % d.q_stages != 0
+        items = d.num_work(b, h, s_q, pack)
+        tiles = -(-s_kv // d.block_n)
+        n = choose_splits(items, tiles, num_sms) if d.split_kv else 1
+        rows.append((b, h, h_kv, s_q, s_kv, items, n, items * n))
+    return rows
+
+
+__all__ = ["WorkItem", "WorkDecomposition", "ORDERS", "decomposition", "template_args", "params", "combine_params",
+           "choose_splits", "split_table", "COMBINE_KERNEL_NAME", "MAX_SPLITS"]

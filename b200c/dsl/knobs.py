@@ -35,6 +35,7 @@ ALLOWED = {
     "softmax_regs": "None or a multiple of 8 in 24..256 (all register budgets or none)",
     "correction_regs": "None or a multiple of 8 in 24..256 (with correction_warps=4)",
     "other_regs": "None or a multiple of 8 in 24..256",
+    "kv_splits": "None (per call), 0 (split-KV build, count per call), 1 (never split) or 2..128",
 }
 BOOLS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rowsum", "f32x2", "rowmax_max3", "pingpong")
 

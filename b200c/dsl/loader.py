@@ -7,6 +7,7 @@ notice an edit to any of them.
 """
 from __future__ import annotations
 
+import importlib.machinery
 import io
 import os
 import sys
@@ -29,8 +30,9 @@ def load_schedule_file(path: str | os.PathLike) -> Schedule:
     The file may load other schedule files (``examples/`` is not a package;
     use ``load_schedule_file(Path(__file__).with_name("base.py"))``) and
     import helper modules from its own folder: it runs with its folder on
-    ``sys.path``. Helper modules it imports for the first time are forgotten
-    afterwards, so loading the file again sees their edits.
+    ``sys.path``. Helper modules from its folder that it imports for the first
+    time are forgotten afterwards, so loading the file again sees their edits;
+    b200c's own modules and installed packages never are, wherever the file lies.
 
     Raises:
         ScheduleError: the path is missing or a directory, the file fails to
@@ -173,25 +175,67 @@ def _line_in(e: BaseException, p: Path) -> str:
 
 
 def _forget_local_modules(before: set, folder: Path) -> None:
-    """Drop modules first imported during a load from ``folder`` (record them as dependencies)."""
+    """Drop the schedule's own helper modules first imported during a load from ``folder`` (so loading
+    again runs their edits) and record their files as dependencies.
+
+    A helper is a top-level module or package new in ``sys.modules`` since ``before`` that lies
+    directly in ``folder`` (``folder/name.py``, ``folder/name/``) and that no other import path finds
+    (neither another ``sys.path`` entry nor a meta-path finder such as an editable install's), together
+    with its submodules. Everything else stays: b200c's own modules (imported before any load, and
+    another thread of ``b200c check`` may be importing them right now), installed packages, and a
+    package on ``sys.path`` that happens to lie in the schedule's folder (a schedule in an editable
+    repository root next to ``b200c/``).
+    """
+    new = set(sys.modules) - before  # one C-level copy of the keys: another thread may be importing
+    helpers = {name for name in new if "." not in name and _is_helper(name, folder)}
     stack = getattr(_tracking, "stack", ())
-    for name in set(sys.modules) - before:
+    for name in new:
+        if name.partition(".")[0] not in helpers:
+            continue
         mod = sys.modules.get(name)
         file = getattr(mod, "__file__", None)
-        if not file:
+        if file:
+            try:
+                st = os.stat(file)
+            except OSError:
+                st = None
+            if st is not None:
+                for deps in stack:
+                    deps.setdefault(str(Path(file).resolve()), st)
+        sys.modules.pop(name, None)
+
+
+def _is_helper(name: str, folder: Path) -> bool:
+    """Whether top-level module ``name`` (in ``sys.modules``) lies directly in ``folder`` and is found
+    only through the schedule's folder (not through another ``sys.path`` entry or a meta-path finder)."""
+    mod = sys.modules.get(name)
+    spec = getattr(mod, "__spec__", None)
+    file = getattr(mod, "__file__", None)
+    locations = [Path(file)] if file else [Path(x) / "__init__.py" for x in getattr(mod, "__path__", ())]
+    try:
+        where = {(q.parent.parent if q.name.startswith("__init__.") else q.parent).resolve() for q in locations}
+    except (OSError, RuntimeError):
+        return False
+    if where != {folder} or spec is None:
+        return False
+    others = []
+    for entry in sys.path:
+        try:
+            if Path(entry or ".").resolve() != folder:
+                others.append(entry)
+        except (OSError, RuntimeError, TypeError):
+            others.append(entry)
+    for finder in sys.meta_path:  # as a fresh import without the folder on sys.path would look
+        find = getattr(finder, "find_spec", None)
+        if find is None:
             continue
         try:
-            f = Path(file).resolve()
-        except (OSError, RuntimeError):
-            continue
-        if f.is_relative_to(folder):
-            try:
-                st = os.stat(f)
-            except OSError:
-                continue
-            for deps in stack:
-                deps.setdefault(str(f), st)
-            sys.modules.pop(name, None)
+            found = find(name, others) if finder is importlib.machinery.PathFinder else find(name, None)
+        except Exception:  # a broken finder or path entry: keep the module rather than guess
+            return False
+        if found is not None:  # an installed package (an editable install's finder too), b200c, PYTHONPATH
+            return False
+    return True
 
 
 def load_with_dependencies(path: str | os.PathLike) -> tuple[Schedule, tuple[tuple[str, os.stat_result], ...]]:

@@ -111,6 +111,9 @@ _UNARY_PREC, _ATOM_PREC = 7, 9
 _EXPR_LIMIT = 160  # a shared subexpression longer than this is written by its value name
 
 _I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
+# tensor methods that turn a tensor's values (not its shape or dtype) into Python values
+_READS_VALUES = frozenset({"item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__complex__", "numpy",
+                           "__array__", "__format__", "__repr__", "__str__", "equal", "allclose", "__contains__"})
 _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
@@ -582,11 +585,12 @@ class _Builder:
             if v.type != "f32":
                 v = self.op("to_float", v)
         else:
-            if v.type == "f32":
-                raise self.fail("the mask_mod returns a float", "a mask_mod returns a bool: a comparison "
-                                "(q_idx >= kv_idx) or a combination of them with & | ~")
             if v.type != "bool":
-                v = self.op("to_bool", v)
+                what = "a float" if v.type == "f32" else "an int"
+                raise self.fail(f"the mask_mod returns {what} ({v.type}), not a bool tensor",
+                                "a mask_mod must return a bool tensor (True: the key is visible): a comparison "
+                                "(q_idx >= kv_idx) or a combination of them with & | ~; for an int x meaning "
+                                "'nonzero is visible' write (x) != 0, e.g. (q_idx - kv_idx) != 0")
         return self.values, v
 
 
@@ -872,6 +876,18 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if not isinstance(out, torch.Tensor):
+                if getattr(func, "__name__", None) in _READS_VALUES:
+                    t = next((x for x in _leaves((args, kwargs or {})) if isinstance(x, torch.Tensor)
+                              and id(x) not in self.made), None)
+                    if t is not None:
+                        # a captured tensor's value read into Python: compiled into the kernel as a constant, it
+                        # would not follow later writes to the tensor (its contents are kernel arguments)
+                        raise ScheduleError(
+                            f"{kind}: the values of a captured tensor of shape {tuple(t.shape)} are read into "
+                            f"Python ({getattr(func, '__name__', func)}){_fmt_site(_user_site(_stack_frames()))}; "
+                            "that value would be compiled into the kernel and new values of the tensor not seen; "
+                            "index the tensor with the mod's arguments (t[b * 0] for a one-element tensor: a kernel "
+                            "argument), or pass a Python number")
                 return out
             leaves = _leaves((args, kwargs or {}))
             if not any(isinstance(x, torch.fx.Proxy) for x in leaves):
@@ -1007,7 +1023,7 @@ def trace_mods(score_mod: Optional[Callable] = None, mask_mod: Optional[Callable
             batch index, ``h`` the query head, ``q_idx`` / ``kv_idx`` the query / key position within the
             sequence (int32). Returns the new score; an int result is converted to FP32, a bool is an error.
         mask_mod: None, or ``mask_mod(b, h, q_idx, kv_idx) -> bool``: True where the query sees the key.
-            An int result is converted (nonzero = True); a float result is an error.
+            An int or float result is an error (write ``x != 0``).
         sinks: None, or a tensor of per-head sink logits (FP32, (H,), passed to the kernel separately);
             it only sets ``ModSet.sinks``.
 
@@ -1025,8 +1041,9 @@ def trace_mods(score_mod: Optional[Callable] = None, mask_mod: Optional[Callable
         ScheduleError: a function is not callable or does not take 5 (score_mod) / 4 (mask_mod)
             positional parameters; it calls an operation outside :data:`OPS` (named, with the file:line);
             it branches on a traced value (Python control flow); it captures a tensor of another dtype or
-            a 0-dim tensor; it indexes a tensor wrongly; a score_mod returns a bool or a mask_mod a float;
-            ``sinks`` is not a tensor.
+            a 0-dim tensor; it indexes a tensor wrongly; it reads a captured tensor's values into Python
+            (``t.item()``, ``float(t)``, ``t.tolist()``); a score_mod returns a bool or a mask_mod an int or a
+            float; ``sinks`` is not a tensor.
     """
     if sinks is not None:
         import torch

@@ -100,6 +100,15 @@ class Schedule:
       register budget per warpgroup (24..256, multiple of 8); ``None`` leaves
       the compiler's launch-bounds allocation. On sm_90a ``softmax_regs`` is
       the consumer warpgroups' budget and ``other_regs`` the producer's.
+    * ``kv_splits`` (split-KV, flash-decoding): ``None`` (default): the runtime
+      decides per call from the shape and the SM count
+      (:func:`b200c.codegen.work.choose_splits`; calls that split run this
+      schedule's split-KV build, the others the plain one); ``1``: never split;
+      ``0``: always the split-KV build, the count chosen per call; ``2..128``:
+      that many splits of every work item's K/V tiles (fewer where an item has
+      fewer tiles). A split-KV build writes each split's FP32 O and LSE to a
+      workspace and a second kernel of the same module merges them by
+      log-sum-exp.
 
     Construction checks nothing; :meth:`validate` (run by every compile) checks
     types, ranges and contradictions (``b200c/dsl/validate.py``, one function
@@ -146,6 +155,8 @@ class Schedule:
     softmax_regs: Optional[int] = None
     correction_regs: Optional[int] = None
     other_regs: Optional[int] = None
+    # split-KV (flash-decoding): work items over ranges of the K/V tiles, merged by their LSE
+    kv_splits: Optional[int] = None
 
     # The canonical JSON (to_json()), made once per Schedule: b200c.attention under torch.compile
     # reads this one attribute (one guard on the compiled function) instead of every field (one

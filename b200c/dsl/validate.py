@@ -17,11 +17,13 @@ from ..errors import ScheduleError
 from .issue_order import MAX_KV_STAGES, default_order, parse_issue_order
 from .knobs import ENUMS
 
+MAX_KV_SPLITS = 128  # splits of one work item's K/V tiles (a split's partial O and LSE go to a workspace)
+
 
 
 _INT_FIELDS = ("blog_stage", "block_m", "block_n", "head_dim", "q_stages", "kv_stages", "sw_exp2_per16",
                "s_cache_cols", "correction_warps", "early_pv_cols", "s_load_cols", "rowmax_chains", "o_load_cols")
-_OPT_INT_FIELDS = ("softmax_regs", "correction_regs", "other_regs")
+_OPT_INT_FIELDS = ("softmax_regs", "correction_regs", "other_regs", "kv_splits")
 _BOOL_FIELDS = ("warp_specialized", "persistent", "deferred_s_wait", "split_rowsum", "f32x2", "rowmax_max3",
                 "pingpong")
 _STR_FIELDS = ("name", "p_storage", "swizzle", "kv_tokens", "exp2", "phase_tracking", "tma_l2_promotion", "rowsum")
@@ -119,6 +121,11 @@ def _counts(s) -> None:
         raise ScheduleError(f"rowmax_chains={s.rowmax_chains} must be 1, 2, 4 or 8")
     if s.o_load_cols not in (8, 16, 32):
         raise ScheduleError(f"o_load_cols={s.o_load_cols} must be 8, 16 or 32 (tcgen05.ld/st .x8/.x16/.x32 of O)")
+    if s.kv_splits is not None and not (0 <= s.kv_splits <= MAX_KV_SPLITS):
+        raise ScheduleError(
+            f"kv_splits={s.kv_splits} must be None (decided per call), 0 (split-KV build, count per call), 1 (never "
+            f"split) or 2..{MAX_KV_SPLITS} splits of each work item's K/V tiles"
+        )
 
 
 def _exp2(s) -> None:

@@ -228,6 +228,7 @@ class LoadedKernel:
     hang_report: HangReport | None = None
     emu_masks: tuple | None = None  # (device pointer, slot count) of the TMEM alloc masks
     _keep: list = field(default_factory=list, repr=False)
+    combine: object = None  # split-KV builds: the module's b200c_attention_combine (b200c/codegen/work.py)
 
 
 def load(built: BuiltKernel, device: int) -> LoadedKernel:
@@ -315,6 +316,11 @@ def _load_in(built: BuiltKernel, device: int, dev, ctx) -> LoadedKernel:
     )
     num_sms = _check(cu.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute")
     lk = LoadedKernel(built, device, ctx, module, func, num_sms, block, target)
+    if launch.split_kv:
+        from ..codegen.work import COMBINE_KERNEL_NAME
+
+        lk.combine = _check(cu.cuModuleGetFunction(module, COMBINE_KERNEL_NAME.encode()),
+                            f"cuModuleGetFunction({COMBINE_KERNEL_NAME})")
     if target.emulator_threads:
         _wire_emulator(lk)
     elif target.bounded_waits == "debug":

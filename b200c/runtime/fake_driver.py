@@ -84,9 +84,9 @@ class Launch:
 class FakeFunction:
     """The fake CUfunction: carries the kernel's LaunchInfo (its parameter spec decodes the launches)."""
 
-    def __init__(self, info):
+    def __init__(self, info, spec=None):
         self.info = info
-        self.spec = info.params
+        self.spec = info.params if spec is None else spec  # the combine kernel of a split-KV build: its own
 
 
 @dataclass
@@ -215,7 +215,12 @@ def install(*, target: str = "sm100a", num_sms: int = 132, version: int = 13000)
         masks = (0, 2 * num_sms) if emulated else None
         report = driver.HangReport() if emulated else None
         func = FakeFunction(generated.launch)
-        return driver.LoadedKernel(built, device, object(), None, func, num_sms, block, record, report, masks)
+        lk = driver.LoadedKernel(built, device, object(), None, func, num_sms, block, record, report, masks)
+        if generated.launch.split_kv:
+            from ..codegen.work import combine_params
+
+            lk.combine = FakeFunction(generated.launch, tuple((p.name, p.kind) for p in combine_params()))
+        return lk
 
     mp.setattr(driver, "_cu", lambda: mod)
     mp.setattr(driver, "_driver_version", None)

@@ -169,9 +169,10 @@ class Entry:
     __slots__ = ("lk", "device", "torch_device", "grid", "block", "smem", "default_scale", "block_params",
                  "params_addr", "out_ptr", "lse_ptr", "scale", "masks", "hang", "problem", "pack_heads", "lse_shape",
                  "out_size", "out_stride", "out_dtype", "lse_stride", "context", "_plain", "_cu", "_ok", "_ctx_errors",
-                 "_launch", "_memset")
+                 "_launch", "_memset", "split", "_o_part", "_lse_part")
 
-    def __init__(self, lk, problem, grid: int, values: dict, pack: bool, lse_shape, torch_device, out_like=None):
+    def __init__(self, lk, problem, grid: int, values: dict, pack: bool, lse_shape, torch_device, out_like=None,
+                 split=None):
         from .params import ParamBlock
 
         info = lk.built.launch
@@ -199,7 +200,11 @@ class Entry:
         self.masks = lk.emu_masks  # emulator: TMEM alloc masks zeroed before each launch
         self.hang = lk.hang_report
         self.context = lk.context
-        self._plain = self.masks is None and self.hang is None  # what call() may launch in one step
+        # split-KV (b200c.runtime.split_kv.SplitLaunch): the workspace per call, then the combine launch
+        self.split = split
+        self._o_part = block.slot("o_part") if split is not None else None
+        self._lse_part = block.slot("lse_part") if split is not None else None
+        self._plain = self.masks is None and self.hang is None and split is None  # what call() launches in one step
         cu = driver._cu()
         self._cu = cu
         self._ok = cu.CUresult.CUDA_SUCCESS
@@ -219,6 +224,8 @@ class Entry:
             as :meth:`launch`.
         """
         if not self._plain or _current_device() != self.device or getattr(_bound, "ctx", None) is not self.context:
+            if self.split is not None:
+                return self._call_split(q, scale, extra)
             if self.device >= 0:
                 with torch.cuda.device(self.device):
                     out, lse = self._alloc()
@@ -244,6 +251,17 @@ class Entry:
             self._enqueue(out, lse, scale, True, extra)
         return out, lse
 
+    def _call_split(self, q, scale, extra):
+        """:meth:`call` of a split-KV entry: the splits write the FP32 workspace, the combine kernel merges
+        it into ``out`` and ``lse`` (same stream, in that order)."""
+        if self.device >= 0:
+            with torch.cuda.device(self.device):
+                out, lse = self._alloc()
+        else:
+            out, lse = self._alloc()
+        self.launch(out, lse, scale, extra)
+        return out, lse
+
     def _write_extra(self, extra) -> None:
         """Write per-call parameter values by name (under the launch lock)."""
         slot = self.block_params.slot
@@ -264,14 +282,19 @@ class Entry:
         """
         if self.hang is not None and self.hang.flag:
             driver.check_hang(self.lk)
+        parts = None
         if _current_device() != self.device:
             with torch.cuda.device(self.device):
-                self._enqueue(out, lse, scale, True, extra)
+                if self.split is not None:
+                    parts = self.split.workspace(_empty)
+                self._enqueue(out, lse, scale, True, extra, parts)
             _bound.ctx = None  # leaving the device context made another context current
         else:
-            self._enqueue(out, lse, scale, False, extra)
+            if self.split is not None:
+                parts = self.split.workspace(_empty)
+            self._enqueue(out, lse, scale, False, extra, parts)
 
-    def _enqueue(self, out, lse, scale, force_ctx: bool, extra=None) -> None:
+    def _enqueue(self, out, lse, scale, force_ctx: bool, extra=None, parts=None) -> None:
         ctx = self.context
         if force_ctx or getattr(_bound, "ctx", None) is not ctx:
             driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
@@ -283,6 +306,9 @@ class Entry:
             self.out_ptr.value = out.data_ptr()
             self.lse_ptr.value = 0 if lse is None else lse.data_ptr()
             self.scale.value = self.default_scale if scale is None else scale
+            if parts is not None:
+                self._o_part.value = parts[0].data_ptr()
+                self._lse_part.value = parts[1].data_ptr()
             for retry in (False, True):
                 what, err = "cuLaunchKernel", self._ok
                 if self.masks is not None:
@@ -297,6 +323,16 @@ class Entry:
                     _bound.ctx = ctx
                     continue
                 break
+            if err == self._ok and parts is not None:  # split-KV: merge the splits (b200c/codegen/work.py)
+                sp = self.split
+                slots = sp.slots
+                slots["o_part"].value = parts[0].data_ptr()
+                slots["lse_part"].value = parts[1].data_ptr()
+                slots["out"].value = out.data_ptr()
+                slots["lse"].value = 0 if lse is None else lse.data_ptr()
+                slots["sinks"].value = int(extra.get("sinks", 0)) if extra else 0
+                what = "cuLaunchKernel (split-KV combine)"
+                (err,) = self._launch(sp.function, sp.grid, 1, 1, 128, 1, 1, 0, stream, sp.block.array_addr, 0)
         if err != self._ok:
             self._raise(what, err)
 
@@ -368,11 +404,17 @@ def run(token, target: str, layout: str, q, k, v, scale: float | None, source, c
         LaunchError, UnsupportedDeviceError, BuildError, ScheduleError, ResourceError,
         BarrierTimeoutError: as :func:`b200c.attention`.
     """
+    if mod_call is None and q.dim() == 4 and k.dim() == 4 and q.shape[2 if layout == "bhsd" else 1] == 1:
+        folded = fold_gqa(q, k, layout)
+        if folded is not None:  # a decoding step of a GQA model: one K/V read per K/V head (fold_gqa)
+            out, lse = run(token, target, "bshd", folded, k if layout == "bshd" else k.transpose(1, 2),
+                           v if layout == "bshd" else v.transpose(1, 2), scale, source, False, return_lse)
+            return unfold_gqa(out, lse, q, layout)
     key = (token, target, layout, causal, return_lse, q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape,
            v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.get_device())
     e = _entries.get(key)
     if e is None:
-        e = _new_entry(key, layout, q, k, v, source, causal, return_lse)
+        e = _new_entry(key, layout, q, k, v, source, causal, return_lse, getattr(mod_call, "num_splits", None))
         if not isinstance(e, Entry):
             return e  # an empty problem's result (no launch)
     if mod_call is not None:
@@ -380,7 +422,33 @@ def run(token, target: str, layout: str, q, k, v, scale: float | None, source, c
     return e.call(q, scale)
 
 
-def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool):
+def fold_gqa(q, k, layout: str):
+    """A decoding step's q with its query heads folded into rows: q of one query row per head, (B, H, 1, D)
+    (``layout="bhsd"``) or (B, 1, H, D), and k of H_kv < H heads, as the (B, H / H_kv, H_kv, D) BSHD view
+    (no copy) in which the H / H_kv query heads of one K/V head are the query rows of an MHA problem on
+    H_kv heads. Each K/V head is then read once for all of its query heads (FlashAttention's PackGQA
+    idea, done by the launch). Causal is nothing for one row (bottom-right aligned, it sees every key),
+    so the folded call is non-causal. None where it does not apply (MHA, a last dim that is not
+    contiguous)."""
+    h_dim = 1 if layout == "bhsd" else 2
+    h, h_kv = q.shape[h_dim], k.shape[h_dim]
+    if h_kv <= 0 or h <= h_kv or h % h_kv or q.stride(3) != 1:
+        return None
+    g = h // h_kv
+    s_b, s_h = q.stride(0), q.stride(h_dim)
+    return q.as_strided((q.shape[0], g, h_kv, q.shape[3]), (s_b, s_h, g * s_h, 1))
+
+
+def unfold_gqa(out, lse, q, layout: str):
+    """``(out, lse)`` of a folded call (:func:`fold_gqa`) in the shapes of the call that was folded."""
+    b, d = q.shape[0], q.shape[3]
+    h = q.shape[1 if layout == "bhsd" else 2]
+    o = out.transpose(1, 2).reshape(b, h, d)  # (B, H_kv, g, D) -> query head h_kv * g + i
+    o = o.unsqueeze(2) if layout == "bhsd" else o.unsqueeze(1)
+    return o, None if lse is None else lse.reshape(b, h, 1)
+
+
+def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool, fixed_splits=None):
     from . import inputs
 
     views = (q, k, v) if layout == "bhsd" else tuple(t.transpose(1, 2) for t in (q, k, v))
@@ -404,9 +472,10 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
                                           False, info.block_m):  # packed for the diagonal alone
         pack = pack_balances(info, problem.batch, problem.heads, problem.heads_kv, problem.seq_q, problem.seq_kv,
                              lk.num_sms)
-    n_work = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack)
+    lk, info, splits = _split_kernel(lk, token, key[1], device, source, problem, pack, causal, fixed_splits)
+    n_work = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack, splits)
     check_work_items(n_work)
-    grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms, pack)
+    grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms, pack, splits)
     check_grid(grid)
     maps = tensor_maps(lk, zip("qkv", views))
     sample = torch.empty_like(q)  # empty_like's strides depend only on q's shape and strides
@@ -414,12 +483,42 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     b, h, s = problem.batch, problem.heads, problem.seq_q
     lse_shape = (b, h, s) if return_lse else None
     lse_strides = (h * s, s, 1) if return_lse else (0, 0, 0)
-    values = kernel_arguments(problem, maps, tuple(out_view.stride()[:3]), lse_strides, causal, pack,
-                              problem.head_dim ** -0.5)
+    out_strides = tuple(out_view.stride()[:3])
+    values = kernel_arguments(problem, maps, out_strides, lse_strides, causal, pack, problem.head_dim ** -0.5)
     values.update(mod_defaults(info))
-    e = Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample)
+    split = None
+    if info.split_kv:
+        from .split_kv import SplitLaunch
+
+        values.update(num_splits=splits, part_rows=s, o_part=0, lse_part=0, seqused_k=0, block_table=0, max_blocks=0,
+                      page_size=0, page_box=0)
+        split = SplitLaunch(lk, splits, b * h, s, h, out_strides, lse_strides)
+    e = Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample, split)
     remember(key, e)
     return e
+
+
+def _split_kernel(lk, token, target, device: int, source, problem, pack: bool, causal: bool, fixed=None):
+    """``(loaded kernel, its launch info, splits per work item)`` of a call: a schedule that leaves the
+    count to the call (``kv_splits=None``) runs its split-KV build when :func:`b200c.runtime.split_kv.splits_for`
+    splits (decoding: few items, long K/V); a split-KV build always takes a count (>= 1)."""
+    from .split_kv import check_split, split_token, splits_for
+
+    info = lk.built.launch
+    if info.kv_splits == 1 or (not info.split_kv and info.kv_splits is not None):
+        return lk, info, 1
+    items = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack)
+    n = fixed if fixed else splits_for(info, items, problem.seq_q, problem.seq_kv, causal, lk.num_sms)
+    if not info.split_kv:
+        if n <= 1:
+            return lk, info, 1
+        t = split_token(token)
+        if t is None:
+            return lk, info, 1
+        lk = source.load(t, target, device)
+        info = lk.built.launch
+    check_split(lk, token)
+    return lk, info, max(1, n)
 
 
 def remember(key, e: Entry) -> None:

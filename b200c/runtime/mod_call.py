@@ -1,17 +1,24 @@
-"""Calls with mods (score_mod / mask_mod / attention sinks): the traced functions (cached per
-function), the kernel token and each launch's values of the mods' kernel parameters.
+"""Calls with mods (score_mod / mask_mod / attention sinks): the traced functions (cached, guarded by
+every Python value they read), the kernel token and each launch's values of the mods' kernel parameters.
 
 A :class:`ModCall` holds what one call adds to the plain attention call: the
 :class:`~b200c.dsl.mod_records.ModSet` (part of the kernel's identity: the traced graph, not the
 function's name or the captured values), the captured tensors and the sink logits (kernel
 arguments, written per launch, so new values never recompile) and the mask function the block mask
-is computed from (:mod:`b200c.runtime.block_mask`, cached per mask, captured tensors, shapes and
-tile shape).
+is computed from (:mod:`b200c.runtime.block_mask`, cached per traced mask graph, captured tensors,
+shapes and tile shape: the graph holds every Python value the mask read, so a changed value that the
+guard traces again gives another graph and so another block mask).
 """
 from __future__ import annotations
 
 import collections
+import functools
+import itertools
+import os
+import sys
+import sysconfig
 import threading
+import types
 import weakref
 from collections import OrderedDict
 
@@ -21,9 +28,9 @@ from ..errors import LaunchError
 
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i32": torch.int32,
                  "i64": torch.int64, "bool": torch.bool}
-_traced: "OrderedDict" = OrderedDict()  # (function identities) -> (functions, ModSet, tensors)
+_traced: "OrderedDict" = OrderedDict()  # (root, names version, guard) -> (ModSet, tensors, objects kept)
 _traced_lock = threading.Lock()
-_MAX_TRACED = 32  # each entry keeps its functions (and what they capture) alive
+_MAX_TRACED = 32  # each entry keeps what its guard names by identity (tensors, code objects) alive
 _light: dict = {}  # ModSet JSON -> b200c.codegen.mods.light of it (~140 us to compute: not per call)
 _kv_dims_of: dict = {}  # ModSet JSON -> b200c.codegen.mods.kv_indexed_dims of it
 _specialized: dict = {}  # (ModSet JSON, small_indices, unit_dims) -> ModCall.for_sizes's (ModSet, its JSON)
@@ -194,31 +201,428 @@ def _memo(table: dict, key, make):
     return hit
 
 
-def _identity(fn, depth: int = 3) -> tuple:
-    """What a traced function's result depends on besides its code: the function object, the objects
-    its closure cells, defaults and the globals its code names hold, one level into objects' attributes
-    (``self.alpha``), and nested functions the same way. A rebound variable or attribute traces again;
-    state mutated inside a container (a list changed in place) is not seen."""
+# ---------------------------------------------------------------------------------------------------
+# guards: every Python value a traced function reads, compared on each call before its trace is reused
+#
+# A trace compiles the Python numbers a mod reads into the kernel as constants and takes the tensors it
+# indexes as kernel arguments, so a trace may be reused only while every value it read is unchanged.
+# The guard of a call is a fingerprint of what the functions can read: per function its code, defaults,
+# closure cells and the globals its code names; per value, recursively, its items (tuples, lists, dicts,
+# sets) and the attributes of the names the reached code uses (attribute names, global names and string
+# constants of every code object met, nested ones included: what `obj.name`, `getattr(obj, "name")` or
+# `d["name"]` can read). Numbers, strings, None and dtypes compare by value; tensors by identity, dtype,
+# shape, strides and device (their contents are kernel arguments: new values reuse the trace);
+# torch's, numpy's and the standard library's functions, classes and modules by identity. What the
+# fingerprint names by identity is kept alive by the cache entry, so an equal id is the same object.
+# Values that cannot be listed (an iterator, a user class with __getitem__ / __iter__, a large array)
+# are refused with a ScheduleError naming the path to them.
+
+_LIBRARY = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "builtins", "msgspec"}
+_ALWAYS = ("__call__", "forward")  # how a callable object and an nn.Module run
+_MAX_VALUES = 10_000  # Python values one guard may compare (each call)
+_MAX_ARRAY = 4096  # elements of a numpy array compared by value
+_PLAIN = frozenset({type(None), bool, int, str, bytes, complex, type(Ellipsis), torch.dtype, torch.device,
+                    torch.layout, torch.memory_format})
+_BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
+                      types.MethodWrapperType, types.MethodDescriptorType, types.ClassMethodDescriptorType)
+_EMPTY_CELL = ("empty cell",)
+# what a class's dict holds about itself, not values its methods read
+_CLASS_BOOKKEEPING = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__",
+                                "__slots__", "__orig_bases__", "__parameters__", "__match_args__",
+                                "__dataclass_fields__", "__dataclass_params__", "__firstlineno__",
+                                "__static_attributes__"})
+_MISSING = object()
+_STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")})
+_frozen_of: dict = {}  # names tuple -> its frozenset
+_library_of: dict = {}  # module name -> it belongs to torch, numpy or the standard library
+_walk_of: dict = {}  # type -> the _Guard method that walks its values
+_dynamic_of: dict = {}  # type -> its attributes may be computed (__getattr__ / __getattribute__)
+_names_of: dict = {}  # id(code) -> (code, the names it and its nested code objects use)
+_plans: dict = {}  # the functions' root (codes / types) -> (root objects, names, version)
+_versions = itertools.count()
+
+
+class _Unguardable(Exception):
+    """A value the guard cannot compare: ``what`` it is, ``fix`` what to write instead, ``path`` the steps
+    from the function to it (innermost first)."""
+
+    def __init__(self, what: str, fix: str):
+        super().__init__(what)
+        self.what, self.fix, self.path = what, fix, []
+
+
+def _library(module_name) -> bool:
+    """Whether ``module_name`` (a ``__module__`` / ``__name__``) is torch's, numpy's or the standard
+    library's (its file lies in the standard library's folder, or it is built into the interpreter): their
+    functions, classes and modules are compared by identity, not walked."""
+    if not isinstance(module_name, str):
+        return False
+    hit = _library_of.get(module_name)
+    if hit is None:
+        top = module_name.partition(".")[0]
+        if top in ("torch", "numpy", "msgspec", "builtins"):
+            hit = True
+        elif top not in sys.stdlib_module_names:
+            hit = False
+        else:  # a user module may be called like a standard one ("test", "code"): its file says
+            f = getattr(sys.modules.get(top), "__file__", None)
+            hit = (top in sys.builtin_module_names if f is None else
+                   os.path.abspath(f).startswith(_STDLIB) and "site-packages" not in f)
+        _library_of[module_name] = hit
+    return hit
+
+
+def _frozen(names: tuple) -> frozenset:
+    hit = _frozen_of.get(names)
+    if hit is None:
+        if len(_frozen_of) > 256:
+            _frozen_of.clear()
+        hit = _frozen_of[names] = frozenset(names)
+    return hit
+
+
+def _code_names(code) -> frozenset:
+    """The attribute / global names and string constants of ``code`` and the code objects nested in it."""
+    hit = _names_of.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, str):
+            out.add(c)
+        elif isinstance(c, types.CodeType):
+            out |= _code_names(c)
+        elif isinstance(c, (tuple, frozenset)):
+            out.update(x for x in c if isinstance(x, str))
+    names = frozenset(out)
+    if len(_names_of) > 4096:
+        _names_of.clear()
+    _names_of[id(code)] = (code, names)
+    return names
+
+
+def _get(obj, name: str):
+    """``getattr(obj, name)``; an attribute that raises compares as the exception's type."""
+    try:
+        return getattr(obj, name, _MISSING)
+    except Exception as e:  # noqa: BLE001 - a property that raises: its outcome is the value compared
+        return ("raises", type(e).__name__)
+
+
+class _Guard:
+    """One walk over what the mods can read (:func:`_guard_key`); ``collect``: also gather the code objects
+    met and the objects the fingerprint names by identity (tracing time, not per call)."""
+
+    __slots__ = ("names", "names_set", "keep", "codes", "seen", "left")
+
+    def __init__(self, names: tuple, collect: bool = False):
+        self.names = names
+        self.names_set = _frozen(names)
+        self.keep = [] if collect else None
+        self.codes = {} if collect else None
+        self.seen: dict = {}
+        self.left = _MAX_VALUES
+
+    def at(self, step, v):
+        """The fingerprint of ``v``, reached by ``step`` (an attribute name, an index, a (dict key,))."""
+        try:
+            return self.value(v)
+        except _Unguardable as e:
+            e.path.append(step)
+            raise
+
+    def _kept(self, v, fp):
+        if self.keep is not None:
+            self.keep.append(v)
+        return fp
+
+    def value(self, v):
+        t = type(v)
+        if t in _PLAIN:
+            return (t, v)
+        if t is float:
+            return (t, v) if v == v else (t, "nan")
+        self.left -= 1
+        if self.left < 0:
+            raise _Unguardable(f"more than {_MAX_VALUES} Python values", "read fewer Python values: put a large "
+                               "table in a tensor (a kernel argument, indexed by the mod's arguments)")
+        i = id(v)
+        seen = self.seen.get(i)
+        if seen is not None:
+            return ("seen", seen)
+        self.seen[i] = len(self.seen)
+        walk = _walk_of.get(t)
+        if walk is None:
+            if len(_walk_of) > 4096:
+                _walk_of.clear()
+            walk = _walk_of[t] = _walk_for(t)
+        return walk(self, v, t)
+
+    def tensor(self, v, t):
+        try:
+            strides = v.stride()
+        except RuntimeError:  # a sparse tensor
+            strides = None
+        return self._kept(v, ("tensor", id(v), v.dtype, v.shape, strides, v.device))
+
+    def sequence(self, v, t):
+        return (t, tuple([self.at(k, x) for k, x in enumerate(v)]))
+
+    def dictionary(self, v, t):
+        return (t, tuple([(self.value(k), self.at((k,), x)) for k, x in v.items()]))
+
+    def method(self, v, t):
+        return ("method", self.at("__func__", v.__func__), self.at("__self__", v.__self__))
+
+    def builtin(self, v, t):
+        owner = getattr(v, "__self__", None)
+        if owner is None or isinstance(owner, (types.ModuleType, type)):
+            return self._kept(v, ("id", id(v)))
+        return ("bound", getattr(v, "__name__", ""), self.at("__self__", owner))
+
+    def partial(self, v, t):
+        return ("partial", self.at("func", v.func), self.at("args", v.args), self.at("keywords", v.keywords))
+
+    def module(self, v, t):
+        if _library(v.__name__):
+            return self._kept(v, ("id", id(v)))
+        d = vars(v)
+        return self._kept(v, ("module", id(v), tuple([(n, self.at(n, d[n])) for n in self.names if n in d])))
+
+    def wrapped(self, v, t):  # staticmethod, classmethod
+        return (t, self.at("__func__", v.__func__))
+
+    def prop(self, v, t):
+        return (t, self.at("fget", v.fget))
+
+    def array(self, v, t):
+        if v.size > _MAX_ARRAY:
+            raise _Unguardable(f"a numpy array of {v.size} elements (more than {_MAX_ARRAY})",
+                               "convert it to a tensor outside the function and index it with the mod's arguments "
+                               "(a kernel argument)")
+        return ("ndarray", str(v.dtype), v.shape, v.tobytes())
+
+    def numpy_scalar(self, v, t):
+        return (t, v.item())
+
+    def scalar_like(self, v, t):
+        return (t, v) if v == v else (t, "nan")
+
+    def span(self, v, t):  # range, slice (a slice is not hashable before Python 3.12)
+        return (t, self.value(v.start), self.value(v.stop), self.value(v.step))
+
+    def sequence_like(self, v, t):  # a namedtuple, torch.Size, a subclass of tuple / list
+        return ("sequence", self.at("type", t), tuple([self.at(k, x) for k, x in enumerate(v)]), self.attributes(v, t))
+
+    def mapping_like(self, v, t):
+        return ("mapping", self.at("type", t), tuple([(self.value(k), self.at((k,), x)) for k, x in v.items()]),
+                self.attributes(v, t))
+
+    def set_like(self, v, t):
+        return (t, frozenset([self.value(x) for x in v]))
+
+    def buffer(self, v, t):
+        return (t, bytes(v))
+
+    def iterator(self, v, t):
+        raise _Unguardable(f"an iterator ({t.__qualname__}): reading it changes it",
+                           "pass a list or tuple of the values")
+
+    def container(self, v, t):
+        raise _Unguardable(f"a {t.__qualname__} object: it defines __getitem__ / __iter__, so the items the function "
+                           "may read cannot be listed and compared", "convert it to a dict, list or tuple, or read "
+                           "the value into a Python number before making the mod")
+
+    def obj(self, v, t):
+        return ("object", self.at("type", t), self.attributes(v, t))
+
+    def function(self, f, t=None):
+        if _library(f.__module__):
+            return self._kept(f, ("id", id(f)))
+        code = f.__code__
+        if self.codes is not None:
+            self.codes[id(code)] = code
+            self.keep.append(code)
+        cells = ()
+        if f.__closure__:
+            cells = tuple([self.cell(name, c) for name, c in zip(code.co_freevars, f.__closure__)])
+        g = f.__globals__
+        glob = tuple([(n, self.at(n, g[n])) for n in self.names if n in g])
+        fd = f.__dict__
+        attrs = tuple([(n, self.at(n, fd[n])) for n in self.names if n in fd]) if fd else ()
+        return ("function", id(code), self.at("__defaults__", f.__defaults__),
+                self.at("__kwdefaults__", f.__kwdefaults__), cells, glob, attrs)
+
+    def cell(self, name: str, c):
+        try:
+            x = c.cell_contents
+        except ValueError:  # an empty cell (a variable assigned after the function was made)
+            return _EMPTY_CELL
+        return self.at(name, x)
+
+    def cls(self, c, t=None):
+        """A class: the attributes of the names and every special method (``__mul__``, ``__float__``, ...: run
+        without their name in the code) of its own and its user-defined bases' dicts; torch's, numpy's and the
+        standard library's classes (and what they define) by identity."""
+        if _library(getattr(c, "__module__", None)):
+            return self._kept(c, ("id", id(c)))
+        out = []
+        done = set()
+        for k in c.__mro__:
+            if _library(getattr(k, "__module__", None)):
+                continue
+            for n, x in k.__dict__.items():
+                if n in done or n in _CLASS_BOOKKEEPING:
+                    continue
+                if n in self.names_set or (n[:2] == "__" and n[-2:] == "__"):
+                    done.add(n)
+                    out.append((n, self.at(n, x)))
+        return self._kept(c, ("class", id(c), tuple(out)))
+
+    def nn_module(self, m, t):
+        d = m.__dict__
+        stores = (d.get("_parameters") or {}, d.get("_buffers") or {}, d.get("_modules") or {}, d)
+        out = []
+        for n in self.names:
+            for s in stores:
+                if n in s:
+                    out.append((n, self.at(n, s[n])))
+                    break
+        items = ()
+        if _defines(t, "__getitem__"):  # ModuleList, ModuleDict, Sequential, ParameterList: every item
+            items = (self.at("_modules", stores[2]), self.at("_parameters", stores[0]))
+        return ("nn.Module", self.at("type", t), tuple(out), items, m.training)
+
+    def attributes(self, v, t) -> tuple:
+        """The instance attributes of ``v`` among the names (class-level ones are in the class's fingerprint;
+        properties and slots are read)."""
+        d = getattr(v, "__dict__", None)
+        dynamic = _dynamic_of.get(t)
+        if dynamic is None:
+            if len(_dynamic_of) > 4096:
+                _dynamic_of.clear()
+            dynamic = _dynamic_of[t] = _defines(t, "__getattr__") or t.__getattribute__ is not object.__getattribute__
+        mro = t.__mro__
+        out = []
+        for n in self.names:
+            if d is not None and n in d:
+                out.append((n, self.at(n, d[n])))
+                continue
+            for k in mro:
+                desc = k.__dict__.get(n, _MISSING)
+                if desc is not _MISSING:
+                    break
+            if desc is _MISSING:
+                if not dynamic:
+                    continue
+            elif not hasattr(type(desc), "__set__"):  # a method / class attribute: in the class's fingerprint
+                continue
+            x = _get(v, n)  # a property, a slot, an attribute a C type or __getattr__ computes
+            if x is not _MISSING:
+                out.append((n, self.at(n, x)))
+        return tuple(out)
+
+
+def _walk_for(t):
+    """The :class:`_Guard` method that walks values of type ``t`` (decided once per type)."""
+    G = _Guard
+    exact = {tuple: G.sequence, list: G.sequence, dict: G.dictionary, types.FunctionType: G.function,
+             types.MethodType: G.method, functools.partial: G.partial}
+    if t in exact:
+        return exact[t]
+    checks = ((torch.Tensor, G.tensor), (_BUILTIN_CALLABLES, G.builtin), (types.ModuleType, G.module), (type, G.cls),
+              ((staticmethod, classmethod), G.wrapped), (property, G.prop), (torch.nn.Module, G.nn_module))
+    for base, walk in checks:
+        if issubclass(t, base):
+            return walk
+    if issubclass(t, (int, float, str, bytes, complex)):  # an IntEnum member, numpy.float64, a str subclass
+        return G.scalar_like
+    if t is range or t is slice:
+        return G.span
+    if getattr(t, "__module__", None) == "numpy":
+        if t.__name__ == "ndarray":
+            return G.array
+        if hasattr(t, "item") and hasattr(t, "ndim"):
+            return G.numpy_scalar
+    for base, walk in (((tuple, list), G.sequence_like), ((dict, types.MappingProxyType), G.mapping_like),
+                       ((set, frozenset), G.set_like), ((bytearray, memoryview), G.buffer)):
+        if issubclass(t, base):
+            return walk
+    if _defines(t, "__next__") or issubclass(t, (types.GeneratorType, types.CoroutineType)):
+        return G.iterator
+    if _defines(t, "__getitem__") or _defines(t, "__iter__"):
+        return G.container
+    return G.obj
+
+
+def _defines(t, name: str) -> bool:
+    """Whether instances of ``t`` have the special method ``name`` (its MRO, not its metaclass: an Enum's
+    members are not iterable although the Enum class is)."""
+    return any(name in k.__dict__ for k in t.__mro__)
+
+
+def _root(fn):
+    """What fixes the names a guard of ``fn`` walks: its code (or its type for a callable object)."""
     if fn is None:
-        return (None,)
-    if depth == 0 or not callable(fn):
-        return (id(fn),)
-    owner = getattr(fn, "__self__", None)
-    if owner is not None and getattr(fn, "__func__", None) is not None:  # a bound method: its function and object
-        return (_identity(fn.__func__, depth - 1), id(owner),
-                tuple((k, id(v)) for k, v in getattr(owner, "__dict__", {}).items()))
-    code = getattr(fn, "__code__", None)
-    if code is None and hasattr(fn, "__call__") and hasattr(type(fn), "__call__"):  # a callable object
-        return (id(fn), tuple((k, id(v)) for k, v in getattr(fn, "__dict__", {}).items()))
-    out = [id(fn), id(getattr(fn, "__defaults__", None))]
-    for v in _reads(fn):
-        if callable(v) and getattr(v, "__code__", None) is not None:
-            out.append(_identity(v, depth - 1))
-        elif hasattr(v, "__dict__") and not isinstance(v, (type, type(torch))) and not isinstance(v, torch.Tensor):
-            out.append((id(v), tuple((k, id(a)) for k, a in vars(v).items())))
-        else:
-            out.append(id(v))
-    return tuple(out)
+        return None
+    if type(fn) is types.FunctionType:
+        return id(fn.__code__)
+    if type(fn) is types.MethodType:
+        return ("method", _root(fn.__func__))
+    if type(fn) is functools.partial:
+        return ("partial", _root(fn.func))
+    return ("object", id(type(fn)))
+
+
+def _root_objects(fn) -> tuple:
+    """The objects :func:`_root` names by id (kept alive with the names, so that the id stays theirs)."""
+    if fn is None:
+        return ()
+    if type(fn) is types.FunctionType:
+        return (fn.__code__,)
+    if type(fn) is types.MethodType:
+        return _root_objects(fn.__func__)
+    if type(fn) is functools.partial:
+        return _root_objects(fn.func)
+    return (type(fn),)
+
+
+def _guard_key(score_mod, mask_mod, names: tuple, collect: bool = False):
+    """The fingerprint of what ``score_mod`` and ``mask_mod`` read, with attribute ``names``
+    (``collect``: also the walk, for its codes and kept objects)."""
+    g = _Guard(names, collect)
+    key = []
+    for kind, fn in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        try:
+            key.append(None if fn is None else g.value(fn))
+        except _Unguardable as e:
+            raise _refusal(kind, e) from None
+    return (tuple(key), g) if collect else tuple(key)
+
+
+def _guard_plan(score_mod, mask_mod) -> tuple:
+    """``(names, key, kept objects)`` of a trace just made: the names of every code object the walk reaches
+    (grown until no new code is met), the fingerprint with them and what it names by identity."""
+    names = frozenset(_ALWAYS)
+    for _ in range(16):
+        ordered = tuple(sorted(names))
+        key, g = _guard_key(score_mod, mask_mod, ordered, collect=True)
+        grown = names.union(*(_code_names(c) for c in g.codes.values()))
+        if grown == names:
+            break
+        names = grown
+    return ordered, key, g.keep
+
+
+def _refusal(kind: str, e: _Unguardable):
+    from ..errors import ScheduleError
+
+    where = kind
+    for step in reversed(e.path):
+        where += f"[{step[0]!r}]" if isinstance(step, tuple) else f"[{step}]" if isinstance(step, int) else f".{step}"
+    return ScheduleError(
+        f"{kind} reads {e.what} (at {where}); b200c compiles the Python values a mod reads into its kernel and "
+        f"must compare them on every call to know when to trace again, and it cannot compare this one; {e.fix}")
 
 
 def _needs_grad(fn, depth: int = 3) -> bool:
@@ -273,7 +677,10 @@ def _filled(cell) -> bool:
 
 
 def prepare(score_mod=None, mask_mod=None, sinks=None, q=None) -> ModCall:
-    """Trace ``score_mod`` / ``mask_mod`` (cached per function and closure) and check ``sinks``.
+    """Trace ``score_mod`` / ``mask_mod`` and check ``sinks``. A trace is reused only while every Python value
+    the functions read is unchanged (the guard: closure cells, defaults, globals and, at any depth, the items
+    and attributes the code can reach, compared on each call); a changed value traces again (the same graph
+    gives the same kernel: no recompile). Tensors are kernel arguments: new contents never trace again.
 
     Args:
         score_mod: ``(score, b, h, q_idx, kv_idx) -> score`` or None.
@@ -283,7 +690,9 @@ def prepare(score_mod=None, mask_mod=None, sinks=None, q=None) -> ModCall:
 
     Raises:
         ScheduleError: a function cannot be traced or uses an op outside the table
-            (:func:`b200c.dsl.mods.trace_mods`).
+            (:func:`b200c.dsl.mods.trace_mods`); or it reads a Python value the guard cannot compare (an
+            iterator, an object with its own __getitem__ / __iter__, a numpy array of more than 4096 elements,
+            more than 10,000 values in all): the message names the path to it and what to write instead.
         LaunchError: sinks that are not a real floating tensor.
     """
     from ..dsl.mods import trace_mods, uses
@@ -296,18 +705,29 @@ def prepare(score_mod=None, mask_mod=None, sinks=None, q=None) -> ModCall:
         if q is not None and sinks.device != q.device:
             raise LaunchError(f"sinks is on {sinks.device} but q is on {q.device}; move it to {q.device}")
         sinks = sinks.detach().to(torch.float32).contiguous()
-    key = (_identity(score_mod), _identity(mask_mod), sinks is not None)
+    root = (_root(score_mod), _root(mask_mod), sinks is not None)
     with _traced_lock:
-        hit = _traced.get(key)
-        if hit is not None and hit[0][0] == score_mod and hit[0][1] == mask_mod:
-            _traced.move_to_end(key)
-            mods, tensors = hit[1], hit[2]
-        else:
-            hit = None
-    if hit is None:
-        mods, tensors = trace_mods(score_mod=score_mod, mask_mod=mask_mod, sinks=sinks)
+        plan = _plans.get(root)
+    hit = None
+    if plan is not None:  # the guard: what the functions read now, walked with the names of the code they run
+        key = (root, plan[2], _guard_key(score_mod, mask_mod, plan[1]))
         with _traced_lock:
-            _traced[key] = ((score_mod, mask_mod), mods, tensors)
+            hit = _traced.get(key)
+            if hit is not None:
+                _traced.move_to_end(key)
+    if hit is not None:
+        mods, tensors = hit[0], hit[1]
+    else:
+        mods, tensors = trace_mods(score_mod=score_mod, mask_mod=mask_mod, sinks=sinks)
+        names, guard, kept = _guard_plan(score_mod, mask_mod)
+        with _traced_lock:
+            plan = _plans.get(root)
+            if plan is None or plan[1] != names:  # new names: fingerprints walked with the old ones never match
+                if len(_plans) > 256:
+                    _plans.clear()
+                plan = _plans[root] = (_root_objects(score_mod) + _root_objects(mask_mod), names, next(_versions))
+            # the entry keeps what its key names by identity alive: while it is cached no other object has those ids
+            _traced[(root, plan[2], guard)] = (mods, tensors, kept)
             while len(_traced) > _MAX_TRACED:
                 _traced.popitem(last=False)
     mask_uses = uses(mods.mask_mod) if mods.mask_mod is not None else frozenset()

@@ -28,8 +28,9 @@ import torch
 from . import launcher
 from .inputs import validate_inputs
 
-_lock = threading.Lock()
 _kernels: dict[tuple[str, str, int], object] = {}
+_key_locks: dict[tuple, threading.Lock] = {}  # one lock per kernel key (see loaded_kernel)
+_key_locks_lock = threading.Lock()  # guards _key_locks only: held for a dict lookup, never through a build
 _capability: dict[int, tuple[tuple[int, int], str]] = {}
 
 
@@ -94,9 +95,24 @@ def kernel_for_generated(generated, target: str, device: int):
     return driver.load(build(generated, resolved), device)
 
 
+def _key_lock(key: tuple) -> threading.Lock:
+    """The lock of kernel key ``key`` (made on first use; kept, like the kernel, for the process)."""
+    with _key_locks_lock:
+        lock = _key_locks.get(key)
+        if lock is None:
+            lock = _key_locks[key] = threading.Lock()
+        return lock
+
+
 def loaded_kernel(schedule_json: str, target: str, device: int, mods_json: str = ""):
     """The LoadedKernel for a schedule (and mods, ``mods_json``: see :func:`generated_kernel`) on a
     device: resolve target, generate, build, load (cached).
+
+    Threads: generation, nvcc and loading run under a lock of the kernel's key alone
+    (schedule JSON, target, device, mods), so threads asking for different kernels
+    compile them in parallel, while threads asking for the same one wait for its one
+    build (and a failed build is retried by the next call). Across processes the disk
+    cache's per-key file lock (:func:`b200c.runtime.cache.key_lock`) does the same.
 
     Raises:
         UnsupportedDeviceError, BuildError, LaunchError, ScheduleError.
@@ -108,7 +124,7 @@ def loaded_kernel(schedule_json: str, target: str, device: int, mods_json: str =
 
         cap, name = device_capability(device)
         resolved = driver.resolve_target(target, cap, name, _schedule_target(schedule_json))  # before generating
-        with _lock:
+        with _key_lock(key):
             lk = _kernels.get(key)
             if lk is None:
                 gen = (generated_kernel(schedule_json, resolved) if not mods_json
@@ -121,9 +137,19 @@ def loaded_kernel(schedule_json: str, target: str, device: int, mods_json: str =
 _specialized: dict[tuple[str, int], object] = {}
 
 
+class _Refusal(tuple):
+    """A cached refusal of :func:`specialized_json`: (error class, message), never an exception
+    instance. Each call raises a new exception: a cached instance raised again would grow its
+    ``__traceback__`` by every call's frames (and keep their tensors alive)."""
+
+    def error(self) -> Exception:
+        return self[0](self[1])
+
+
 def specialized_json(schedule_json: str, head_dim: int) -> str:
     """The schedule JSON with ``head_dim`` set to the inputs' D (``schedule.replace(head_dim=D)``),
-    checked against the hardware budgets (``b200c.plan``); cached, failures too.
+    checked against the hardware budgets (``b200c.plan``); cached, failures too (as their class and
+    message: every refused call raises a new exception, so it holds only that call's frames).
 
     Raises:
         ResourceError: the schedule cannot hold D (e.g. two Q stages at D = 256 need
@@ -137,8 +163,8 @@ def specialized_json(schedule_json: str, head_dim: int) -> str:
         if len(_specialized) >= 512:
             _specialized.clear()
         _specialized[key] = hit
-    if isinstance(hit, Exception):
-        raise hit
+    if hit.__class__ is _Refusal:
+        raise hit.error()
     return hit
 
 
@@ -161,7 +187,8 @@ def _specialize(schedule_json: str, head_dim: int):
         hint = (f"pass a schedule that holds D = {head_dim} (b200c.default_schedule({head_dim}, "
                 f"target={schedule_target(s).name!r}) does, as does schedule=None), or use "
                 "torch.nn.functional.scaled_dot_product_attention (b200c.scaled_dot_product_attention falls back to it)")
-        return type(e)(f"schedule {s.name!r} at the inputs' head dim D = {head_dim}: {e}; {hint}")
+        text = f"schedule {s.name!r} at the inputs' head dim D = {head_dim}: {e}; {hint}"
+        return _Refusal((type(e), text))
     return t.to_json()
 
 

@@ -4,8 +4,12 @@ Same signature and semantics as torch's function (plus the keyword-only
 ``schedule`` and ``target``). Calls b200c supports run a b200c kernel; every
 other call runs torch's own SDPA (the C++ function, so the swap
 ``torch.nn.functional.scaled_dot_product_attention = b200c.scaled_dot_product_attention``
-does not recurse), and a :class:`b200c.FallbackWarning` says why, once per
-reason per process. The checks are plain Python on tensor metadata, so
+does not recurse), and a :class:`b200c.FallbackWarning` says why, on every
+eager call that falls back (see :func:`_warn`). It falls back only for what
+b200c does not run (input kinds, shapes, layouts, options, a schedule that
+cannot hold the head dim, a device without the target): a failure of b200c
+itself (a :class:`b200c.BuildError`: nvcc failed, or a b200c bug) is raised.
+The checks are plain Python on tensor metadata, so
 ``torch.compile(fullgraph=True)`` traces them (the decision becomes part of
 the compiled graph, guarded like any shape or dtype test).
 """
@@ -13,17 +17,18 @@ from __future__ import annotations
 
 import collections
 import re
+import sys
 import threading
 import warnings
 
 import torch
 
-from ..errors import BarrierTimeoutError, BuildError, FallbackWarning, LaunchError, ScheduleError
+from ..errors import BarrierTimeoutError, FallbackWarning, LaunchError, ScheduleError
 from . import api, inputs, op, sdpa_mask
 
 _torch_sdpa = torch._C._nn.scaled_dot_product_attention  # never the (possibly swapped) Python attribute
 _BF16 = torch.bfloat16
-_warned: set = set()
+_warned: set = set()  # reasons said while torch.compile traced (said once per reason per process)
 _warn_lock = threading.Lock()
 # eager calls by outcome: "b200c" (served by a b200c kernel) or the fallback's reason key; read it
 # (collections.Counter) to see what a model's calls got, reset it with .clear(). Compiled graphs decide
@@ -32,18 +37,48 @@ calls: "collections.Counter" = collections.Counter()
 _MAX_TMA_STRIDE_ELEMS = 1 << 39  # 2^40 bytes of bfloat16
 
 
+_PREFIX = "b200c.scaled_dot_product_attention fell back to torch's scaled_dot_product_attention: "
+
+
 def _warn(key: str, message: str) -> bool:
+    """Issue a :class:`b200c.FallbackWarning` for one eager call that fell back, every time.
+
+    ``warnings.warn`` would show a message once per calling line (the default
+    filter action records it in the caller's ``__warningregistry__``), so a
+    model falling back in a loop would go silent after its first call. This
+    goes through ``warnings.warn_explicit`` with no registry, at the line that
+    called the drop-in: the filters still decide (``"ignore"`` silences it,
+    ``"once"`` says each text once, ``"error"`` raises it), the default one
+    shows every call. ``key``: the reason's kind (see :data:`calls`).
+    """
+    text = f"{_PREFIX}{message} (said on every call that falls back; " \
+           "warnings.filterwarnings('ignore', category=b200c.FallbackWarning) silences it)"
+    try:
+        frame = sys._getframe(2)  # _warn <- scaled_dot_product_attention <- its caller
+    except ValueError:
+        frame = None
+    if frame is None:
+        warnings.warn(text, FallbackWarning, stacklevel=2)
+        return True
+    g = frame.f_globals
+    warnings.warn_explicit(text, FallbackWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=g.get("__name__", "<string>"), registry=None, module_globals=g)
+    return True
+
+
+def _warn_once(key: str, message: str) -> bool:
+    """The warning while torch.compile traces a call that falls back: once per reason per process (the
+    compiled graph then runs torch's SDPA with no Python in between, so nothing can say it per call)."""
     with _warn_lock:
         if key in _warned:
             return False
         _warned.add(key)
-    warnings.warn(
-        f"b200c.scaled_dot_product_attention fell back to torch's scaled_dot_product_attention: {message} "
-        "(said once per reason)", FallbackWarning, stacklevel=3)
+    warnings.warn(f"{_PREFIX}{message} (decided when torch.compile traced the call; said once per reason)",
+                  FallbackWarning, stacklevel=3)
     return True
 
 
-_warn_traced = torch.compiler.assume_constant_result(_warn)  # runs when the graph is traced, not per call
+_warn_traced = torch.compiler.assume_constant_result(_warn_once)  # runs when the graph is traced, not per call
 
 
 def _scale_reason(scale) -> str:
@@ -164,7 +199,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     that scale * log2(e) overflows FP32), strides the TMA rules accept, a
     schedule that holds D, no gradients needed (grad mode off or inputs not
     requiring grad), a device that runs ``target``. Every other call runs
-    torch's own SDPA, with a :class:`b200c.FallbackWarning` once per reason.
+    torch's own SDPA, with a :class:`b200c.FallbackWarning` saying why on every
+    eager call that falls back (the warning filters apply: ``warnings.filterwarnings(
+    "ignore", category=b200c.FallbackWarning)`` silences it; under torch.compile it
+    is said once per reason, when the call is traced). What falls back is counted
+    per reason in :data:`b200c.runtime.sdpa.calls`. A failure of b200c itself is
+    raised, never hidden behind the fallback.
 
     Args:
         query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa:
@@ -187,6 +227,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             is invalid or infeasible (a schedule that only cannot hold the
             inputs' D falls back instead).
         TargetError: an unknown ``target`` name.
+        BuildError: nvcc failed on the generated kernel (the message has nvcc's
+            first error line and the generated file), nvcc or ninja is missing,
+            or the kernel cache is unusable: errors of b200c or its setup,
+            raised so they are fixed rather than run slowly through torch.
         BarrierTimeoutError: an emulated kernel hung.
         Anything torch's SDPA raises for the calls it runs.
     """
@@ -224,11 +268,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                     out = api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
                 calls["b200c"] += 1
                 return out
-            except BarrierTimeoutError:
-                raise  # a hung kernel: the context is unusable, torch could not run either
-            except (LaunchError, BuildError) as e:  # input rules, the device (UnsupportedDeviceError), nvcc
+            except LaunchError as e:  # input rules, the device (UnsupportedDeviceError), the target's capabilities
+                if isinstance(e, BarrierTimeoutError):
+                    raise  # a hung kernel: the context is unusable, torch could not run either
                 text = f"{type(e).__name__}: {e}"
-                why = (re.sub(r"0x[0-9a-fA-F]+|\d+", "#", text), text)  # one warning per rule, not per value
+                why = (re.sub(r"0x[0-9a-fA-F]+|\d+", "#", text), text)  # counted per rule, not per value
     if compiling:
         _warn_traced(*why)
     else:

@@ -232,8 +232,9 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     info = lk.built.launch
     b, h, s = problem.batch, problem.heads, problem.seq_q
     pack = launcher.pack_heads(info.q_stages, h, problem.heads_kv, s, causal, True, info.block_m)
-    check_work_items(info.num_work_items(b, h, s, pack))
-    grid = info.grid(b, h, s, lk.num_sms, pack)
+    lk, info, splits = launcher._split_kernel(lk, token, key[2], device, source, problem, pack, causal)
+    check_work_items(info.num_work_items(b, h, s, pack, splits))
+    grid = info.grid(b, h, s, lk.num_sms, pack, splits)
     check_grid(grid)
     maps = launcher.tensor_maps(lk, ((n, as_bhsd(t)) for n, t in zip(_NAMES, (q, k, v))))
     sample = torch.empty_like(q)  # (total_q, H, D); empty_like's strides depend only on q's
@@ -244,6 +245,13 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     values = launcher.kernel_arguments(problem, maps, out_strides, lse_strides, causal, pack, problem.head_dim ** -0.5,
                                        (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()))
     values.update(launcher.mod_defaults(info))
-    e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device)
+    split = None
+    if info.split_kv:  # split-KV (b200c/runtime/split_kv.py): the workspace holds every packed row per head
+        from .split_kv import SplitLaunch
+
+        values.update(num_splits=splits, part_rows=total, o_part=0, lse_part=0, seqused_k=0, block_table=0, max_blocks=0,
+                      page_size=0, page_box=0)
+        split = SplitLaunch(lk, splits, h, total, h, out_strides, lse_strides)
+    e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device, None, split)
     launcher.remember(key, e)
     return e

@@ -63,14 +63,46 @@
 // Sources: PTX ISA 9.0 (sections cited per helper) and docs/sm100-facts.md.
 // The tcgen05 family, setmaxnreg and packed f32x2 math are replaced by the
 // software model in b200c_emulate.cuh when B200C_EMULATE is defined (sm_90a);
-// everything else (TMA, mbarrier, named barriers, elect.sync) is shared.
+// what both backends share (TMA, mbarriers and bounded waits, named barriers,
+// elect.sync, the softmax math and its NaN rule) is b200c_common.cuh.
 // ---------------------------------------------------------------------------
 #ifndef B200C_PTX_CUH  // include guard: generated kernels inline this file, the emulation header includes it
 #define B200C_PTX_CUH
+// ---------------------------------------------------------------------------
+// b200c_common.cuh: the device helpers both backends share, one definition each.
+// b200c_ptx.cuh (sm_100a, and the sm_90a emulation of it) and b200c_sm90.cuh
+// (Hopper, wgmma) include this file; the emitters inline it in place of the
+// #include line (b200c.codegen.cuda.header_text), so a generated .cu stays
+// self-contained; the emulated build finds it with -I like b200c_emulate.cuh. Sources: PTX ISA 9.0 (sections cited per
+// helper) and docs/sm100-facts.md.
+//
+// What lives here: thread/warp ids, mbarriers and their bounded waits (one spin
+// mask, B200C_WAIT_SPIN_MASK), the hang report, named barriers, elect.sync, the
+// 4-D TMA load, and the softmax math with its special-value rules:
+//
+//   NaN rule (both backends, every exp2 column): exp2 of NaN is NaN, exp2 of
+//   -inf is 0. ex2.approx.ftz does this in hardware; the software polynomial
+//   exp2_poly below does it too (its exponent add alone would turn NaN into
+//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). So a NaN
+//   score, or a +inf score (s - max = inf - inf = NaN), makes its P NaN in
+//   whichever column it lands, hence the row's rowsum and O NaN, as torch's
+//   FP32 softmax gives; a -inf score gives P = 0; a row with no finite score
+//   (all -inf) is handled by the kernels (O = 0, LSE = -inf).
+// ---------------------------------------------------------------------------
+#ifndef B200C_COMMON_CUH
+#define B200C_COMMON_CUH
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stdio.h>  // device printf of the bounded waits (B200C_BOUNDED_WAIT)
+
+#ifndef B200C_WAIT_TIMEOUT_MS
+#define B200C_WAIT_TIMEOUT_MS 4000
+#endif
+// bounded waits read %globaltimer once every B200C_WAIT_SPIN_MASK + 1 failed try_waits
+#ifndef B200C_WAIT_SPIN_MASK
+#define B200C_WAIT_SPIN_MASK 255u
+#endif
 
 namespace b200c {
 
@@ -78,29 +110,47 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ uint32_t warp_id() { return threadIdx.x >> 5; }
-// x through an opaque mov: ptxas computes the value here, once (used where measured to pay: the correction
-// warps' TMEM lane base, kept in a register instead of recomputed in the hot loop; kernel parameters read
-// inside a role instead of at kernel entry)
+__device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31; }
+// x through an opaque mov (PTX 9.7.9.9): ptxas computes the value here, once, and cannot merge or hoist it
+// (used where measured to pay: TMEM/SMEM bases kept in a register, kernel parameters read inside a role)
 __device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
   uint32_t y;
-  asm volatile("mov.u32 %0, %1;" : "=r"(y) : "r"(x));
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
   return y;
 }
-__device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31; }
+// special register %globaltimer (PTX ISA chapter 10, "Special Registers"), ns
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // ---- mbarrier (PTX 9.7.13.15) ---------------------------------------------
+// init 9.7.13.15.9
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
+// make the initialised barriers visible to the async proxy (TMA), fence 9.7.13.4
 __device__ __forceinline__ void fence_mbarrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// arrive 9.7.13.15.13 (default .release.cta semantics)
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+// arrive where `pred` holds, as one predicated instruction (no branch around it in a hot loop)
+__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.b32 p, %1, 0;\n\t"
+      "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n\t}" ::"r"(bar), "r"((uint32_t)pred)
+      : "memory");
+}
+// arrive + expect-tx 9.7.13.15.13 / 9.7.13.15.11: one arrival, `bytes` of TMA to come
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
+// try_wait.parity 9.7.13.15.16: true once the phase with parity `parity` completed
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t ok;
   asm volatile(
@@ -113,17 +163,14 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
   return ok != 0;
 }
 
-// Wait until the phase with parity `parity` of `bar` has completed.
-// `site` names the wait site (the generated file's WAIT_SITES table: role,
-// barrier) and `iter` the K/V iteration, reported by bounded waits.
+// Wait until the phase with parity `parity` of `bar` has completed. `site` names
+// the wait site (the generated file's wait-site table: role, barrier), `iter`
+// the K/V tile and `work` the work item, reported by bounded waits.
 #ifdef B200C_BOUNDED_WAIT
-#ifndef B200C_WAIT_TIMEOUT_MS
-#define B200C_WAIT_TIMEOUT_MS 4000
-#endif
 struct HangSite {              // one more timed-out wait of the same deadlock
   int site, parity, cta, iter, work, lane_thread;
 };
-struct HangReport {            // host-mapped memory, written before __trap()
+struct HangReport {            // host-mapped memory, written before __trap() (b200c/runtime/driver.py reads it)
   int flag, site, parity, cta, iter, work, lane_thread, more;  // the first timed-out wait; `more` = others
   HangSite others[7];
 };
@@ -131,14 +178,9 @@ struct HangReport {            // host-mapped memory, written before __trap()
 // global scope (unmangled symbol) so the runtime finds it with cuModuleGetGlobal
 __device__ b200c::HangReport* b200c_hang_report;
 namespace b200c {
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 // Record this timed-out wait (lane 0 of each warp, each wait site once), give
 // the other stuck waits of the same deadlock 300 ms to record theirs (the root
-// cause is often not the first to time out), then trap.
+// cause is often not the first to time out), then trap (9.7.19.4).
 __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, int work) {
   HangReport* r = b200c_hang_report;
   if (r != nullptr && lane_id() == 0) {  // one record per warp
@@ -167,7 +209,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
   for (uint32_t spin = 0; !mbar_try_wait(bar, parity); ++spin) {
-    if ((spin & 1023u) == 1023u) {
+    if ((spin & B200C_WAIT_SPIN_MASK) == B200C_WAIT_SPIN_MASK) {
       const uint64_t now = globaltimer_ns();
       if (start == 0) start = now;
       else if (now - start > (uint64_t)B200C_WAIT_TIMEOUT_MS * 1000000ull) report_hang(site, parity, iter, work);
@@ -181,11 +223,16 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
 }
 
 // ---- named barriers (PTX 9.7.13.1); id 0 is __syncthreads ------------------
+// bar.sync: count `threads` arrivals (this warp's included), block until complete
 __device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// bar.arrive: add this warp's arrivals without waiting
+__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
-// ---- elect.sync (PTX 9.7.13.x): one lane of a converged warp ---------------
+// ---- elect.sync (PTX 9.7.13, "elect.sync"): one lane of a converged warp ----
 __device__ __forceinline__ bool elect_one() {
   uint32_t pred;
   asm volatile(
@@ -196,7 +243,7 @@ __device__ __forceinline__ bool elect_one() {
   return pred != 0;
 }
 
-// ---- TMA (PTX 9.7.9.25.5.2) ------------------------------------------------
+// ---- TMA (PTX 9.7.9.25.5.2): 4-D tile load, completion counted on an mbarrier ----
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -205,9 +252,84 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// prefetch the tensor map into the descriptor cache (9.7.9.15)
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
+
+// ---- math ------------------------------------------------------------------
+__device__ __forceinline__ float ex2_approx_ftz(float x) {  // ex2 9.7.3.21: NaN -> NaN, -inf -> 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2_approx_ftz(float x) {  // lg2 9.7.3.22; the LSE only (rowsum >= 1)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// pack (lo, hi) into bf16x2, lo in bits 0-15 (cvt 9.7.9.21: "d, a, b" puts a in the upper half)
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+// x rounded to BF16 (round to nearest even) and back to FP32
+__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
+__device__ __forceinline__ float bf16x2_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16x2_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+// max.NaN.f32 (PTX 9.7.3.10, sm_80+): NaN if either source is NaN (fmaxf returns the other one)
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+// a >= b ? x : y by setp + selp (PTX ISA, comparison and selection instructions): both values computed,
+// no branch (ptxas turned the same C ternary around exp2_poly into a branch: +16 instructions in the
+// stage 18 softmax loop, measured)
+__device__ __forceinline__ float select_ge(float a, float b, float x, float y) {
+  float d;
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\tselp.f32 %0, %3, %4, p;\n\t}"
+      : "=f"(d) : "f"(a), "f"(b), "f"(x), "f"(y));
+  return d;
+}
+
+// ---- software exp2 on the FMA pipes (blog ch.9 and its appendix) ------------
+// 2^x = 2^floor(x) * 2^frac(x). floor: adding 1.5 * 2^23 with rounding toward
+// -inf leaves 1.5 * 2^23 + floor(x) exactly (the integer lands in the low
+// mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
+// the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
+// blog's coefficients. Inputs below -127 are clamped to -127 with max.NaN
+// (a NaN stays NaN), where the exponent add gives exactly +0 (ex2.approx.ftz
+// flushes there too), so -inf gives 0. The exponent add would turn a NaN into
+// FLT_MAX, so the last step, y + x * 0 (one FMA), carries the NaN of x (x * 0
+// is +-0 for every other clamped x, and y + -0 = y): the NaN rule at the top
+// of this file. b200c_ptx.cuh's exp2_poly_x2 is the same steps on
+// f32x2 pairs; exp2_poly equals either lane of it bit for bit (IEEE
+// round-to-nearest / round-down operations on each lane).
+constexpr float kExp2PolyMagic = 12582912.f;  // 1.5 * 2^23
+constexpr float kExp2PolyMin = -127.f;
+constexpr float kExp2PolyC3 = 0.077f, kExp2PolyC2 = 0.227f, kExp2PolyC1 = 0.695f;
+// 2^frac (`p`, in [1, 2)) times 2^floor, floor held in the low bits of `r` = 1.5 * 2^23 + floor
+__device__ __forceinline__ float exp2_poly_join(float p, float r) {
+  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+}
+__device__ __forceinline__ float exp2_poly(float x) {
+  x = fmax_nan(x, kExp2PolyMin);
+  const float r = __fadd_rd(x, kExp2PolyMagic);                  // 1.5 * 2^23 + floor(x)
+  const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));   // frac(x) in [0, 1)
+  float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
+  p = __fmaf_rn(p, f, kExp2PolyC1);
+  p = __fmaf_rn(p, f, 1.f);
+  return __fmaf_rn(x, 0.f, exp2_poly_join(p, r));               // NaN in, NaN out
+}
+
+}  // namespace b200c
+#endif  // B200C_COMMON_CUH
+
+namespace b200c {
+
 // generic-proxy SMEM writes -> async proxy (MMA reads P from SMEM), PTX 9.7.16.6.5
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -235,29 +357,6 @@ __device__ __forceinline__ SmemDesc smem_desc_words(uint32_t addr, uint32_t lbo,
 // moves; tiles lie below 256 KiB, so the field never carries into bit 14
 __device__ __forceinline__ SmemDesc desc_add(SmemDesc d, uint32_t bytes) { return {d.lo + (bytes >> 4), d.hi}; }
 __host__ __device__ __forceinline__ uint64_t desc_u64(SmemDesc d) { return ((uint64_t)d.hi << 32) | d.lo; }
-
-// ---- math ------------------------------------------------------------------
-__device__ __forceinline__ float ex2_approx_ftz(float x) {   // PTX 9.7.3.21
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// pack (lo, hi) into bf16x2: cvt.rn.bf16x2.f32 d, a, b puts a in the upper half
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-__device__ __forceinline__ float lg2_approx_ftz(float x) {  // PTX 9.7.3.22; LSE only (rowsum >= 1)
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// x rounded to BF16 (round to nearest even) and back to FP32
-__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-// the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
-__device__ __forceinline__ float bf16x2_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16x2_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
 }  // namespace b200c
 
@@ -467,44 +566,19 @@ __device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[
 #endif  // B200C_EMULATE
 
 namespace b200c {
-// ---- software exp2 of a pair on the FMA pipes (blog ch.9 and its appendix) --
-// 2^x = 2^floor(x) * 2^frac(x). floor: adding 1.5 * 2^23 with rounding toward
-// -inf leaves 1.5 * 2^23 + floor(x) exactly (the integer lands in the low
-// mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
-// the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
-// blog's coefficients. All in f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100).
-// Inputs below -127 are clamped (result ~2^-127, like ex2.approx.ftz's flush).
-// A NaN input does NOT come out NaN: the exponent add turns the canonical NaN
-// into FLT_MAX. Schedules with the software exp2 therefore take the row max
-// with max.NaN (RowmaxPass nan_max): a NaN score makes the row max, and so
-// every x of the row, NaN, and the hardware ex2 columns carry it into the
-// rowsum and O, as torch's FP32 softmax does.
-__device__ __forceinline__ float fmax_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
+// ---- software exp2 of a pair on the FMA pipes: b200c_common.cuh's exp2_poly (its comment gives the
+// method and the NaN rule), step for step on f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100), so either
+// lane equals exp2_poly of that input bit for bit
 __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
-  x = make_float2(fmax_nan(x.x, -127.f), fmax_nan(x.y, -127.f));
-  const float2 magic = make_float2(12582912.f, 12582912.f);  // 1.5 * 2^23
+  x = make_float2(fmax_nan(x.x, kExp2PolyMin), fmax_nan(x.y, kExp2PolyMin));
+  const float2 magic = make_float2(kExp2PolyMagic, kExp2PolyMagic);
   const float2 r = add_rm_f32x2(x, magic);                   // 1.5 * 2^23 + floor(x)
   const float2 f = sub_f32x2(x, sub_f32x2(r, magic));        // frac(x) in [0, 1)
-  float2 p = fma_f32x2(make_float2(0.077f, 0.077f), f, make_float2(0.227f, 0.227f));
-  p = fma_f32x2(p, f, make_float2(0.695f, 0.695f));
+  float2 p = fma_f32x2(make_float2(kExp2PolyC3, kExp2PolyC3), f, make_float2(kExp2PolyC2, kExp2PolyC2));
+  p = fma_f32x2(p, f, make_float2(kExp2PolyC1, kExp2PolyC1));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
-  return make_float2(__int_as_float(__float_as_int(p.x) + (__float_as_int(r.x) << 23)),
-                     __int_as_float(__float_as_int(p.y) + (__float_as_int(r.y) << 23)));
-}
-// One value: lane x of the pair function, so bit for bit what the P pass computed for that score.
-__device__ __forceinline__ float exp2_poly(float x) { return exp2_poly_x2(make_float2(x, x)).x; }
-// a >= b ? x : y by setp + selp (PTX ISA, comparison and selection instructions): both values computed,
-// no branch (ptxas turned the same C ternary around exp2_poly into a branch: +16 instructions in the
-// stage 18 softmax loop, measured)
-__device__ __forceinline__ float select_ge(float a, float b, float x, float y) {
-  float d;
-  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\tselp.f32 %0, %3, %4, p;\n\t}"
-      : "=f"(d) : "f"(a), "f"(b), "f"(x), "f"(y));
-  return d;
+  const float2 y = make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));
+  return fma_f32x2(x, make_float2(0.f, 0.f), y);             // NaN in, NaN out
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH

@@ -17,24 +17,31 @@ LSE_TOL = 1e-3
 def torch():
     import torch
 
+    if PREBUILD:  # scripts/prebuild_mods.py calls the test functions itself; under pytest it checks nothing
+        pytest.skip("prebuild replay, nothing checked")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     torch.set_float32_matmul_precision("highest")
     return torch
 
 
-TARGETS = None  # the prebuild's target list
+def supported_targets(torch) -> list:
+    """The targets whose kernels run on this GPU: ["sm90a", "emulate"] at compute capability 9.0,
+    ["sm100a"] at 10.x; any other GPU skips the test (pytest.skip) with the reason, never an empty
+    list that would let a test pass without a check."""
+    cc = tuple(torch.cuda.get_device_capability())
+    if cc == (9, 0):
+        return ["sm90a", "emulate"]
+    if cc[0] == 10:
+        return ["sm100a"]
+    pytest.skip(f"{torch.cuda.get_device_name()} has compute capability {cc[0]}.{cc[1]}; b200c's kernels run "
+                f"on 9.0 (sm90a, emulate) and 10.x (sm100a)")
 
 
-def _targets(torch):
-    if TARGETS is not None:
-        return TARGETS
-    out = []
-    if torch.cuda.get_device_capability() == (9, 0):
-        out += ["sm90a", "emulate"]
-    elif torch.cuda.get_device_capability()[0] == 10:
-        out += ["sm100a"]
-    return out
+@pytest.fixture(scope="module")
+def targets(torch):
+    """This GPU's targets (scripts/prebuild_mods.py passes the replayed one itself)."""
+    return supported_targets(torch)
 
 
 def _schedule(target, d):
@@ -116,7 +123,8 @@ def _inputs(torch, B, H, H_kv, s_q, s_kv, D, seed=0):
     return q, k, v
 
 
-PREBUILD = False  # scripts/prebuild_mods.py: replay the calls on CPU under the stand-in driver, no checks
+PREBUILD = False  # True only in scripts/prebuild_mods.py: the calls replayed on CPU under the stand-in driver,
+# nothing checked (reference and check return at once); the torch fixture skips any pytest run with it set
 
 
 def _case(torch, target, *, B=2, H=4, H_kv=2, s_q=333, s_kv=333, D=128, causal=False, score_mod=None,
@@ -136,10 +144,10 @@ def _case(torch, target, *, B=2, H=4, H_kv=2, s_q=333, s_kv=333, D=128, causal=F
     check(torch, out, lse, ref, ref_lse, lowp, sees, f"{target} {what}")
 
 
-def test_recipes_both_targets(torch):
+def test_recipes_both_targets(torch, targets):
     import b200c.mods as mods
 
-    for target in _targets(torch):
+    for target in targets:
         slopes = mods.alibi_slopes(4).to(DEV)
         docs = torch.tensor([0] * 100 + [1] * 150 + [2] * 83, device=DEV, dtype=torch.int32)
         lengths = torch.tensor([333, 170], device=DEV, dtype=torch.int32)
@@ -154,12 +162,12 @@ def test_recipes_both_targets(torch):
               what="score_mod and mask_mod, S_q != S_kv")
 
 
-def test_key_bias_tables_by_stride(torch):
+def test_key_bias_tables_by_stride(torch, targets):
     """A score_mod reading a captured table by key: with a key stride of 1 the kernel reads one address
     per K/V tile plus constant offsets (CapturedTensor.unit_dims), with another stride one address per key;
     both against FP32 on both targets, with the index offset by a constant, -inf entries hiding whole rows'
     worth of keys, causal, S_q != S_kv and partial last tiles."""
-    for target in _targets(torch):
+    for target in targets:
         g = torch.Generator(device=DEV).manual_seed(7)
         unit = torch.randn(2, 4, 530, device=DEV, generator=g)  # (B, H, S_kv + 13), key stride 1
         unit[1, :, 300:] = float("-inf")
@@ -173,7 +181,7 @@ def test_key_bias_tables_by_stride(torch):
                   what=f"per-key table, {name} stride, causal")
 
 
-def test_additive_biases_split_per_row(torch):
+def test_additive_biases_split_per_row(torch, targets):
     """Score_mods that are score + bias with a bias linear in kv_idx (ALiBi) or constant over a row (a
     per-head or per-row bias): on sm90a the whole tiles add slope * k per score and hand the rest to the
     softmax as a per-row offset (softmax_tile_biased). -inf and large biases, rows that a -inf bias hides
@@ -181,7 +189,7 @@ def test_additive_biases_split_per_row(torch):
     64 and 256."""
     import b200c.mods as mods
 
-    for target in _targets(torch):
+    for target in targets:
         slopes = mods.alibi_slopes(4).to(DEV)
         head_bias = torch.tensor([0.5, -3.0, 40.0, -40.0], device=DEV)
         row_bias = torch.randn(777, device=DEV) * 8
@@ -217,8 +225,8 @@ def test_additive_biases_split_per_row(torch):
             _case(torch, target, s_q=400, s_kv=613, D=d, score_mod=mods.alibi(slopes), what=f"alibi D={d}")
 
 
-def test_window_size_bottom_right(torch):
-    for target in _targets(torch):
+def test_window_size_bottom_right(torch, targets):
+    for target in targets:
         for s_q, s_kv, ws in ((300, 300, (100, 0)), (150, 421, (64, 16)), (421, 150, (-1, 0)), (257, 257, (0, -1))):
             off = s_kv - s_q
             lo, hi = ws
@@ -234,51 +242,51 @@ def test_window_size_bottom_right(torch):
             _case(torch, target, s_q=s_q, s_kv=s_kv, window_size=ws, ref_mask=ref_mask, what=f"window {ws} {s_q}x{s_kv}")
 
 
-def test_fully_masked_rows_and_sinks(torch):
+def test_fully_masked_rows_and_sinks(torch, targets):
     import b200c.mods as mods
 
     def half_rows(b, h, q_idx, kv_idx):  # rows q_idx % 3 == 1 see nothing
         return (q_idx % 3) != 1
 
     sinks = torch.tensor([0.5, -1.0, 2.0, 8.0], device=DEV)
-    for target in _targets(torch):
+    for target in targets:
         _case(torch, target, mask_mod=half_rows, what="fully masked rows")
         _case(torch, target, sinks=sinks, what="sinks")
         _case(torch, target, sinks=sinks, mask_mod=half_rows, causal=True, what="sinks, masked rows")
         _case(torch, target, sinks=sinks, score_mod=mods.softcap(30.0), what="sinks with softcap")
 
 
-def test_nan_and_inf_from_a_mod(torch):
+def test_nan_and_inf_from_a_mod(torch, targets):
     def nan_on_diagonal(score, b, h, q_idx, kv_idx):
         return torch.where((q_idx == kv_idx) & (q_idx % 7 == 0), score * float("nan"), score)
 
     def neg_inf_first_keys(score, b, h, q_idx, kv_idx):
         return torch.where(kv_idx < 5, torch.full_like(score, float("-inf")), score)
 
-    for target in _targets(torch):
+    for target in targets:
         _case(torch, target, score_mod=nan_on_diagonal, what="NaN from score_mod")
         _case(torch, target, score_mod=neg_inf_first_keys, s_q=100, s_kv=3, what="-inf from score_mod (every key)")
         _case(torch, target, score_mod=neg_inf_first_keys, what="-inf from score_mod")
 
 
-def test_head_dims_and_block_sparsity(torch):
+def test_head_dims_and_block_sparsity(torch, targets):
     import b200c
     import b200c.mods as mods
 
-    for target in _targets(torch):
+    for target in targets:
         for d in (64, 256):
             _case(torch, target, D=d, s_q=129, s_kv=300, score_mod=mods.softcap(30.0),
                   mask_mod=mods.sliding_window(50, 10), what=f"D={d}")
     # a document mask whose documents each fit in a few K/V tiles: most tiles are empty and skipped
     docs = (torch.arange(4096, device=DEV) // 512).int()
     q, k, v = _inputs(torch, 1, 2, 2, 4096, 4096, 128)
-    target = _targets(torch)[0]
+    target = targets[0]
     out = b200c.attention(q, k, v, schedule=_schedule(target, 128), target=target, mask_mod=mods.document(docs))
     ref, _, lowp, sees = reference(torch, q, k, v, 128 ** -0.5, mask_mod=mods.document(docs))
     check(torch, out, None, ref, None, lowp, sees, "document 4096")
 
 
-def test_varlen(torch):
+def test_varlen(torch, targets):
     """attention_varlen with mods: b is the sequence, q_idx / kv_idx positions within it (an empty query
     sequence, one shorter than a tile, S_q != S_kv per sequence)."""
     import b200c
@@ -292,7 +300,7 @@ def test_varlen(torch):
     q = torch.randn(sum(lq), H, D, device=DEV, generator=g).bfloat16()
     k = torch.randn(sum(lk), H_kv, D, device=DEV, generator=g).bfloat16()
     v = torch.randn(sum(lk), H_kv, D, device=DEV, generator=g).bfloat16()
-    for target in _targets(torch):
+    for target in targets:
         for what, kw in (("softcap", dict(score_mod=mods.softcap(30.0))),
                          ("sliding window", dict(mask_mod=mods.sliding_window(64))),
                          ("window_size", dict(window_size=(32, 8))),
@@ -321,12 +329,12 @@ def test_varlen(torch):
                 check(torch, o, ls, ref, ref_lse, lowp, sees, f"{target} varlen {what} sequence {i}")
 
 
-def test_new_values_do_not_recompile_and_equal_functions_share_a_kernel(torch):
+def test_new_values_do_not_recompile_and_equal_functions_share_a_kernel(torch, targets):
     import b200c
     import b200c.mods as mods
     from b200c.runtime import op
 
-    target = _targets(torch)[0]
+    target = targets[0]
     q, k, v = _inputs(torch, 2, 4, 4, 300, 300, 128)
     sched = _schedule(target, 128)
     n0 = None
@@ -350,7 +358,7 @@ def test_new_values_do_not_recompile_and_equal_functions_share_a_kernel(torch):
     assert len(op._kernels) == n1
 
 
-def test_sdpa_attn_mask(torch):
+def test_sdpa_attn_mask(torch, targets):
     import warnings
 
     import torch.nn.functional as F
@@ -406,7 +414,7 @@ def test_sdpa_attn_mask(torch):
         assert err <= tol, (what, err, tol)
 
 
-def test_calls_do_not_wait_for_the_device(torch):
+def test_calls_do_not_wait_for_the_device(torch, targets):
     """A call with mods only enqueues work, its block mask included (torch's sync debug mode raises on a
     stream or device sync): a sync per call would stall the host in every masked attention call of a
     model. New mask values the second time (the block mask is computed again), after a first call that
@@ -422,7 +430,7 @@ def test_calls_do_not_wait_for_the_device(torch):
                 ((torch.arange(300, device=DEV) + seed) // 100).int(),
                 torch.randn(2, 1, 1, 300, device=DEV).bfloat16())
 
-    for target in _targets(torch):
+    for target in targets:
         sched = _schedule(target, 128)
 
         def calls(lengths, docs, bias, seed):

@@ -24,13 +24,22 @@
 //   * tcgen05.mma / tcgen05.commit (PTX 9.7.16.10.9, 9.7.16.12.1) are queued
 //     by the single MMA-issuing thread into a 32-entry ring in SMEM and executed
 //     strictly in issue order by an extra "emulator" warp, the LAST warp of the
-//     CTA (kEmulatorThreads). A commit reaches the ring after every earlier MMA
-//     of the issuer, so its mbarrier arrive comes after their TMEM writes, which
-//     is the completion guarantee of tcgen05.commit (PTX 9.7.16.6.4.2).
+//     CTA (kEmulatorThreads). The MMAs are deferred: they run when the next
+//     commit (or STOP) reaches the ring, just before its mbarrier arrive, so an
+//     MMA's accumulator reaches TMEM only at its commit (the latest moment
+//     PTX 9.7.16.6.4.2 allows) and a reader that skips the commit's barrier sees
+//     stale TMEM (fresh columns: NaN). Only a ring full of MMAs without a commit
+//     runs the oldest early.
 //   * tcgen05.ld / tcgen05.st (PTX 9.7.16.8.3, shape .32x32b) are ordinary
 //     global loads/stores into the image, with the warp/lane-quadrant access
-//     restriction (PTX 9.7.16.8.1) and the CTA's allocation checked.
-//   * Cost: ~10 KiB of static SMEM (ring + FP32 A stage) on top of the
+//     restriction (PTX 9.7.16.8.1) and the CTA's allocation checked. The
+//     registers are right at once (a true register dependency needs no wait,
+//     PTX 9.7.16.6.4.5), but the access stays in flight for its columns until
+//     the warp's wait::ld / wait::st: an MMA that writes columns a warp's ld
+//     still reads, or reads columns a warp's st still writes, writes NaN into
+//     its D (and the first such hazard of a CTA is printed), so a missing wait
+//     gives a wrong result (tests/gpu/test_emulated_tmem_delays.py).
+//   * Cost: ~10.5 KiB of static SMEM (ring, FP32 A stage, in-flight masks) on top of the
 //     kernel's dynamic SMEM; ~14 us per M128 N128 K16 MMA on an H200
 //     (tests/gpu/descriptor_proof.cu prints it). Numerics: exact bf16 products,
 //     FP32 sum over k = 0..15 in order (fma chain), then D + sum, round to nearest.
@@ -55,13 +64,10 @@
 #ifndef B200C_EMULATE
 #error "b200c_emulate.cuh is the B200C_EMULATE branch of b200c_ptx.cuh; include b200c_ptx.cuh"
 #endif
-#include "b200c_ptx.cuh"  // smem_u32, lane_id, mbar_arrive, HangReport (no-op when already included)
+#include "b200c_ptx.cuh"  // b200c_common.cuh: smem_u32, lane_id, mbar_arrive, HangReport, B200C_WAIT_TIMEOUT_MS (no-op when already included)
 #include <stdint.h>
 #include <stdio.h>  // device printf
 
-#ifndef B200C_WAIT_TIMEOUT_MS
-#define B200C_WAIT_TIMEOUT_MS 4000
-#endif
 // rows of D per read-modify-write group in the engine (D loads in flight per lane)
 #ifndef B200C_EMU_ROW_GROUP
 #define B200C_EMU_ROW_GROUP 16
@@ -159,10 +165,16 @@ struct EmuCtaState {
   uint32_t dyn_base;        // dynamic SMEM window [dyn_base, dyn_base + dyn_size)
   uint32_t dyn_size;
   uint32_t ready;           // kEmuReadyMagic once emu_init ran
+  uint32_t hazard_reported; // a TMEM hazard was printed (once per CTA)
 };
 
 __shared__ __align__(16) EmuCtaState emu_cta;
 __shared__ __align__(16) float emu_a_stage[kEmuLanes][16];  // A of the MMA in flight, FP32 (8 KiB)
+// TMEM accesses still in flight, per warp, one bit per 8 TMEM columns (all lanes): tcgen05.ld's not yet
+// followed by the warp's tcgen05.wait::ld, tcgen05.st's not yet followed by its tcgen05.wait::st
+constexpr uint32_t kEmuMaxWarps = 32;  // 1024 threads
+__shared__ unsigned long long emu_ld_pending[kEmuMaxWarps];
+__shared__ unsigned long long emu_st_pending[kEmuMaxWarps];
 extern __shared__ __align__(16) uint8_t emu_dyn_smem[];     // aliases the kernel's dynamic SMEM
 
 // ---------------------------------------------------------------------------
@@ -215,6 +227,12 @@ __device__ __forceinline__ bool emu_cols_owned(uint32_t col, uint32_t n) {
   const uint32_t g0 = col >> 5, g1 = (col + n - 1) >> 5;
   const uint32_t need = ((2u << g1) - 1u) & ~((1u << g0) - 1u);
   return (emu_cta.own_mask & need) == need;
+}
+
+// the 8-column units of TMEM columns [col, col + n), n >= 1, col + n <= 512: bit u = columns 8u..8u+7
+__device__ __forceinline__ unsigned long long emu_unit_mask(uint32_t col, uint32_t n) {
+  const uint32_t u0 = col >> 3, u1 = (col + n - 1u) >> 3;
+  return ((2ull << u1) - 1ull) & ~((1ull << u0) - 1ull);  // u1 = 63: 2ull << 63 wraps to 0, minus 1 = all ones
 }
 
 // write the hang report (if installed) and trap; the caller printed the message
@@ -352,7 +370,8 @@ __device__ __forceinline__ void emu_init() {
   if (b200c_emu_tmem == nullptr || b200c_emu_tmem_alloc_mask == nullptr || (int)smid >= b200c_emu_num_slots)
     emu_fail_setup(smid);
   s.head = 0; s.tail = 0; s.producer = kEmuNoProducer; s.slot = smid;
-  s.own_mask = 0; s.relinquished = 0;
+  s.own_mask = 0; s.relinquished = 0; s.hazard_reported = 0;
+  for (uint32_t w = 0; w < kEmuMaxWarps; ++w) { emu_ld_pending[w] = 0ull; emu_st_pending[w] = 0ull; }
   s.dyn_base = smem_u32(emu_dyn_smem);
   s.dyn_size = emu_dynamic_smem_size();
   __threadfence_block();
@@ -547,12 +566,33 @@ __device__ __forceinline__ void tcgen05_commit_elect(uint32_t bar) {
 // the issuer will issue no more MMAs: the engine returns after this entry
 __device__ __forceinline__ void tcgen05_issue_end() { emu_enqueue(kEmuOpStop, 0, 0, 0, 0, 0); }
 
-// ---- fences and waits (PTX 9.7.16.11, 9.7.16.8.5): loads/stores here are
-// synchronous, so ordering is all that is left to provide ----
+// ---- fences and waits (PTX 9.7.16.11, 9.7.16.8.5) ----
+// tcgen05.ld/st move their data at once here (a true register dependency on an ld's result is honoured
+// without a wait, PTX 9.7.16.6.4.5), but each stays "in flight" for the TMEM columns it touched until
+// the warp's wait::ld / wait::st (emu_ld_pending / emu_st_pending): an MMA that the engine runs while a
+// warp's ld of its D columns, or st of its A or D columns, is still in flight is a hazard on hardware
+// (the ld may read the MMA's result, the MMA the old data) and here writes NaN into its D
+// (emu_tmem_hazard), so a missing wait gives a wrong result instead of passing by luck.
 __device__ __forceinline__ void tcgen05_fence_before() { __threadfence_block(); }
 __device__ __forceinline__ void tcgen05_fence_after() { __threadfence_block(); }
-__device__ __forceinline__ void tmem_wait_ld() { __threadfence_block(); }
-__device__ __forceinline__ void tmem_wait_st() { __threadfence_block(); }
+__device__ __forceinline__ void emu_clear_pending(unsigned long long* pending) {
+  __syncwarp();
+  __threadfence_block();  // this warp's TMEM accesses before the clear
+  const uint32_t w = threadIdx.x >> 5;
+  if (lane_id() == 0 && w < kEmuMaxWarps) *reinterpret_cast<volatile unsigned long long*>(&pending[w]) = 0ull;
+  __threadfence_block();  // the clear before this warp's next synchronizing operation (arrive, barrier)
+  __syncwarp();
+}
+__device__ __forceinline__ void tmem_wait_ld() { emu_clear_pending(emu_ld_pending); }
+__device__ __forceinline__ void tmem_wait_st() { emu_clear_pending(emu_st_pending); }
+// columns [taddr's column, + ncols) in flight for this warp (lane 0 records; the warp is converged)
+__device__ __forceinline__ void emu_mark_pending(unsigned long long* pending, uint32_t taddr, uint32_t ncols) {
+  const uint32_t w = threadIdx.x >> 5;
+  if (lane_id() == 0 && w < kEmuMaxWarps) {
+    volatile unsigned long long* p = &pending[w];
+    *p = *p | emu_unit_mask(taddr & 0xFFFFu, ncols);
+  }
+}
 
 // ---------------------------------------------------------------------------
 // tcgen05.ld / tcgen05.st, shape .32x32b (PTX 9.7.16.8.3, 9.7.16.2.3.1.1):
@@ -582,6 +622,7 @@ __device__ __forceinline__ void emu_check_tmem_ldst(const char* what, uint32_t t
 template <int N>
 __device__ __forceinline__ void emu_tmem_ld(uint32_t taddr, float (&r)[N]) {
   emu_check_tmem_ldst("tcgen05.ld", taddr, N);
+  emu_mark_pending(emu_ld_pending, taddr, N);
   const uint32_t* p = emu_tmem_row((taddr >> 16) + lane_id()) + (taddr & 0xFFFFu);
   if ((taddr & 3u) == 0u) {
 #pragma unroll
@@ -601,6 +642,7 @@ __device__ __forceinline__ void tmem_ld_x32(uint32_t taddr, float (&r)[32]) { em
 template <int N>
 __device__ __forceinline__ void emu_tmem_st(uint32_t taddr, const uint32_t (&r)[N]) {
   emu_check_tmem_ldst("tcgen05.st", taddr, N);
+  emu_mark_pending(emu_st_pending, taddr, N);
   uint32_t* p = emu_tmem_row((taddr >> 16) + lane_id()) + (taddr & 0xFFFFu);
   if ((taddr & 3u) == 0u) {
 #pragma unroll
@@ -637,12 +679,45 @@ __device__ __forceinline__ void emu_check_warp_range(bool bad, uint32_t bad_addr
   }
 }
 
+// The engine warp, before it runs an MMA: true when a warp's TMEM access is still in flight (see
+// tcgen05_fence_before) on columns the MMA writes (D, after a tcgen05.ld without wait::ld) or reads (A in
+// TMEM or an accumulated D, after a tcgen05.st without wait::st). Prints the first hazard of the CTA.
+__device__ __noinline__ bool emu_tmem_hazard(uint32_t op, uint32_t d_tmem, uint64_t a, uint32_t n_total,
+                                             uint32_t accumulate) {
+  const uint32_t lane = lane_id();
+  const unsigned long long d_units = emu_unit_mask(d_tmem & 0xFFFFu, n_total);
+  const unsigned long long read_units = (accumulate ? d_units : 0ull) |
+                                        (op == kEmuOpMmaTS ? emu_unit_mask((uint32_t)a & 0xFFFFu, 8u) : 0ull);
+  const uint32_t warps = min(blockDim.x / 32u, kEmuMaxWarps);
+  unsigned long long ld = 0ull, st = 0ull;
+  if (lane < warps) {
+    ld = *reinterpret_cast<volatile unsigned long long*>(&emu_ld_pending[lane]) & d_units;
+    st = *reinterpret_cast<volatile unsigned long long*>(&emu_st_pending[lane]) & read_units;
+  }
+  const uint32_t m = __ballot_sync(0xFFFFFFFFu, ld != 0ull || st != 0ull);
+  if (m != 0u && lane == (uint32_t)(__ffs(m) - 1) && atomicExch(&emu_cta.hazard_reported, 1u) == 0u)
+    printf("b200c emulator: TMEM hazard: tcgen05.mma (D at column %u, %u columns) runs while warp %u's %s "
+           "(8-column units 0x%016llx) has not been waited for (tcgen05.wait::%s): its D is written as NaN "
+           "cta %d\n",
+           d_tmem & 0xFFFFu, n_total, lane, ld ? "tcgen05.ld of those columns" : "tcgen05.st of columns it reads",
+           ld ? ld : st, ld ? "ld" : "st", (int)blockIdx.x);
+  return m != 0u;
+}
+
 // D[m][n] = (accumulate ? D[m][n] : 0) + sum_k A[m][k] * B[k][n], M = 128, K = 16,
 // FP32 (PTX 9.7.16.10.9; layout D, M=128: row m in lane m, column col(d)+n, PTX 9.7.16.10.5)
 __device__ __noinline__ void emu_execute_mma(uint32_t op, uint32_t d_tmem, uint64_t a, uint64_t b_desc,
                                              uint32_t idesc, uint32_t accumulate) {
   const uint32_t lane = lane_id();
   const uint32_t n_total = ((idesc >> 17) & 63u) << 3;
+  if (emu_tmem_hazard(op, d_tmem, a, n_total, accumulate)) {  // the race's result: D is NaN
+    for (uint32_t m = 0; m < kEmuLanes; ++m) {
+      uint32_t* row = emu_tmem_row(m) + (d_tmem & 0xFFFFu);
+      for (uint32_t n = lane; n < n_total; n += 32u) row[n] = kEmuPoison;
+    }
+    __syncwarp();
+    return;
+  }
   const bool b_mn_major = (idesc >> 16) & 1u;
   const uint32_t lo = emu_cta.dyn_base, hi = emu_cta.dyn_base + emu_cta.dyn_size;
   bool bad = false;
@@ -739,6 +814,23 @@ __device__ __noinline__ void emu_fail_engine_idle(uint32_t done, uint32_t last_o
          B200C_WAIT_TIMEOUT_MS, done, last_op, (int)blockIdx.x);
   emu_die(kEmuErrEngineIdle, done, last_op);
 }
+// run ring entry `index` (an MMA) and free its slot (all 32 lanes)
+__device__ __forceinline__ void emu_run_entry(uint32_t index) {
+  EmuCtaState& s = emu_cta;
+  const volatile EmuQueueEntry* ve = &s.ring[index % kEmuQueueSize];
+  const uint32_t op = ve->op, d_tmem = ve->d_tmem, idesc = ve->idesc, acc = ve->accumulate;
+  const uint64_t a = ve->a, b = ve->b;
+  __syncwarp();
+  emu_execute_mma(op, d_tmem, a, b, idesc, acc);
+  __threadfence_block();  // the entry read and D written before the slot is handed back
+  __syncwarp();
+  if (lane_id() == 0) *reinterpret_cast<volatile uint32_t*>(&s.tail) = index + 1u;
+}
+// The MMAs are deferred: the engine runs an MMA only when the issuer's next commit (or STOP) reaches the
+// queue, in issue order, so an MMA's D reaches TMEM just before its commit's mbarrier arrive, the latest
+// moment tcgen05.commit allows (PTX 9.7.16.6.4.2), and a reader that skips the commit's barrier sees the
+// old TMEM. When the ring fills up with MMAs before a commit, the oldest runs early (an MMA may complete
+// at any time before its commit), so the issuer never waits forever for a slot.
 __device__ __noinline__ void emu_mma_engine_body() {
   const uint32_t lane = lane_id();
   EmuCtaState& s = emu_cta;
@@ -750,41 +842,48 @@ __device__ __noinline__ void emu_mma_engine_body() {
     __trap();
   }
   volatile uint32_t* vhead = &s.head;
-  uint32_t tail = 0, last_op = 0;
+  uint32_t tail = 0;  // oldest entry not yet run (its slot not yet free)
+  uint32_t scan = 0;  // next entry to look at: [tail, scan) are MMAs waiting for their commit
+  uint32_t last_op = 0;
   for (;;) {
+    if (scan - tail == kEmuQueueSize) {  // every slot holds a deferred MMA: run the oldest now
+      emu_run_entry(tail);
+      ++tail;
+      continue;
+    }
     if (lane == 0) {
       // an idle engine is normal while the roles wait on each other: give the roles' own
       // bounded waits (which name role, barrier and phase) time to report first
       EmuDeadline deadline;
       deadline.mult = 4;
-      while (*vhead == tail) {
-        if (deadline.expired()) emu_fail_engine_idle(tail, last_op);
+      while (*vhead == scan) {
+        if (deadline.expired()) emu_fail_engine_idle(scan, last_op);
         __nanosleep(32);
       }
     }
     __threadfence_block();  // acquire: head before the entry
     __syncwarp();
-    const volatile EmuQueueEntry* ve = &s.ring[tail % kEmuQueueSize];
-    const uint32_t op = ve->op, d_tmem = ve->d_tmem, idesc = ve->idesc, acc = ve->accumulate;
-    const uint64_t a = ve->a, b = ve->b;
+    const volatile EmuQueueEntry* ve = &s.ring[scan % kEmuQueueSize];
+    const uint32_t op = ve->op;
+    const uint64_t bar = ve->a;
     __syncwarp();
-    if (lane == 0) *reinterpret_cast<volatile uint32_t*>(&s.tail) = tail + 1u;  // entry copied: slot free
-    ++tail;
     last_op = op;
     if (op == kEmuOpMmaSS || op == kEmuOpMmaTS) {
-      emu_execute_mma(op, d_tmem, a, b, idesc, acc);
-    } else if (op == kEmuOpCommit) {
-      // all earlier entries are done: make their TMEM writes visible, then the
-      // mbarrier::arrive::one of tcgen05.commit (release, PTX 9.7.16.12.1)
-      __threadfence_block();
+      ++scan;  // deferred until the next commit
+    } else if (op == kEmuOpCommit || op == kEmuOpStop) {
+      for (; tail != scan; ++tail) emu_run_entry(tail);  // every earlier MMA, in issue order
+      __threadfence_block();  // their TMEM writes before the arrive (release, PTX 9.7.16.12.1)
       __syncwarp();
-      if (lane == 0) mbar_arrive((uint32_t)a);
-    } else if (op == kEmuOpStop) {
-      __threadfence_block();
+      ++scan;
+      tail = scan;
+      if (lane == 0) {
+        *reinterpret_cast<volatile uint32_t*>(&s.tail) = tail;  // the commit/STOP entry's slot is free
+        if (op == kEmuOpCommit) mbar_arrive((uint32_t)bar);  // tcgen05.commit's mbarrier::arrive::one
+      }
       __syncwarp();
-      return;
+      if (op == kEmuOpStop) return;
     } else {
-      if (lane == 0) emu_fail_protocol("corrupt MMA-queue entry (op, index)", op, tail - 1u);
+      if (lane == 0) emu_fail_protocol("corrupt MMA-queue entry (op, index)", op, scan);
       __syncwarp();
       __trap();
     }

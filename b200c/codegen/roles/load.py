@@ -17,7 +17,7 @@ differs between backends is read from the plan, not from a backend name:
 """
 from __future__ import annotations
 
-from ..mod_kernel import kv_row
+from ..mod_kernel import kv_col0, kv_row
 
 from ..ir import (Arrive, Assign, Comment, Decl, Loop, PhaseDecl, RoleIR, Scope, SetMaxNReg, Single,
                   TmaLoadTile, Wait, WorkLoop)
@@ -39,15 +39,18 @@ def q_buf(q: int) -> str:
     return "SMEM_Q" if q == 0 else f"SMEM_Q + {q} * TILE_BYTES"
 
 
-def tile_load(lw, tensor: str, dst: str, row: str, barrier: str, index, head: str) -> TmaLoadTile:
-    """A TMA tile load with the plan's box constants (Q boxes of block_m rows; K/V of block_n)."""
+def tile_load(lw, tensor: str, dst: str, row: str, barrier: str, index, head: str, tile: str = "j") -> TmaLoadTile:
+    """A TMA tile load with the plan's box constants (Q boxes of block_m rows; K/V of block_n). A split-KV
+    build's K/V loads may read a paged KV cache (``tile``: the K/V tile's visit, for its first key)."""
     plan = lw.plan
     q = tensor == "q"
     rows = plan.tile.block_m if q else plan.tile.block_n
     split = plan.tma_kv is not None  # Q and K/V boxes differ (sm90: 64 and block_n rows)
     slice_bytes = ("TMA_Q_SLICE_BYTES" if q else "TMA_KV_SLICE_BYTES") if split else "TMA_SLICE_BYTES"
     rows_text = ("BLOCK_M" if q else "BLOCK_N") if split else str(rows)
-    return TmaLoadTile(tensor, dst, row, barrier, index, head, rows_text, slice_bytes=slice_bytes)
+    paged = not q and plan.split_kv
+    return TmaLoadTile(tensor, dst, row, barrier, index, head, rows_text, slice_bytes=slice_bytes, paged=paged,
+                       first_key=kv_col0(plan, tile) if paged else "")
 
 
 def _kv_tile_bytes(plan) -> str:
@@ -62,7 +65,7 @@ def _token(lw, tensors, note, tile: str = "j"):
     loads = []
     for n, t in enumerate(tensors):
         dst = "SMEM_KV + slot * KV_SLOT_BYTES" + (f" + {one}" if n == 1 else "")
-        loads.append(tile_load(lw, t, dst, kv_row(plan, tile), "kv_full", "slot", "w.h_kv"))
+        loads.append(tile_load(lw, t, dst, kv_row(plan, tile), "kv_full", "slot", "w.h_kv", tile))
     return Scope(note, (
         *lw.span("wait kv_empty", (Wait("kv_empty", "slot", lw.phase("kv_empty_ph", "slot", plan.kv_stages),
                                         lw.site(name, "kv_empty"), tile),)),

@@ -17,6 +17,7 @@ from ..render import environment, indent, render_block
 from .. import mod_kernel
 from ..signature import KERNEL_NAME, c_parameter_list
 from ..work import decomposition, template_args
+from ..work import params as work_params
 from .text import TEXT
 from .wgmma import wrappers
 
@@ -29,8 +30,11 @@ def _env():
 
 
 def helper_header() -> str:
-    """Text of ``b200c_sm90.cuh`` (inlined into every sm90a kernel)."""
-    return (_CUDA / "b200c_sm90.cuh").read_text().rstrip("\n")
+    """Text of ``b200c_sm90.cuh`` with the shared ``b200c_common.cuh`` in place of its include (inlined into
+    every sm90a kernel)."""
+    from ..cuda import header_text
+
+    return header_text("b200c_sm90.cuh")
 
 
 def _where(r) -> str:
@@ -102,7 +106,7 @@ def emit(ir: KernelIR, launch) -> str:
     roles = [dict(name=r.name, blog=r.blog, where=_where(r), per_q_stage=bool(r.instances),
                   accumulators=r.name in ("consumer", "cta"), body=indent(render_block(env, r.body)))
              for r in ir.roles if r.body]
-    params = mod_kernel.params(plan.mods)
+    params = mod_kernel.params(plan.mods) + work_params(decomposition(plan))
     text = env.get_template("kernel.cu.j2").render(
         plan=plan,
         li=launch,

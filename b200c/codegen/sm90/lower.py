@@ -16,7 +16,7 @@ def _functions(s, plan) -> tuple:
     mods = (apply_mods_fn(plan),) if has_mods(plan.mods) else ()
     extra = (softmax_fn(s, row_bias=True),) if biased(plan) else ()
     return (softmax_fn(s), softmax_fn(s, masked=True), *extra, *mods, rescale_fn(s),
-            store_fn(s, plan.mods is not None and plan.mods.sinks))
+            store_fn(s, plan.mods is not None and plan.mods.sinks, plan.split_kv))
 
 
 def _traced(lw, role: RoleIR, track: str, writer: str) -> RoleIR:

@@ -26,10 +26,11 @@ def softmax_fn(s, masked: bool = False, row_bias: bool = False) -> SoftmaxFn:
     return msgspec.structs.replace(n, code=softmax_lines(n))
 
 
-def store_fn(s, sinks: bool = False) -> StoreOFn:
+def store_fn(s, sinks: bool = False, split: bool = False) -> StoreOFn:
     """The ``store_o`` definition (the epilogue: O / l and the LSE; ``sinks``: with the per-head sink
-    logit in the denominator)."""
-    n = StoreOFn(rules.exp_mode(s), rules.top_p_rounding(s), sinks)
+    logit in the denominator; ``split``: split-KV, FP32 O and the LSE of the split to the workspace, the
+    sink joining at the merge instead)."""
+    n = StoreOFn(rules.exp_mode(s), rules.top_p_rounding(s), sinks and not split, split)
     return msgspec.structs.replace(n, code=store_lines(n))
 
 
@@ -445,6 +446,25 @@ def store_lines(n: StoreOFn) -> tuple:
         out.append(f"    inv[r] = l == 0.f ? 0.f : 1.f / ({norm});  // no visible key: the row stays 0 (a NaN sum stays "
                    "NaN)")
         lse = f"l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')}"
+    if n.split:
+        return tuple(out + [
+            "    const int row = row0 + 8 * r;",
+            "    if ((lane & 3) == 0 && row < w.len_q) c.lse_part[part_row(c, w, head, row)] =",
+            f"        {lse};",
+            "  }",
+            "  // split-KV: this split's O / l in FP32 (b200c/codegen/work.py); the combine kernel merges the splits",
+            "#pragma unroll",
+            "  for (int r = 0; r < 2; ++r) {",
+            "    const int row = row0 + 8 * r;",
+            "    if (row < w.len_q) {  // rows past the sequence are not stored",
+            "      float2* dst = reinterpret_cast<float2*>(c.o_part + part_row(c, w, head, row) * HEAD_DIM + 2 * (lane & 3));",
+            "#pragma unroll",
+            "      for (int i = 0; i < O_REGS / 4; ++i)  // columns 8i + 2 (lane % 4) + {0, 1}",
+            "        dst[4 * i] = make_float2(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);",
+            "    }",
+            "  }",
+            "}",
+        ])
     out += [
         "    const int row = row0 + 8 * r;",
         "    if (c.lse != nullptr && (lane & 3) == 0 && row < w.len_q)",

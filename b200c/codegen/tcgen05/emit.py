@@ -16,6 +16,7 @@ from ..render import environment, indent, render_block
 from .. import mod_kernel
 from ..signature import KERNEL_NAME, c_parameter_list
 from ..work import decomposition, template_args
+from ..work import params as work_params
 from .text import TEXT
 
 _HERE = Path(__file__).parent
@@ -27,7 +28,10 @@ def _env():
 
 
 def _ptx_helpers() -> str:
-    return (_CUDA / "b200c_ptx.cuh").read_text().rstrip("\n")
+    """Text of ``b200c_ptx.cuh`` with the shared ``b200c_common.cuh`` in place of its include (inlined)."""
+    from ..cuda import header_text
+
+    return header_text("b200c_ptx.cuh")
 
 
 def _range_cond(warps) -> str:
@@ -70,7 +74,7 @@ def emit(ir: KernelIR, launch) -> str:
                           rows=r.name in ("cta", "softmax", "correction"), pin_trow=r.name == "correction",
                           pin_bases=r.name == "mma",
                           prelude=indent(render_block(env, lead)), body=indent(render_block(env, r.body[len(lead):]))))
-    params = mod_kernel.params(plan.mods)
+    params = mod_kernel.params(plan.mods) + work_params(decomposition(plan))
     text = env.get_template("kernel.cu.j2").render(
         plan=plan,
         li=launch,

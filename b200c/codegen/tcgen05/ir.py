@@ -340,8 +340,11 @@ class Epilogue(Node):
     width: int = 32
     lse_adjust: bool = False
     sinks: bool = False  # a per-head sink logit joins the denominator (and the LSE), not O
+    split: bool = False  # split-KV: FP32 O and the LSE to the workspace (b200c/codegen/work.py), the sink at the merge
 
     def describe(self) -> str:
+        if self.split:
+            return f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> split-KV workspace (fp32, Q stage {self.q})"
         return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})"
                 + (", attention sinks" if self.sinks else ""))
 

@@ -295,4 +295,5 @@ def epilogue(lw, q: str, rowsum: str) -> Epilogue:
     regs = lw.role_spec("correction").regs if rowsum == "smem" else None
     width = 16 if regs is not None and regs < 128 else 32
     return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw), exp_mode(lw), width,
-                    top_p_rounding(lw) and rowsum == "reg", lw.plan.mods is not None and lw.plan.mods.sinks)
+                    top_p_rounding(lw) and rowsum == "reg",
+                    lw.plan.mods is not None and lw.plan.mods.sinks and not lw.plan.split_kv, lw.plan.split_kv)

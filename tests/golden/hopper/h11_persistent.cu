@@ -61,18 +61,49 @@
 // b200c PTX helpers of the Hopper (sm_90a) backend: one small inline function
 // per instruction, each naming its section of the PTX ISA 9.0 manual.
 // Generated sm90a kernels inline this file (the tcgen05 kernels inline
-// b200c_ptx.cuh instead; the mbarrier/TMA/bounded-wait helpers are the same
-// instructions, kept separate so that neither backend's generated files
-// change when the other's header does). The wgmma.mma_async wrappers of the
+// b200c_ptx.cuh instead); what both backends share (mbarriers and bounded
+// waits, TMA, named barriers, elect.sync, the softmax math and its NaN rule)
+// is b200c_common.cuh, inlined with it. The wgmma.mma_async wrappers of the
 // shapes a kernel uses are generated into the kernel itself
 // (b200c/codegen/sm90/wgmma.py).
 // ---------------------------------------------------------------------------
 #ifndef B200C_SM90_CUH
 #define B200C_SM90_CUH
+// ---------------------------------------------------------------------------
+// b200c_common.cuh: the device helpers both backends share, one definition each.
+// b200c_ptx.cuh (sm_100a, and the sm_90a emulation of it) and b200c_sm90.cuh
+// (Hopper, wgmma) include this file; the emitters inline it in place of the
+// #include line (b200c.codegen.cuda.header_text), so a generated .cu stays
+// self-contained; the emulated build finds it with -I like b200c_emulate.cuh. Sources: PTX ISA 9.0 (sections cited per
+// helper) and docs/sm100-facts.md.
+//
+// What lives here: thread/warp ids, mbarriers and their bounded waits (one spin
+// mask, B200C_WAIT_SPIN_MASK), the hang report, named barriers, elect.sync, the
+// 4-D TMA load, and the softmax math with its special-value rules:
+//
+//   NaN rule (both backends, every exp2 column): exp2 of NaN is NaN, exp2 of
+//   -inf is 0. ex2.approx.ftz does this in hardware; the software polynomial
+//   exp2_poly below does it too (its exponent add alone would turn NaN into
+//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). So a NaN
+//   score, or a +inf score (s - max = inf - inf = NaN), makes its P NaN in
+//   whichever column it lands, hence the row's rowsum and O NaN, as torch's
+//   FP32 softmax gives; a -inf score gives P = 0; a row with no finite score
+//   (all -inf) is handled by the kernels (O = 0, LSE = -inf).
+// ---------------------------------------------------------------------------
+#ifndef B200C_COMMON_CUH
+#define B200C_COMMON_CUH
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <stdio.h>  // device printf of the bounded waits (B200C_BOUNDED_WAIT)
+
+#ifndef B200C_WAIT_TIMEOUT_MS
+#define B200C_WAIT_TIMEOUT_MS 4000
+#endif
+// bounded waits read %globaltimer once every B200C_WAIT_SPIN_MASK + 1 failed try_waits
+#ifndef B200C_WAIT_SPIN_MASK
+#define B200C_WAIT_SPIN_MASK 255u
+#endif
 
 namespace b200c {
 
@@ -81,7 +112,15 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 }
 __device__ __forceinline__ uint32_t warp_id() { return threadIdx.x >> 5; }
 __device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31; }
-__device__ __forceinline__ uint64_t globaltimer_ns() {  // special register %globaltimer (PTX ISA chapter 10, "Special Registers"), ns
+// x through an opaque mov (PTX 9.7.9.9): ptxas computes the value here, once, and cannot merge or hoist it
+// (used where measured to pay: TMEM/SMEM bases kept in a register, kernel parameters read inside a role)
+__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
+  uint32_t y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+// special register %globaltimer (PTX ISA chapter 10, "Special Registers"), ns
+__device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
@@ -129,26 +168,24 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 // the wait site (the generated file's wait-site table: role, barrier), `iter`
 // the K/V tile and `work` the work item, reported by bounded waits.
 #ifdef B200C_BOUNDED_WAIT
-#ifndef B200C_WAIT_TIMEOUT_MS
-#define B200C_WAIT_TIMEOUT_MS 4000
-#endif
 struct HangSite {              // one more timed-out wait of the same deadlock
   int site, parity, cta, iter, work, lane_thread;
 };
-struct HangReport {            // host-mapped memory, written before __trap() (same layout as b200c_ptx.cuh)
-  int flag, site, parity, cta, iter, work, lane_thread, more;
+struct HangReport {            // host-mapped memory, written before __trap() (b200c/runtime/driver.py reads it)
+  int flag, site, parity, cta, iter, work, lane_thread, more;  // the first timed-out wait; `more` = others
   HangSite others[7];
 };
 }  // namespace b200c
 // global scope (unmangled symbol) so the runtime finds it with cuModuleGetGlobal
 __device__ b200c::HangReport* b200c_hang_report;
 namespace b200c {
-// Record this timed-out wait (lane 0 of each warp, each wait site once), give the
-// other stuck waits of the same deadlock 300 ms to record theirs, then trap (9.7.19.4).
+// Record this timed-out wait (lane 0 of each warp, each wait site once), give
+// the other stuck waits of the same deadlock 300 ms to record theirs (the root
+// cause is often not the first to time out), then trap (9.7.19.4).
 __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, int work) {
   HangReport* r = b200c_hang_report;
-  if (r != nullptr && lane_id() == 0) {
-    bool seen = false;
+  if (r != nullptr && lane_id() == 0) {  // one record per warp
+    bool seen = false;                    // best effort: one record per wait site
     for (int i = 0; i < 7 && i < r->more; ++i) seen |= r->others[i].site == site;
     if (r->flag && r->site == site) seen = true;
     if (!seen && atomicCAS(&r->flag, 0, 1) == 0) {
@@ -173,7 +210,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
   for (uint32_t spin = 0; !mbar_try_wait(bar, parity); ++spin) {
-    if ((spin & 255u) == 255u) {
+    if ((spin & B200C_WAIT_SPIN_MASK) == B200C_WAIT_SPIN_MASK) {
       const uint64_t now = globaltimer_ns();
       if (start == 0) start = now;
       else if (now - start > (uint64_t)B200C_WAIT_TIMEOUT_MS * 1000000ull) report_hang(site, parity, iter, work);
@@ -220,6 +257,79 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
+
+// ---- math ------------------------------------------------------------------
+__device__ __forceinline__ float ex2_approx_ftz(float x) {  // ex2 9.7.3.21: NaN -> NaN, -inf -> 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2_approx_ftz(float x) {  // lg2 9.7.3.22; the LSE only (rowsum >= 1)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// pack (lo, hi) into bf16x2, lo in bits 0-15 (cvt 9.7.9.21: "d, a, b" puts a in the upper half)
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+// x rounded to BF16 (round to nearest even) and back to FP32
+__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
+__device__ __forceinline__ float bf16x2_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16x2_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+// max.NaN.f32 (PTX 9.7.3.10, sm_80+): NaN if either source is NaN (fmaxf returns the other one)
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+// a >= b ? x : y by setp + selp (PTX ISA, comparison and selection instructions): both values computed,
+// no branch (ptxas turned the same C ternary around exp2_poly into a branch: +16 instructions in the
+// stage 18 softmax loop, measured)
+__device__ __forceinline__ float select_ge(float a, float b, float x, float y) {
+  float d;
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.f32 p, %1, %2;\n\tselp.f32 %0, %3, %4, p;\n\t}"
+      : "=f"(d) : "f"(a), "f"(b), "f"(x), "f"(y));
+  return d;
+}
+
+// ---- software exp2 on the FMA pipes (blog ch.9 and its appendix) ------------
+// 2^x = 2^floor(x) * 2^frac(x). floor: adding 1.5 * 2^23 with rounding toward
+// -inf leaves 1.5 * 2^23 + floor(x) exactly (the integer lands in the low
+// mantissa bits), so (bits << 23) is floor(x) << 23 mod 2^32 and is added to
+// the exponent field of 2^frac, a cubic ((c3 f + c2) f + c1) f + 1 with the
+// blog's coefficients. Inputs below -127 are clamped to -127 with max.NaN
+// (a NaN stays NaN), where the exponent add gives exactly +0 (ex2.approx.ftz
+// flushes there too), so -inf gives 0. The exponent add would turn a NaN into
+// FLT_MAX, so the last step, y + x * 0 (one FMA), carries the NaN of x (x * 0
+// is +-0 for every other clamped x, and y + -0 = y): the NaN rule at the top
+// of this file. b200c_ptx.cuh's exp2_poly_x2 is the same steps on
+// f32x2 pairs; exp2_poly equals either lane of it bit for bit (IEEE
+// round-to-nearest / round-down operations on each lane).
+constexpr float kExp2PolyMagic = 12582912.f;  // 1.5 * 2^23
+constexpr float kExp2PolyMin = -127.f;
+constexpr float kExp2PolyC3 = 0.077f, kExp2PolyC2 = 0.227f, kExp2PolyC1 = 0.695f;
+// 2^frac (`p`, in [1, 2)) times 2^floor, floor held in the low bits of `r` = 1.5 * 2^23 + floor
+__device__ __forceinline__ float exp2_poly_join(float p, float r) {
+  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+}
+__device__ __forceinline__ float exp2_poly(float x) {
+  x = fmax_nan(x, kExp2PolyMin);
+  const float r = __fadd_rd(x, kExp2PolyMagic);                  // 1.5 * 2^23 + floor(x)
+  const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));   // frac(x) in [0, 1)
+  float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
+  p = __fmaf_rn(p, f, kExp2PolyC1);
+  p = __fmaf_rn(p, f, 1.f);
+  return __fmaf_rn(x, 0.f, exp2_poly_join(p, r));               // NaN in, NaN out
+}
+
+}  // namespace b200c
+#endif  // B200C_COMMON_CUH
+
+namespace b200c {
 
 // ---- register reconfiguration (PTX 9.7.19.5), executed by a whole warpgroup ----
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -273,54 +383,6 @@ template <int N> __device__ __forceinline__ void wgmma_ss_n(float (&d)[N / 2], u
                                                             int scale_d);
 template <int N> __device__ __forceinline__ void wgmma_rs_n(float (&d)[N / 2], uint32_t a0, uint32_t a1,
                                                             uint32_t a2, uint32_t a3, uint64_t b_desc, int scale_d);
-
-// ---- math ------------------------------------------------------------------
-// An opaque copy (mov.b32, PTX 9.7.9.9): ptxas cannot merge the value with others or hoist it (the shared
-// work decomposition reads kernel parameters through it, see decode_work).
-__device__ __forceinline__ uint32_t pin_u32(uint32_t x) {
-  uint32_t y;
-  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
-  return y;
-}
-__device__ __forceinline__ float lg2_approx_ftz(float x) {  // lg2 9.7.3.22; the LSE only (rowsum >= 1)
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float ex2_approx_ftz(float x) {  // ex2 9.7.3.21
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// pack (lo, hi) into bf16x2, lo in bits 0-15 (cvt 9.7.9.21: "d, a, b" puts a in the upper half)
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-// max.NaN.f32 (PTX 9.7.3.10, sm_80+): NaN if either source is NaN (fmaxf returns the other one). The
-// softmax takes its row max with it when some columns use the software exp2 below, which clamps a NaN
-// input to -127: the NaN max then makes every exponent of the row NaN, and the ex2.approx columns carry it.
-__device__ __forceinline__ float fmax_nan(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-// Software exp2 on the FMA pipe (blog ch.9, the same cubic as b200c_ptx.cuh's exp2_poly_x2,
-// scalar: Hopper has no packed f32x2 FMA):
-//   2^x = 2^floor(x) * 2^f, f = x - floor(x) in [0,1), 2^f ~ ((c3 f + c2) f + c1) f + 1.
-// floor(x) by one round-toward-minus-infinity add of 1.5*2^23 (add.rm, 9.7.3.3): the integer
-// lands in the low mantissa bits, and (bits << 23) is exactly floor(x) << 23, which is added to
-// the exponent of the polynomial. Inputs below -127 flush to about 2^-127.
-__device__ __forceinline__ float exp2_poly(float x) {
-  x = fmaxf(x, -127.f);
-  const float big = __fadd_rd(x, 12582912.f);  // 1.5 * 2^23 + floor(x)
-  const float f = x - (big - 12582912.f);
-  float p = fmaf(0.077f, f, 0.227f);
-  p = fmaf(p, f, 0.695f);
-  p = fmaf(p, f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(big) << 23));
-}
 
 }  // namespace b200c
 

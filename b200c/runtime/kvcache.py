@@ -1,0 +1,292 @@
+"""``b200c.attention_with_kvcache``: a decoding step against a KV cache, in FlashAttention's shape
+(``flash_attn_with_kvcache``).
+
+New keys and values are written into the cache in place at ``cache_seqlens`` (torch index ops on the
+device), then one split-KV launch (:mod:`b200c.runtime.split_kv`) attends each sequence's query rows to
+its first ``cache_seqlens[b] + S_new`` keys: the kernel reads those lengths from the device
+(``seqused_k``), so nothing here waits for the GPU and a serving loop can capture one CUDA graph per
+batch size and replay it with new lengths. A paged cache (``block_table``) is read through the table;
+:func:`paged_rows` is the index math both the host and the kernel use.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import LaunchError
+
+_Tensor = torch.Tensor
+
+
+def paged_rows(block_table: torch.Tensor, positions: torch.Tensor, page_size: int) -> torch.Tensor:
+    """Rows of the flattened paged cache ``(num_blocks * page_size, H_kv, D)`` holding the tokens at
+    ``positions`` of each sequence.
+
+    Args:
+        block_table: (B, max_blocks) int32: page ``j`` of sequence ``b`` is cache block ``block_table[b, j]``.
+        positions: (B, n) int: token positions within each sequence (0-based).
+        page_size: tokens per page.
+
+    Returns:
+        (B, n) int64 rows: ``block_table[b, p // page_size] * page_size + p % page_size``.
+    """
+    pages = torch.gather(block_table.long(), 1, torch.div(positions, page_size, rounding_mode="floor"))
+    return pages * page_size + torch.remainder(positions, page_size)
+
+
+def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        if cache_seqlens < 0:
+            raise LaunchError(f"cache_seqlens={cache_seqlens} must be >= 0")
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    if not isinstance(cache_seqlens, _Tensor) or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1 \
+            or cache_seqlens.shape[0] != batch:
+        desc = (f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}" if isinstance(cache_seqlens, _Tensor)
+                else type(cache_seqlens).__name__)
+        raise LaunchError(f"cache_seqlens must be an int or a torch.int32 tensor of shape ({batch},) (one length per "
+                          f"sequence), got {desc}")
+    if cache_seqlens.device != device:
+        raise LaunchError(f"cache_seqlens is on {cache_seqlens.device} but q is on {device}")
+    return cache_seqlens
+
+
+def _check_cache(q, k_cache, v_cache, block_table):
+    if q.dim() != 4:
+        raise LaunchError(f"q must be (B, S_q, H, D), got shape {tuple(q.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, _Tensor) or t.dim() != 4:
+            raise LaunchError(f"{name} must be a 4-D tensor ((B, S_max, H_kv, D), or (num_blocks, page_size, H_kv, D) "
+                              f"with block_table), got {getattr(t, 'shape', type(t).__name__)}")
+    if k_cache.shape != v_cache.shape:
+        raise LaunchError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape")
+    if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        raise LaunchError(f"k_cache and v_cache must be {q.dtype} like q, got {k_cache.dtype} and {v_cache.dtype}")
+    if block_table is not None:
+        if not isinstance(block_table, _Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
+                or block_table.shape[0] != q.shape[0]:
+            raise LaunchError(f"block_table must be a torch.int32 tensor (B={q.shape[0]}, max_blocks), got "
+                              f"{getattr(block_table, 'shape', type(block_table).__name__)}")
+        page = k_cache.shape[1]
+        if not 16 <= page <= 256 or page % 16:
+            raise LaunchError(f"page size {page} (k_cache.shape[1] with block_table): use a multiple of 16 in 16..256")
+
+
+def _append(k_cache, v_cache, k, v, lengths, block_table):
+    """Write ``k``, ``v`` (B, S_new, H_kv, D) into the caches at positions ``lengths[b] + i`` (in place)."""
+    b, s_new = k.shape[0], k.shape[1]
+    pos = lengths.long()[:, None] + torch.arange(s_new, device=k.device)[None, :]  # (B, S_new)
+    if block_table is None:
+        rows = torch.arange(b, device=k.device)[:, None].expand(b, s_new)
+        k_cache[rows, pos] = k
+        v_cache[rows, pos] = v
+        return
+    page = k_cache.shape[1]
+    flat = paged_rows(block_table, pos, page)
+    kf = k_cache.view(-1, *k_cache.shape[2:])
+    vf = v_cache.view(-1, *v_cache.shape[2:])
+    kf[flat] = k
+    vf[flat] = v
+
+
+def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None,
+                           causal: bool = False, softmax_scale=None, return_lse: bool = False, schedule=None,
+                           target: str = "auto", num_splits: int = 0):
+    """One attention step against a KV cache, like FlashAttention's ``flash_attn_with_kvcache``.
+
+    Args:
+        q: (B, S_q, H, D) bfloat16 on a CUDA device (S_q: 1 for decoding, a few for speculative
+            decoding, any S_q works). D is 64, 128 or 256.
+        k_cache, v_cache: (B, S_max, H_kv, D) (contiguous cache), or (num_blocks, page_size, H_kv,
+            D) with ``block_table`` (paged; page_size a multiple of 16 in 16..256); q's dtype and
+            device; H a multiple of H_kv (GQA/MQA). Updated in place when ``k``/``v`` are given.
+        k, v: None, or (B, S_new, H_kv, D): keys/values of the new tokens, written into the cache at
+            positions ``cache_seqlens[b] .. cache_seqlens[b] + S_new - 1`` before the attention.
+        cache_seqlens: an int or a torch.int32 tensor (B,) on q's device: tokens already in each
+            sequence's cache. The call attends to the first ``cache_seqlens[b] + S_new`` keys. The
+            values are not read on the host (no synchronization; CUDA-graph capturable): they must
+            leave room for the new tokens (``cache_seqlens[b] + S_new <= S_max``, or the pages
+            the table names).
+        block_table: None, or (B, max_blocks) torch.int32: sequence ``b``'s token ``t`` lives in
+            cache block ``block_table[b, t // page_size]``, row ``t % page_size`` (vLLM's layout).
+        causal: bottom-right aligned per sequence (query row ``r`` sees keys up to
+            ``r + L_b - S_q``, ``L_b`` its key count): the new tokens see the cache and each other
+            causally.
+        softmax_scale: natural-log units; default ``1 / sqrt(D)``.
+        return_lse: also return the LSE, float32 (B, H, S_q).
+        schedule, target: as :func:`b200c.attention` (the schedule's split-KV build runs).
+        num_splits: 0: chosen per call from the shape and the SM count
+            (:func:`b200c.codegen.work.choose_splits`, from S_max: the lengths stay on the device);
+            1..128: that many splits.
+
+    Returns:
+        ``out`` (B, S_q, H, D) bfloat16, or ``(out, lse)`` with ``return_lse``. A sequence with no key
+        gives O = 0 and LSE = -inf.
+
+    Raises:
+        LaunchError: a tensor or argument rule is broken (names it, the rule and the value).
+        ScheduleError / ResourceError / BuildError / UnsupportedDeviceError: as :func:`b200c.attention`.
+
+    A paged cache is read in place: the load warp looks each K/V tile's pages up in the table and loads
+    them with TMA boxes of ``gcd(block_n, page_size)`` rows (one box per page run of a tile when the page
+    holds a tile; several small boxes, a gather, when it does not).
+    """
+    from . import api, launcher, op
+    from .split_kv import split_token
+
+    if not isinstance(q, _Tensor):
+        raise LaunchError(f"q must be a torch.Tensor, got {type(q).__name__}")
+    _check_cache(q, k_cache, v_cache, block_table)
+    if (k is None) != (v is None):
+        raise LaunchError("pass both k and v (the new tokens) or neither")
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= 128:
+        raise LaunchError(f"num_splits={num_splits!r}: use 0 (chosen per call) or 1..128")
+    batch, s_q = q.shape[0], q.shape[1]
+    lengths = _lengths(cache_seqlens, batch, q.device)
+    s_new = 0
+    if k is not None:
+        if k.dim() != 4 or k.shape[0] != batch or k.shape[2:] != k_cache.shape[2:] or v.shape != k.shape:
+            raise LaunchError(f"k and v must be (B={batch}, S_new, H_kv={k_cache.shape[2]}, D={k_cache.shape[3]}), "
+                              f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        s_new = k.shape[1]
+        _append(k_cache, v_cache, k, v, lengths, block_table)
+    used = lengths + s_new if s_new else lengths
+    if used.dtype != torch.int32:
+        used = used.to(torch.int32)
+    if schedule is None:
+        schedule = api.default_schedule_for(q, target)
+    base = api._schedule_json(schedule, target)
+    from ..dsl import Schedule
+
+    s = Schedule.from_json(base)
+    # the schedule's split-KV build (the kernel reads the lengths and the table); the count per call, or the
+    # caller's, or the schedule's where it fixes one
+    fixed = num_splits or (s.kv_splits if s.kv_splits not in (None, 0, 1) else None)
+    token = (s.replace(kv_splits=0).to_json(), fixed)
+    scale = api._check_scale(softmax_scale)
+    causal, return_lse = bool(causal), bool(return_lse)
+    qs = q
+    folded = launcher.fold_gqa(q, k_cache, "bshd") if s_q == 1 else None
+    if folded is not None:  # one query row per head: the query heads of a K/V head become its rows
+        qs, causal = folded, False
+    if block_table is None:
+        out, lse = launcher.run(token, target, "bshd", qs, k_cache, v_cache, scale, _SPLIT_SOURCE, causal, return_lse,
+                                _CallValues(used, None, fixed))
+    else:
+        out, lse = _run_paged(token, target, qs, k_cache, v_cache, block_table, used, scale, causal, return_lse)
+    if folded is not None:
+        out, lse = launcher.unfold_gqa(out, lse, q, "bshd")
+    return (out, lse) if return_lse else out
+
+
+class _CallValues:
+    """The per-call kernel values of a KV-cache call (:func:`b200c.runtime.launcher.run`'s ``mod_call``
+    slot): the device lengths ``seqused_k`` and the paged cache's ``block_table``."""
+
+    __slots__ = ("lengths", "table", "num_splits")
+
+    def __init__(self, lengths, table, num_splits=None):
+        self.lengths, self.table, self.num_splits = lengths, table, num_splits
+
+    def values(self, entry, causal):
+        out = {"seqused_k": self.lengths.data_ptr()}
+        if self.table is not None:
+            out["block_table"] = self.table.data_ptr()
+        return out
+
+
+def _run_paged(token, target, q, k_cache, v_cache, block_table, used, scale, causal, return_lse):
+    """A paged KV cache through the launch-entry cache: the kernel's K/V tensor maps are the caches
+    (num_blocks, page_size, H_kv, D) themselves (a block is the batch coordinate), with boxes of
+    ``gcd(block_n, page_size)`` rows, each inside one page; the table is read by the load warp."""
+    from . import launcher
+
+    key = ("paged", token, target, causal, return_lse, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+           q.shape, k_cache.shape, v_cache.shape, q.stride(), k_cache.stride(), v_cache.stride(),
+           tuple(block_table.shape), q.get_device())
+    e = launcher._entries.get(key)
+    if e is None:
+        e = _new_paged_entry(key, token, target, q, k_cache, v_cache, block_table, causal, return_lse)
+        if not isinstance(e, launcher.Entry):
+            return e
+    return e.call(q, scale, _CallValues(used, block_table).values(e, causal))
+
+
+class _SplitSource:
+    """Kernel source of KV-cache tokens ``(schedule JSON of the split-KV build, fixed split count or None)``
+    (:func:`b200c.runtime.launcher.run`): the count is the launch's, the kernel the schedule's."""
+
+    @staticmethod
+    def specialize(token, head_dim: int):
+        from . import op
+
+        return (op.specialized_json(token[0], head_dim), token[1])
+
+    @staticmethod
+    def load(token, target: str, device: int):
+        from . import op
+
+        return op.loaded_kernel(token[0] if isinstance(token, tuple) else token, target, device)
+
+
+_SPLIT_SOURCE = _SplitSource()
+
+
+def _new_paged_entry(key, token, target, q, k_cache, v_cache, block_table, causal, return_lse):
+    import dataclasses
+    import math
+
+    from . import inputs, launcher, op
+    from .split_kv import SplitLaunch
+
+    page = k_cache.shape[1]
+    batch, max_blocks = block_table.shape
+    h_kv, d = k_cache.shape[2], k_cache.shape[3]
+    qv = q.transpose(1, 2)  # (B, H, S_q, D)
+    # the problem as the kernel sees it: (B, H_kv, max_blocks * page, D) keys per sequence (a stride-0 stand-in
+    # for the rules of the sizes; the data comes through the table)
+    stand_in = k_cache.new_empty(1, 1, 1, d).expand(batch, h_kv, max_blocks * page, d)
+    problem = inputs.validate_inputs(qv, stand_in, stand_in, check_device=False)
+    inputs._check_devices({"q": qv, "k": k_cache, "v": v_cache})
+    if block_table.device != q.device:
+        raise LaunchError(f"block_table is on {block_table.device} but q is on {q.device}")
+    if not problem.needs_launch:
+        r = inputs.empty_result(qv, problem).transpose(1, 2)
+        lse = torch.full((problem.batch, problem.heads, problem.seq_q), float("-inf"), dtype=torch.float32,
+                         device=q.device) if return_lse else None
+        return r, lse
+    fixed = token[1]
+    token = op.specialized_json(token[0], problem.head_dim)
+    device = q.get_device()
+    lk = op.SCHEDULES.load(token, target, device)
+    launcher.check_capabilities(lk, causal, return_lse, problem.heads != problem.heads_kv, False)
+    info = lk.built.launch
+    pack = launcher.pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, causal, False,
+                               info.block_m)
+    lk, info, splits = launcher._split_kernel(lk, token, target, device, op.SCHEDULES, problem, pack, causal, fixed)
+    n_work = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack, splits)
+    launcher.check_work_items(n_work)
+    grid = info.grid(problem.batch, problem.heads, problem.seq_q, lk.num_sms, pack, splits)
+    launcher.check_grid(grid)
+    box = math.gcd(info.block_n, page)
+    paged_info = dataclasses.replace(info, tma_kv_box_rows=box)
+    maps = launcher.tensor_maps(lk, [("q", qv)])
+    from . import driver
+
+    with driver.in_context(lk.context):
+        maps += [driver.encode_tensor_map(n, t.transpose(1, 2), paged_info) for n, t in (("k", k_cache), ("v", v_cache))]
+    sample = torch.empty_like(q)
+    out_view = sample.transpose(1, 2)
+    b, h, s = problem.batch, problem.heads, problem.seq_q
+    lse_shape = (b, h, s) if return_lse else None
+    lse_strides = (h * s, s, 1) if return_lse else (0, 0, 0)
+    out_strides = tuple(out_view.stride()[:3])
+    values = launcher.kernel_arguments(problem, maps, out_strides, lse_strides, causal, pack, problem.head_dim ** -0.5)
+    values.update(launcher.mod_defaults(info))
+    values.update(num_splits=splits, part_rows=s, o_part=0, lse_part=0, seqused_k=0, block_table=0,
+                  max_blocks=max_blocks, page_size=page, page_box=box)
+    split = SplitLaunch(lk, splits, b * h, s, h, out_strides, lse_strides)
+    e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample, split)
+    launcher.remember(key, e)
+    return e
+
+
+__all__ = ["attention_with_kvcache", "paged_rows"]

@@ -1,0 +1,106 @@
+"""The host side of split-KV (flash-decoding; the decomposition is :mod:`b200c.codegen.work`).
+
+Per launch entry: how many splits (:func:`splits_for`, from the call's shape and the device's SM
+count through :func:`b200c.codegen.work.choose_splits`), which build runs them (a schedule with
+``kv_splits=None`` runs its split-KV build, ``kv_splits=0``, only for calls that split:
+:func:`split_token`), and per call the FP32 workspace of the splits' O and LSE and the second launch,
+``b200c_attention_combine``, that merges them into ``out`` and ``lse`` (:class:`SplitLaunch`).
+Both launches go to the same stream, so the merge reads what the splits wrote; CUDA-graph capture
+records both (the workspace comes from PyTorch's caching allocator, as ``out`` does).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..codegen.work import COMBINE_ROWS_PER_CTA, choose_splits, combine_params
+
+_F32 = torch.float32
+
+
+def kv_tiles(info, seq_q: int, seq_kv: int, causal: bool) -> int:
+    """K/V tiles the longest work item visits (causal, bottom-right aligned: up to the diagonal of
+    the last query row, which is the whole S_kv)."""
+    return max(1, -(-seq_kv // info.block_n))
+
+
+def splits_for(info, items: int, seq_q: int, seq_kv: int, causal: bool, num_sms: int) -> int:
+    """Splits per work item for a call (1: none), for the kernel of launch info ``info``: the
+    schedule's ``kv_splits`` where it fixes one (2..128), else :func:`choose_splits`'s; a schedule
+    with ``kv_splits=1`` never splits."""
+    if info.kv_splits == 1:
+        return 1
+    return choose_splits(items, kv_tiles(info, seq_q, seq_kv, causal), num_sms, info.persistent,
+                         fixed=info.kv_splits)
+
+
+def split_token(token):
+    """The kernel token of a schedule's split-KV build (``kv_splits=0``: the count per call), or None
+    where the token names no schedule (a GeneratedKernel: it runs as generated)."""
+    if isinstance(token, str):
+        return _split_json(token)
+    if isinstance(token, tuple) and len(token) == 2 and isinstance(token[0], str):
+        return (split_token(token[0]), token[1])
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _split_json(schedule_json: str) -> str:
+    from ..dsl import Schedule
+
+    return Schedule.from_json(schedule_json).replace(kv_splits=0).to_json()
+
+
+class SplitLaunch:
+    """What a split-KV entry adds per call: the workspace and the combine kernel's launch.
+
+    Attributes:
+        num_splits: splits per work item (written into the main kernel's parameters too).
+        part_rows: rows per (sequence, head) in the workspace (S_q; varlen: total_q).
+        rows: rows to merge (B * H * part_rows; varlen B = 1).
+        o_shape, lse_shape: shapes of the FP32 workspace tensors allocated per call.
+    """
+
+    __slots__ = ("num_splits", "part_rows", "rows", "o_shape", "lse_shape", "block", "grid", "slots", "function",
+                 "head_dim")
+
+    def __init__(self, lk, num_splits: int, slots: int, part_rows: int, heads: int, out_strides, lse_strides):
+        from .params import ParamBlock
+
+        d = lk.built.launch.head_dim
+        self.num_splits = num_splits
+        self.part_rows = part_rows
+        self.rows = slots * part_rows
+        self.head_dim = d
+        self.o_shape = (num_splits, self.rows, d)
+        self.lse_shape = (num_splits, self.rows)
+        self.grid = -(-self.rows // COMBINE_ROWS_PER_CTA)
+        self.function = lk.combine
+        values = {"o_part": 0, "lse_part": 0, "out": 0, "lse": 0, "sinks": 0,
+                  "out_stride_b": out_strides[0], "out_stride_h": out_strides[1], "out_stride_s": out_strides[2],
+                  "lse_stride_b": lse_strides[0], "lse_stride_h": lse_strides[1], "lse_stride_s": lse_strides[2],
+                  "rows": self.rows, "heads": heads, "part_rows": part_rows, "num_splits": num_splits}
+        self.block = ParamBlock(tuple((p.name, p.kind) for p in combine_params()), values)
+        self.slots = {n: self.block.slot(n) for n in ("o_part", "lse_part", "out", "lse", "sinks")}
+
+    def workspace(self, empty):
+        """The per-call FP32 workspace ``(o_part, lse_part)`` (``empty(size, stride, dtype)``)."""
+        n, r, d = self.o_shape
+        return empty(self.o_shape, (r * d, d, 1), _F32), empty(self.lse_shape, (r, 1), _F32)
+
+
+def check_split(lk, token) -> None:
+    """A split-KV build must hold its combine kernel (a cubin from before split-KV: rebuild).
+
+    Raises:
+        LaunchError: the loaded module has no combine kernel.
+    """
+    if lk.combine is None:
+        from ..errors import LaunchError
+
+        raise LaunchError(f"kernel {lk.built.launch.name!r} is a split-KV build without its combine kernel; "
+                          "clear the kernel cache (b200c cache clear) and call again")
+
+
+__all__ = ["splits_for", "split_token", "SplitLaunch", "kv_tiles", "check_split"]

@@ -1,0 +1,179 @@
+"""Split-KV and the KV-cache entry point on the host path, under the stand-in driver (CPU tensors):
+which build runs, what the two launches receive, the in-place cache append and the paged index
+math. Numerics against FP32 attention are GPU tests (tests/gpu/test_decode.py)."""
+import pytest
+import torch
+
+import b200c
+from b200c.errors import LaunchError
+from b200c.runtime import fake_driver
+from b200c.runtime.kvcache import paged_rows
+
+
+def bf(*shape):
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+def test_decode_runs_the_split_build_and_merges():
+    with fake_driver.install(target="sm90a", num_sms=132) as fd:
+        q, k = bf(1, 32, 1, 128), bf(1, 8, 32768, 128)
+        out, lse = b200c.attention(q, k, k, target="sm90a", return_lse=True)
+        main, comb = fd.launches
+        # one query row per head: the 4 query heads of each K/V head are its rows (fold_gqa), an MHA problem on
+        # 8 heads; 8 items x 16 splits = 128 CTAs of 132
+        p = main.params
+        assert main.kernel.split_kv and (p["heads"], p["heads_kv"], p["seq_q"]) == (8, 8, 4)
+        assert p["causal"] == 0 and p["num_splits"] == 16 and main.grid == 8 * 16
+        assert p["o_part"] != 0 and p["lse_part"] != 0 and p["seqused_k"] == 0
+        assert comb.params["o_part"] == p["o_part"] and comb.params["lse_part"] == p["lse_part"]
+        assert comb.params["out"] == out.data_ptr() and comb.params["lse"] == lse.data_ptr()
+        assert comb.params["rows"] == 32 and comb.params["num_splits"] == 16 and comb.grid == 8
+        assert out.shape == q.shape and out.stride() == q.stride() and lse.shape == (1, 32, 1)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_fold_gqa_maps_query_heads_to_rows(layout):
+    from b200c.runtime.launcher import fold_gqa, unfold_gqa
+
+    b, h, h_kv, d = 2, 12, 3, 16
+    q = torch.arange(b * h * d, dtype=torch.float32).reshape(b, h, 1, d)
+    q = q if layout == "bhsd" else q.transpose(1, 2).contiguous()
+    k = torch.zeros(b, h_kv, 5, d) if layout == "bhsd" else torch.zeros(b, 5, h_kv, d)
+    f = fold_gqa(q, k, layout)  # (B, g, H_kv, D) BSHD: row i of K/V head j is query head j * g + i
+    g = h // h_kv
+    for bb in range(b):
+        for i in range(g):
+            for j in range(h_kv):
+                head = j * g + i
+                want = q[bb, head, 0] if layout == "bhsd" else q[bb, 0, head]
+                assert torch.equal(f[bb, i, j], want)
+    assert f.data_ptr() == q.data_ptr()  # a view
+    out = torch.empty_like(f).copy_(f)  # a kernel's O that copies its rows
+    lse = torch.arange(b * h_kv * g, dtype=torch.float32).reshape(b, h_kv, g)
+    o, l = unfold_gqa(out, lse, q, layout)
+    assert torch.equal(o, q) and l.shape == (b, h, 1) and l[1, 5, 0] == lse[1, 5 // g, 5 % g]
+    assert fold_gqa(q, torch.zeros_like(q), layout) is None  # MHA: nothing to fold
+
+
+def test_prefill_keeps_the_plain_build():
+    with fake_driver.install(target="sm90a") as fd:
+        q = bf(2, 16, 4096, 128)
+        b200c.attention(q, q, q, target="sm90a")
+        (main,) = fd.launches
+        assert not main.kernel.split_kv and "num_splits" not in main.params
+
+
+def test_schedule_fixes_the_split_count():
+    base = b200c.default_schedule(128, target="sm90a")
+    q, k = bf(1, 32, 1, 128), bf(1, 8, 32768, 128)
+    with fake_driver.install(target="sm90a") as fd:
+        b200c.attention(q, k, k, target="sm90a", schedule=base.replace(kv_splits=1))
+        (main,) = fd.launches
+        assert not main.kernel.split_kv
+    with fake_driver.install(target="sm90a") as fd:
+        b200c.attention(q, k, k, target="sm90a", schedule=base.replace(kv_splits=4))
+        main, comb = fd.launches
+        assert main.params["num_splits"] == 4 and main.grid == 8 * 4 and comb.params["num_splits"] == 4
+
+
+def test_emulation_target_splits_too():
+    with fake_driver.install(target="emulate") as fd:
+        q, k = bf(2, 8, 1, 128), bf(2, 8, 8192, 128)
+        b200c.attention(q, k, k, target="emulate", schedule=b200c.default_schedule(128))
+        main, comb = fd.launches
+        assert main.kernel.split_kv and main.params["num_splits"] > 1
+
+
+def test_paged_rows_math():
+    g = torch.Generator().manual_seed(0)
+    for page in (16, 64, 256):
+        table = torch.randperm(40, generator=g)[:12].to(torch.int32).reshape(3, 4)
+        pos = torch.randint(0, 4 * page, (3, 7), generator=g)
+        rows = paged_rows(table, pos, page)
+        for b in range(3):
+            for i in range(7):
+                p = int(pos[b, i])
+                assert int(rows[b, i]) == int(table[b, p // page]) * page + p % page
+
+
+def test_kvcache_appends_in_place_and_passes_the_lengths():
+    with fake_driver.install(target="sm90a") as fd:
+        q = bf(2, 1, 32, 128)
+        kc, vc = torch.zeros(2, 1024, 8, 128, dtype=torch.bfloat16), torch.zeros(2, 1024, 8, 128, dtype=torch.bfloat16)
+        k, v = bf(2, 1, 8, 128), bf(2, 1, 8, 128)
+        lens = torch.tensor([5, 700], dtype=torch.int32)
+        b200c.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, target="sm90a")
+        assert torch.equal(kc[0, 5], k[0, 0]) and torch.equal(vc[1, 700], v[1, 0])
+        assert kc[0, 6].abs().sum() == 0 and kc[0, 4].abs().sum() == 0
+        main, comb = fd.launches
+        assert main.kernel.split_kv and main.params["seqused_k"] != 0 and main.params["seq_kv"] == 1024
+        assert lens.tolist() == [5, 700]  # the caller's lengths are not changed
+
+
+def test_kvcache_paged_append():
+    with fake_driver.install(target="sm90a"):
+        page = 16
+        q = bf(2, 1, 8, 64)
+        kc = torch.zeros(10, page, 2, 64, dtype=torch.bfloat16)
+        vc = torch.zeros_like(kc)
+        table = torch.tensor([[3, 7, 1], [0, 9, 2]], dtype=torch.int32)
+        k, v = bf(2, 2, 2, 64), bf(2, 2, 2, 64)
+        with fake_driver.install(target="sm90a") as fd:
+            b200c.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=torch.tensor([15, 20], dtype=torch.int32),
+                                         block_table=table, target="sm90a")
+        main, comb = fd.launches
+        p = main.params  # the cache is read in place: the table, its pages and the box rows go to the kernel
+        assert p["block_table"] == table.data_ptr() and p["max_blocks"] == 3 and p["page_size"] == 16
+        assert p["page_box"] == 16 and p["seq_kv"] == 3 * 16 and p["batch"] == 2
+        assert fd.encodes[1][1] == (64, 16, 2, 10) and fd.encodes[1][4] == 16  # K: {D, page, H_kv, blocks}, 16-row boxes
+        assert torch.equal(kc[3, 15], k[0, 0]) and torch.equal(kc[7, 0], k[0, 1])  # token 16 opens page 7
+        assert torch.equal(vc[9, 4], v[1, 0]) and torch.equal(vc[9, 5], v[1, 1])
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(cache_seqlens=torch.tensor([1, 2])), "torch.int32 tensor of shape"),
+    (dict(cache_seqlens=-1), ">= 0"),
+    (dict(cache_seqlens=1, num_splits=200), "num_splits"),
+    (dict(cache_seqlens=1, block_table=torch.zeros(2, 3)), "block_table must be a torch.int32"),
+])
+def test_kvcache_argument_errors(kw, msg):
+    q = bf(2, 1, 8, 64)
+    kc = torch.zeros(2, 64, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(LaunchError, match=msg):
+        b200c.attention_with_kvcache(q, kc, kc, **kw)
+
+
+def test_kvcache_page_size_rule():
+    q = bf(1, 1, 8, 64)
+    kc = torch.zeros(4, 8, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(LaunchError, match="page size 8"):
+        b200c.attention_with_kvcache(q, kc, kc, cache_seqlens=1, block_table=torch.zeros(1, 2, dtype=torch.int32))
+
+
+def test_varlen_decode_splits():
+    with fake_driver.install(target="sm90a") as fd:
+        q = bf(3, 32, 128)  # three sequences of one query row
+        k = bf(3 * 8000, 8, 128)
+        cq = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+        ck = torch.tensor([0, 8000, 16000, 24000], dtype=torch.int32)
+        b200c.attention_varlen(q, k, k, cq, ck, 1, 8000, target="sm90a")
+        main, comb = fd.launches
+        assert main.kernel.split_kv and main.params["num_splits"] > 1 and main.params["part_rows"] == 3
+        assert comb.params["rows"] == 32 * 3 and comb.params["out_stride_b"] == 0
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_kvcache_num_splits_is_the_launch_count(paged):
+    q = bf(1, 1, 32, 128)
+    if paged:
+        kc = torch.zeros(64, 256, 8, 128, dtype=torch.bfloat16)
+        table = torch.arange(64, dtype=torch.int32).reshape(1, 64)
+    else:
+        kc, table = torch.zeros(1, 16384, 8, 128, dtype=torch.bfloat16), None
+    for n, want in ((1, 1), (5, 5), (0, None)):
+        with fake_driver.install(target="sm90a") as fd:
+            b200c.attention_with_kvcache(q, kc, kc, cache_seqlens=7, block_table=table, num_splits=n, target="sm90a")
+            main, comb = fd.launches  # always the split-KV build: it reads the lengths (and the table)
+            assert main.kernel.split_kv and main.params["seqused_k"] != 0
+            got = main.params["num_splits"]
+            assert got == want if want else got > 1
