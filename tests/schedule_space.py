@@ -68,6 +68,7 @@ KNOB_VALUES = {
     "softmax_regs": _REGS,
     "correction_regs": _REGS,
     "other_regs": _REGS,
+    "kv_splits": (None, 0, 1, 2, 7, 128, -1, 129),  # None / 0 / 1 / fixed counts, and two refused values
 }
 KNOBS = tuple(KNOB_VALUES)
 # register budgets are all-or-nothing (validate._registers): also drawn as one move

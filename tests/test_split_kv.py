@@ -95,13 +95,14 @@ def test_choose_splits_rule():
     assert choose_splits(8, 256, 132) == 16  # 128 CTAs of 132
     assert choose_splits(1, 2048, 132) <= MAX_SPLITS
     assert choose_splits(1, 1, 132) == 1  # one tile: nothing to split
-    assert choose_splits(4, 6, 132) == 3  # each split keeps at least 2 tiles
+    assert choose_splits(4, 64, 132) == 4  # each split keeps at least MIN_SPLIT_TILES (16) tiles
+    assert choose_splits(4, 31, 132) == 1
     assert choose_splits(8, 256, 132, fixed=4) == 4
     assert choose_splits(8, 3, 132, fixed=16) == 3  # capped at the tiles
     for items in (1, 2, 8, 32, 64, 100):
         for tiles in (2, 8, 64, 256, 1024):
             n = choose_splits(items, tiles, 132)
-            assert 1 <= n <= max(1, tiles // 2)
+            assert 1 <= n <= max(1, tiles // 16)
             assert items * n <= max(2 * 132, items)  # at most two waves
 
 

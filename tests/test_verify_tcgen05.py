@@ -8,6 +8,8 @@ from msgspec.structs import replace
 
 import pytest
 
+from b200c.codegen.verify import _Model
+
 import b200c
 from b200c import ProtocolError
 from b200c.codegen import make_plan, sm90, tcgen05
@@ -82,7 +84,7 @@ def _redundant(kind, role, node, parents) -> bool:
 def test_examples_pass(path):
     ir = _ir(path)
     assert uses_tcgen05(ir)
-    check_tcgen05(ir)
+    check_tcgen05(ir, _Model)
 
 
 @pytest.mark.parametrize("path", SM100, ids=lambda p: p.stem)
@@ -143,7 +145,7 @@ def test_deferred_score_wait_relies_on_the_register_dependency():
     dependency is honoured, PTX ISA 9.7.16.6.4.5); the wait must still come before P overwrites S."""
     ir = _ir(ROOT / "examples/15_wide_deferred_score_loads.py")
     assert any(not n.wait_each for r in ir.roles for _, n, _ in _sites(r.body, lambda n: isinstance(n, RowmaxPass)))
-    check_tcgen05(ir)
+    check_tcgen05(ir, _Model)
     # stage 10 keeps score columns in registers and stores their P first: deferring its waits without
     # the wait before the first P store is the anti-dependency hazard
     ir = _ir(ROOT / "examples/10_register_caching.py")

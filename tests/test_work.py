@@ -158,5 +158,6 @@ def test_kernels_print_the_shared_work_code(schedule):
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     wk = env.get_template("work.cuh.j2").module
     src = b200c.generate(b200c.load_schedule_file(schedule)).source
-    for part in (wk.ctx_fields(), wk.ctx_methods(), wk.items({"order": "longest_first_per_head", "serpentine": False, "block_sparse": False})):
+    work = {"order": "longest_first_per_head", "serpentine": False, "block_sparse": False, "split_kv": False}
+    for part in (wk.ctx_fields(work), wk.ctx_methods(work), wk.items(work)):
         assert str(part) in src

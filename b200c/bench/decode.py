@@ -86,7 +86,7 @@ def measure(cases, *, device="cuda", iters: int = 30, warmup: int = 5, target: s
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    import b200c
+    from ..runtime.kvcache import attention_with_kvcache
 
     from .timing import time_interleaved
 
@@ -104,11 +104,11 @@ def measure(cases, *, device="cuda", iters: int = 30, warmup: int = 5, target: s
             table = torch.arange(c.batch * pages, dtype=torch.int32, device=device).reshape(c.batch, pages)
 
             def ours():
-                return b200c.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, causal=causal,
+                return attention_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, causal=causal,
                                                     target=target)
         else:
             def ours():
-                return b200c.attention_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal, target=target)
+                return attention_with_kvcache(q, k, v, cache_seqlens=lens, causal=causal, target=target)
 
         group = c.heads // c.heads_kv
         qt = q.transpose(1, 2)

@@ -702,4 +702,4 @@ def _tcgen05_checks(ir: KernelIR) -> None:
     from .verify_tcgen05 import check_tcgen05, uses_tcgen05
 
     if uses_tcgen05(ir):
-        check_tcgen05(ir)
+        check_tcgen05(ir, _Model)

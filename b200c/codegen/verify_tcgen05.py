@@ -75,14 +75,13 @@ class _Thread:
 
 
 class _Checker:
-    def __init__(self, ir: KernelIR):
+    def __init__(self, ir: KernelIR, model):
         from .tcgen05 import ir as t5
-        from .verify import _Model
 
         self.t5 = t5
         self.ir = ir
         self.plan = ir.plan
-        self.model = _Model
+        self.model = model
         self.consumers = {b.name: b.consumers for b in self.plan.barriers}
         self.access = None  # role -> regions its programs access (any instance), from a first walk
 
@@ -319,8 +318,10 @@ class _Checker:
                               "tcgen05.commit: its result reaches no other thread (PTX ISA 9.7.16.12.1)")
 
 
-def check_tcgen05(ir: KernelIR) -> None:
-    """Check the tcgen05 fences and waits of an sm_100a kernel IR (see the module docstring).
+def check_tcgen05(ir: KernelIR, model) -> None:
+    """Check the tcgen05 fences and waits of an sm_100a kernel IR (see the module docstring); ``model``:
+    the protocol verifier's per-thread interpreter (:class:`b200c.codegen.verify._Model`, passed in so
+    this module does not import the verifier back).
 
     Raises:
         ProtocolError: naming the missing instruction (``tcgen05.wait::ld``, ``tcgen05.wait::st``,
@@ -328,4 +329,4 @@ def check_tcgen05(ir: KernelIR) -> None:
             ``tcgen05.commit`` or ``fence.proxy.async``), the role, the step and the instruction
             that needs it.
     """
-    _Checker(ir).run()
+    _Checker(ir, model).run()
