@@ -129,6 +129,7 @@ def hopper_on_cpu(monkeypatch):
     monkeypatch.setattr(api, "_default_target", lambda dev, target: resolve("sm90a") if target == "auto"
                         else real(dev, target))
     monkeypatch.setattr(api, "_default_targets", {})
+    monkeypatch.setattr(api, "_defaults", {})  # the presets cached per (device, target): sm90a ones here
     monkeypatch.setattr(F, "scaled_dot_product_attention", F.scaled_dot_product_attention)
     monkeypatch.chdir(ROOT)
     torch.manual_seed(0)
