@@ -281,9 +281,8 @@ def _new_paged_entry(key, token, target, q, k_cache, v_cache, block_table, causa
     out_strides = tuple(out_view.stride()[:3])
     values = launcher.kernel_arguments(problem, maps, out_strides, lse_strides, causal, pack, problem.head_dim ** -0.5)
     values.update(launcher.mod_defaults(info))
-    values.update(num_splits=splits, part_rows=s, o_part=0, lse_part=0, seqused_k=0, block_table=0,
-                  max_blocks=max_blocks, page_size=page, page_box=box)
     split = SplitLaunch(lk, splits, b * h, s, h, out_strides, lse_strides)
+    values.update(split.kernel_values(max_blocks, page, box))
     e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample, split)
     launcher.remember(key, e)
     return e

@@ -490,9 +490,8 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     if info.split_kv:
         from .split_kv import SplitLaunch
 
-        values.update(num_splits=splits, part_rows=s, o_part=0, lse_part=0, seqused_k=0, block_table=0, max_blocks=0,
-                      page_size=0, page_box=0)
         split = SplitLaunch(lk, splits, b * h, s, h, out_strides, lse_strides)
+        values.update(split.kernel_values())
     e = Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample, split)
     remember(key, e)
     return e

@@ -19,9 +19,9 @@ from ..codegen.work import COMBINE_ROWS_PER_CTA, choose_splits, combine_params
 _F32 = torch.float32
 
 
-def kv_tiles(info, seq_q: int, seq_kv: int, causal: bool) -> int:
-    """K/V tiles the longest work item visits (causal, bottom-right aligned: up to the diagonal of
-    the last query row, which is the whole S_kv)."""
+def kv_tiles(info, seq_kv: int) -> int:
+    """K/V tiles the longest work item visits (also causal: bottom-right aligned, its last query row
+    sees the whole S_kv)."""
     return max(1, -(-seq_kv // info.block_n))
 
 
@@ -31,7 +31,7 @@ def splits_for(info, items: int, seq_q: int, seq_kv: int, causal: bool, num_sms:
     with ``kv_splits=1`` never splits."""
     if info.kv_splits == 1:
         return 1
-    return choose_splits(items, kv_tiles(info, seq_q, seq_kv, causal), num_sms, info.persistent,
+    return choose_splits(items, kv_tiles(info, seq_kv), num_sms, info.persistent,
                          fixed=info.kv_splits)
 
 
@@ -83,6 +83,12 @@ class SplitLaunch:
                   "rows": self.rows, "heads": heads, "part_rows": part_rows, "num_splits": num_splits}
         self.block = ParamBlock(tuple((p.name, p.kind) for p in combine_params()), values)
         self.slots = {n: self.block.slot(n) for n in ("o_part", "lse_part", "out", "lse", "sinks")}
+
+    def kernel_values(self, max_blocks: int = 0, page_size: int = 0, page_box: int = 0) -> dict:
+        """The main kernel's split-KV parameter values (:func:`b200c.codegen.work.params`): the count and
+        workspace rows; the pointers are written per call (0 here); a paged cache's table shape and boxes."""
+        return dict(num_splits=self.num_splits, part_rows=self.part_rows, o_part=0, lse_part=0, seqused_k=0,
+                    block_table=0, max_blocks=max_blocks, page_size=page_size, page_box=page_box)
 
     def workspace(self, empty):
         """The per-call FP32 workspace ``(o_part, lse_part)`` (``empty(size, stride, dtype)``)."""

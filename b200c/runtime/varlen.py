@@ -249,9 +249,8 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     if info.split_kv:  # split-KV (b200c/runtime/split_kv.py): the workspace holds every packed row per head
         from .split_kv import SplitLaunch
 
-        values.update(num_splits=splits, part_rows=total, o_part=0, lse_part=0, seqused_k=0, block_table=0, max_blocks=0,
-                      page_size=0, page_box=0)
         split = SplitLaunch(lk, splits, h, total, h, out_strides, lse_strides)
+        values.update(split.kernel_values())
     e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device, None, split)
     launcher.remember(key, e)
     return e
