@@ -199,15 +199,14 @@ def test_kv_splits_validation():
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("target,arch,d,spill", [
-    ("sm90a", "sm_90a", 64, 0), ("sm90a", "sm_90a", 128, 0), ("sm90a", "sm_90a", 256, 0),
-    # the stage-18 preset's softmax warps sit at their 192-register budget: the split build's extra
-    # work-item state spills the warp index (one 4-byte value, 20 bytes of spill traffic) at D 64/128
-    ("sm100a", "sm_100a", 64, 20), ("sm100a", "sm_100a", 128, 20), ("sm100a", "sm_100a", 256, 0),
+@pytest.mark.parametrize("target,arch,d", [
+    ("sm90a", "sm_90a", 64), ("sm90a", "sm_90a", 128), ("sm90a", "sm_90a", 256),
+    # the stage-18 preset's softmax warps sit at their 192-register budget: the split build spilled 20 B at
+    # D 64/128 while P's addend was recomputed per tile; carried across tiles (exp_neg) it fits (nvcc 13.0)
+    ("sm100a", "sm_100a", 64), ("sm100a", "sm_100a", 128), ("sm100a", "sm_100a", 256),
 ])
-def test_split_builds_compile_with_pinned_spills(tmp_path, target, arch, d, spill):
-    """Split-KV builds of the built-in presets: both kernels of the module compile, the combine kernel
-    without spills, the attention kernel with exactly the pinned spill bytes."""
+def test_split_builds_compile_without_spills(tmp_path, target, arch, d):
+    """Split-KV builds of the built-in presets: both kernels of the module compile without spills."""
     import b200c
     from b200c.codegen import generate
     from b200c.nvcc import compile_cuda
@@ -215,4 +214,4 @@ def test_split_builds_compile_with_pinned_spills(tmp_path, target, arch, d, spil
     g = generate(b200c.default_schedule(d, target=target).replace(kv_splits=0), target)
     res = compile_cuda(g.source, tmp_path / "k.cubin", "cubin", arch)
     assert res.resources("b200c_attention_combine")["spill_bytes"] == 0, res.log
-    assert res.resources()["spill_bytes"] == spill, res.log
+    assert res.resources()["spill_bytes"] == 0, res.log

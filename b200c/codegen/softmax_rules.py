@@ -20,6 +20,15 @@ rounds:
 * :func:`top_p_rounding` / :func:`top_p_sw_from`: with the threshold a tile's largest P is up to
   2^threshold and enters PV rounded to BF16; the FP32 rowsum takes that rounding too (kept apart
   from the LSE's rowsum), computed by the exp2 of the column that holds the largest score.
+* :func:`huge_lines`: P's scale-and-subtract is one FFMA, ``s * scale + (-max)``, whose product is exact
+  while the running max was rounded: at the max itself the exponent is that rounding error, up to half
+  an ulp of ``max``, which overflows ``exp2`` once ``|max| >= 2^31`` in exponent units (logits of 1e30,
+  a row of additive ``finfo.min`` masks: P = inf, O NaN, where FP32 torch gives the softmax). Rows whose
+  max reaches :data:`HUGE_MAX` take the power of two at or below the scale instead, so the product and
+  the subtraction are exact and the max gets P = 1 (ties share the row); scores below it are then at
+  least 2^6 ulps away in exponent units, where both scales give P < 2^-32 and torch's gives 0 or less.
+  Below the bound the FFMA's error is under 64 in exponent units and common to the row (it cancels in
+  O / rowsum and the LSE carries it through the rowsum).
 * masked tiles (the partial last K/V tile, the causal diagonal): a row with no visible key yet keeps
   P = 0 and a finite rescale (its max stays -inf and P subtracts 0 instead); a row that saw no key
   at all gives O = 0 and LSE = -inf.
@@ -94,6 +103,28 @@ def rebase_test(gap: str, candidate: str, threshold: float, nan: bool, masked: b
     return f"{gap} >= {thr}"
 
 
+HUGE_MAX = 2.0 ** 30  # |running max| in exponent units from which P takes the power-of-two scale (see huge_lines)
+
+
+def huge_lines(use: str, scale: str, ref: str, carried: bool = False) -> list:
+    """C lines declaring ``exp_sc`` / ``exp_neg``, P's exponent ``fmaf(s, exp_sc, exp_neg)`` for a row whose
+    running max in exponent units is ``use`` (0 when the row has no key yet), whose reference score (the raw
+    score that max was taken from) is ``ref``, at the exponent scale ``scale`` (see the module docstring:
+    rows with ``|use| >= HUGE_MAX`` take ``pow2_floor(scale)``). A NaN max keeps ``-use`` (NaN reaches P).
+    ``carried``: only assign ``exp_neg`` (a variable the caller keeps across tiles, 0 before the row's first
+    key); the caller then forms ``exp_sc`` from the same test."""
+    head = [f"// |max| >= 2^30: P from the power-of-two scale at or below {scale}, exact at the max (FP32 logits of",
+            "// 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max "
+            "rounded)"]
+    if carried:
+        return head + [f"exp_neg = fabsf({use}) >= {c_float(HUGE_MAX)} ? -{ref} * pow2_floor({scale}) : -{use};"]
+    return head + [
+        f"const bool huge = fabsf({use}) >= {c_float(HUGE_MAX)};",
+        f"const float exp_sc = huge ? pow2_floor({scale}) : {scale};",
+        f"const float exp_neg = huge ? -{ref} * pow2_floor({scale}) : -{use};",
+    ]
+
+
 def lse_natural(max_log2: str, rowsum: str) -> str:
     """C expression of a row's log-sum-exp in natural-log units (FlashAttention's softmax_lse) from
     its running max in log2 units and its exact FP32 rowsum (>= 1 when the row saw a key; the
@@ -101,5 +132,5 @@ def lse_natural(max_log2: str, rowsum: str) -> str:
     return f"({max_log2} + lg2_approx_ftz({rowsum})) * 0.6931471805599453f"
 
 
-__all__ = ["lse_natural", "EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
+__all__ = ["HUGE_MAX", "huge_lines", "lse_natural", "EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
            "c_float", "rebase_test"]

@@ -125,12 +125,15 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         LaunchError: a tensor or argument rule is broken (names it, the rule and the value).
         ScheduleError / ResourceError / BuildError / UnsupportedDeviceError: as :func:`b200c.attention`.
 
+    torch.compile: traced as the custom op ``torch.ops.b200c.attention_with_kvcache`` (the caches marked as
+    mutated, a fake impl for the shapes), so ``torch.compile(fullgraph=True)`` of a decoding step has no
+    graph break; ``softmax_scale`` must then be a Python number.
+
     A paged cache is read in place: the load warp looks each K/V tile's pages up in the table and loads
     them with TMA boxes of ``gcd(block_n, page_size)`` rows (one box per page run of a tile when the page
     holds a tile; several small boxes, a gather, when it does not).
     """
-    from . import api, launcher, op
-    from .split_kv import split_token
+    from . import api
 
     if not isinstance(q, _Tensor):
         raise LaunchError(f"q must be a torch.Tensor, got {type(q).__name__}")
@@ -139,42 +142,111 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         raise LaunchError("pass both k and v (the new tokens) or neither")
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 0 <= num_splits <= 128:
         raise LaunchError(f"num_splits={num_splits!r}: use 0 (chosen per call) or 1..128")
-    batch, s_q = q.shape[0], q.shape[1]
+    batch = q.shape[0]
     lengths = _lengths(cache_seqlens, batch, q.device)
-    s_new = 0
     if k is not None:
         if k.dim() != 4 or k.shape[0] != batch or k.shape[2:] != k_cache.shape[2:] or v.shape != k.shape:
             raise LaunchError(f"k and v must be (B={batch}, S_new, H_kv={k_cache.shape[2]}, D={k_cache.shape[3]}), "
                               f"got {tuple(k.shape)} and {tuple(v.shape)}")
+    scale = api._check_scale(softmax_scale)
+    causal, return_lse = bool(causal), bool(return_lse)
+    if torch.compiler.is_compiling():  # one opaque op in the graph (its fake impl gives the shapes)
+        base = api._traced_json(q, schedule, target)
+        if scale is None:
+            scale = float(q.shape[-1]) ** -0.5
+        out, lse = torch.ops.b200c.attention_with_kvcache(q, k_cache, v_cache, k, v, lengths, block_table, base,
+                                                          float(scale), target, causal, return_lse, num_splits)
+        return (out, lse) if return_lse else out
+    if schedule is None:
+        schedule = api.default_schedule_for(q, target)
+    base = api._schedule_json(schedule, target)
+    out, lse = _attend(q, k_cache, v_cache, k, v, lengths, block_table, base, scale, target, causal, return_lse,
+                       num_splits)
+    return (out, lse) if return_lse else out
+
+
+def _attend(q, k_cache, v_cache, k, v, lengths, block_table, base: str, scale, target: str, causal: bool,
+            return_lse: bool, num_splits: int):
+    """The checked call of :func:`attention_with_kvcache` (and the real impl of its custom op): append the new
+    tokens, then one split-KV launch. Returns ``(out, lse or None)``."""
+    from . import launcher
+
+    s_q = q.shape[1]
+    s_new = 0
+    if k is not None:
         s_new = k.shape[1]
         _append(k_cache, v_cache, k, v, lengths, block_table)
     used = lengths + s_new if s_new else lengths
     if used.dtype != torch.int32:
         used = used.to(torch.int32)
-    if schedule is None:
-        schedule = api.default_schedule_for(q, target)
-    base = api._schedule_json(schedule, target)
-    from ..dsl import Schedule
 
-    s = Schedule.from_json(base)
-    # the schedule's split-KV build (the kernel reads the lengths and the table); the count per call, or the
-    # caller's, or the schedule's where it fixes one
-    fixed = num_splits or (s.kv_splits if s.kv_splits not in (None, 0, 1) else None)
-    token = (s.replace(kv_splits=0).to_json(), fixed)
-    scale = api._check_scale(softmax_scale)
-    causal, return_lse = bool(causal), bool(return_lse)
+    token = _token(base, num_splits)
     qs = q
     folded = launcher.fold_gqa(q, k_cache, "bshd") if s_q == 1 else None
     if folded is not None:  # one query row per head: the query heads of a K/V head become its rows
         qs, causal = folded, False
     if block_table is None:
         out, lse = launcher.run(token, target, "bshd", qs, k_cache, v_cache, scale, _SPLIT_SOURCE, causal, return_lse,
-                                _CallValues(used, None, fixed))
+                                _CallValues(used, None, token[1]))
     else:
         out, lse = _run_paged(token, target, qs, k_cache, v_cache, block_table, used, scale, causal, return_lse)
     if folded is not None:
         out, lse = launcher.unfold_gqa(out, lse, q, "bshd")
-    return (out, lse) if return_lse else out
+    return out, lse
+
+
+# ---- the custom op (torch.compile) -------------------------------------------------------------------
+# ``torch.ops.b200c.attention_with_kvcache``: k_cache and v_cache are mutated (the append), so the schema
+# marks them and functionalization keeps the write; the fake impl gives out (B, S_q, H, D) like q and the
+# LSE (B, H, S_q) float32 (empty without return_lse). Eager calls do not go through it (one dispatcher hop
+# less per decoding step).
+
+def _op_impl(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target, causal,
+             return_lse, num_splits):
+    out, lse = _attend(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target,
+                       causal, return_lse, num_splits)
+    return out, (lse if lse is not None else q.new_empty((0,), dtype=torch.float32))
+
+
+def _op_fake(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target, causal,
+             return_lse, num_splits):
+    b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
+    lse = q.new_empty((b, h, s_q), dtype=torch.float32) if return_lse else q.new_empty((0,), dtype=torch.float32)
+    return torch.empty_like(q, memory_format=torch.contiguous_format), lse
+
+
+def _register():
+    from .op import _lib
+
+    if hasattr(torch.ops.b200c, "attention_with_kvcache"):
+        return
+    _lib.define("attention_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
+                "Tensor cache_seqlens, Tensor? block_table, str schedule_json, float softmax_scale, str target, "
+                "bool causal, bool return_lse, int num_splits) -> (Tensor, Tensor)")
+    _lib.impl("attention_with_kvcache", _op_impl, "CompositeExplicitAutograd")
+    torch.library.register_fake("b200c::attention_with_kvcache", _op_fake, lib=_lib)
+
+
+_register()
+
+
+_tokens: dict = {}  # (schedule JSON, num_splits) -> token: a decoding step parses no JSON
+
+
+def _token(base: str, num_splits: int) -> tuple:
+    """The kernel token of a KV-cache call: (JSON of the schedule's split-KV build, fixed split count or None).
+    The count is the caller's ``num_splits``, else the schedule's ``kv_splits`` where it fixes one (2..128),
+    else None (chosen per call); the kernel reads the lengths and the table."""
+    token = _tokens.get((base, num_splits))
+    if token is None:
+        from ..dsl import Schedule
+
+        s = Schedule.from_json(base)
+        fixed = num_splits or (s.kv_splits if s.kv_splits not in (None, 0, 1) else None)
+        token = (s.replace(kv_splits=0).to_json(), fixed)
+        if len(_tokens) < 256:
+            _tokens[(base, num_splits)] = token
+    return token
 
 
 class _CallValues:

@@ -188,6 +188,11 @@ __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, in
 }
 #endif
 
+#ifdef B200C_EMULATE
+// b200c_emulate.cuh: the warp's last completed wait (site, iter, work), named in the emulator's hazard reports
+__device__ __forceinline__ void emu_note_wait(int site, int iter, int work);
+#endif
+
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int site, int iter, int work = -1) {
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
@@ -202,6 +207,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
   (void)site; (void)iter; (void)work;
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
+#ifdef B200C_EMULATE
+  emu_note_wait(site, iter, work);
 #endif
 }
 
@@ -257,6 +265,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
+// reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
+__device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
@@ -749,6 +760,7 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
   if (const WorkItem w = decode_work(c, (int)blockIdx.x); w.valid) {  // one work item per CTA
     const int work = blockIdx.x;
     float row_max = -INFINITY;
+    float row_ref = -INFINITY;
     float row_sum = 0.f;
     if (threadIdx.x == 0) {
       mbar_arrive_expect_tx(c.bar(BAR_Q_FULL), TILE_BYTES);
@@ -807,8 +819,14 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
       const float rescale = m_new == -INFINITY ? 1.f : __expf(row_max - m_new);  // no key seen yet: nothing to rescale
       row_sum *= rescale;
 
+      row_ref = fmaxf(row_ref, tile_max);  // the raw score the running max comes from
       row_max = m_new;
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
+      // |max| >= 2^30: P from the power-of-two scale at or below c.softmax_scale, exact at the max (FP32 logits of
+      // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
+      const bool huge = fabsf(max_use) >= 1073741824.0f;
+      const float exp_sc = huge ? pow2_floor(c.softmax_scale) : c.softmax_scale;
+      const float exp_neg = huge ? -row_ref * pow2_floor(c.softmax_scale) : -max_use;
       if (j > 0) {
         {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
           #pragma unroll
@@ -845,8 +863,8 @@ __device__ __forceinline__ void role_cta(const Ctx& c) {
           float p[16];
           #pragma unroll
           for (int k = 0; k < 16; k += 2) {
-            p[k] = __expf(s[k] * c.softmax_scale - max_use);
-            p[k + 1] = __expf(s[k + 1] * c.softmax_scale - max_use);
+            p[k] = __expf(fmaf(s[k], exp_sc, exp_neg));
+            p[k + 1] = __expf(fmaf(s[k + 1], exp_sc, exp_neg));
           }
           uint32_t pk[8];
           #pragma unroll

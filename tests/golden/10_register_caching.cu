@@ -198,6 +198,11 @@ __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, in
 }
 #endif
 
+#ifdef B200C_EMULATE
+// b200c_emulate.cuh: the warp's last completed wait (site, iter, work), named in the emulator's hazard reports
+__device__ __forceinline__ void emu_note_wait(int site, int iter, int work);
+#endif
+
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int site, int iter, int work = -1) {
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
@@ -212,6 +217,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
   (void)site; (void)iter; (void)work;
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
+#ifdef B200C_EMULATE
+  emu_note_wait(site, iter, work);
 #endif
 }
 
@@ -267,6 +275,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
+// reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
+__device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
@@ -762,6 +773,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
   if (const WorkItem w = decode_work(c, (int)blockIdx.x); w.valid) {  // one work item per CTA
     const int work = blockIdx.x;
     float row_max = -INFINITY;
+    float row_ref = -INFINITY;
     float row_sum = 0.f;
     float s_cache[96] = {};
     #pragma unroll 1
@@ -789,9 +801,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       const float rescale = ex2_approx_ftz(row_max - m_new);
       row_sum *= rescale;
 
+      row_ref = fmax_nan(row_ref, tile_max);  // the raw score the running max comes from
       row_max = m_new;
-      const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
-      const float2 neg_max2 = make_float2(-row_max, -row_max);
+      // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
+      // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
+      const bool huge = fabsf(row_max) >= 1073741824.0f;
+      const float exp_sc = huge ? pow2_floor(c.scale_log2()) : c.scale_log2();
+      const float exp_neg = huge ? -row_ref * pow2_floor(c.scale_log2()) : -row_max;
+      const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per fma.rn.f32x2
+      const float2 neg_max2 = make_float2(exp_neg, exp_neg);
       if (j > 0) {
         {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
           const float2 rescale2 = make_float2(rescale, rescale);
@@ -916,10 +934,16 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       const float rescale = m_new == -INFINITY ? 1.f : ex2_approx_ftz(row_max - m_new);  // no key seen yet: nothing to rescale
       row_sum *= rescale;
 
+      row_ref = fmax_nan(row_ref, tile_max);  // the raw score the running max comes from
       row_max = m_new;
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
-      const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
-      const float2 neg_max2 = make_float2(-max_use, -max_use);
+      // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
+      // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
+      const bool huge = fabsf(max_use) >= 1073741824.0f;
+      const float exp_sc = huge ? pow2_floor(c.scale_log2()) : c.scale_log2();
+      const float exp_neg = huge ? -row_ref * pow2_floor(c.scale_log2()) : -max_use;
+      const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per fma.rn.f32x2
+      const float2 neg_max2 = make_float2(exp_neg, exp_neg);
       if (j > 0) {
         {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
           const float2 rescale2 = make_float2(rescale, rescale);

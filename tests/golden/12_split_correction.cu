@@ -203,6 +203,11 @@ __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, in
 }
 #endif
 
+#ifdef B200C_EMULATE
+// b200c_emulate.cuh: the warp's last completed wait (site, iter, work), named in the emulator's hazard reports
+__device__ __forceinline__ void emu_note_wait(int site, int iter, int work);
+#endif
+
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int site, int iter, int work = -1) {
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
@@ -217,6 +222,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
   (void)site; (void)iter; (void)work;
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
+#ifdef B200C_EMULATE
+  emu_note_wait(site, iter, work);
 #endif
 }
 
@@ -272,6 +280,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
+// reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
+__device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
@@ -775,6 +786,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
   if (const WorkItem w = decode_work(c, (int)blockIdx.x); w.valid) {  // one work item per CTA
     const int work = blockIdx.x;
     float row_max = -INFINITY;
+    float exp_neg = 0.f;
     float row_sum = 0.f;
     float row_adj = 0.f;
     float s_cache[96] = {};
@@ -813,9 +825,13 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
 
         row_adj *= rescale;
         row_max = m_cand;
+        // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
+        // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
+        exp_neg = fabsf(m_cand) >= 1073741824.0f ? -tile_max * pow2_floor(c.scale_log2()) : -m_cand;
       }
-      const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
-      const float2 neg_max2 = make_float2(-row_max, -row_max);
+      const float exp_sc = fabsf(row_max) >= 1073741824.0f ? pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
+      const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per fma.rn.f32x2
+      const float2 neg_max2 = make_float2(exp_neg, exp_neg);
       // blog ch.12: the correction warps rescale O with the published factor
       c.stats(q, 0)[row] = j > 0 ? rescale : 1.f;  // this tile's O rescale factor for the correction warps (1 on tile 0: O is not written yet)
       __syncwarp();
@@ -897,7 +913,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       // the tile's largest P entered PV rounded to BF16: O's normaliser takes that rounding too (rowsum='fp32' with
       // the ch.11 threshold, where P reaches 2^8); same fma + exp2 as the P pass, so the same value. After the P pass:
       // the register cache is free by then (computed before it, stage 15 spilled, measured)
-      const float x_top = fmaf(tile_max, c.scale_log2(), -row_max);
+      const float x_top = fmaf(tile_max, exp_sc, exp_neg);
       // the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): the
       // polynomial and ex2.approx may round to different BF16 values
       const float p_top = select_ge(sw_max, tile_max, exp2_poly(x_top), ex2_approx_ftz(x_top));
@@ -939,10 +955,14 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
 
         row_adj *= rescale;
         row_max = m_cand;
+        // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
+        // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
+        exp_neg = fabsf(m_cand) >= 1073741824.0f ? -tile_max * pow2_floor(c.scale_log2()) : -m_cand;
       }
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
-      const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two columns per fma.rn.f32x2
-      const float2 neg_max2 = make_float2(-max_use, -max_use);
+      const float exp_sc = fabsf(max_use) >= 1073741824.0f ? pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
+      const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per fma.rn.f32x2
+      const float2 neg_max2 = make_float2(exp_neg, exp_neg);
       // blog ch.12: the correction warps rescale O with the published factor
       c.stats(q, 0)[row] = j > 0 ? rescale : 1.f;  // this tile's O rescale factor for the correction warps (1 on tile 0: O is not written yet)
       __syncwarp();
@@ -992,7 +1012,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       // the tile's largest P entered PV rounded to BF16: O's normaliser takes that rounding too (rowsum='fp32' with
       // the ch.11 threshold, where P reaches 2^8); same fma + exp2 as the P pass, so the same value. After the P pass:
       // the register cache is free by then (computed before it, stage 15 spilled, measured)
-      const float x_top = fmaf(tile_max, c.scale_log2(), -max_use);
+      const float x_top = fmaf(tile_max, exp_sc, exp_neg);
       // the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): the
       // polynomial and ex2.approx may round to different BF16 values
       const float p_top = select_ge(sw_max, tile_max, exp2_poly(x_top), ex2_approx_ftz(x_top));

@@ -135,6 +135,11 @@ __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, in
 }
 #endif
 
+#ifdef B200C_EMULATE
+// b200c_emulate.cuh: the warp's last completed wait (site, iter, work), named in the emulator's hazard reports
+__device__ __forceinline__ void emu_note_wait(int site, int iter, int work);
+#endif
+
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int site, int iter, int work = -1) {
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
@@ -149,6 +154,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
   (void)site; (void)iter; (void)work;
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
+#ifdef B200C_EMULATE
+  emu_note_wait(site, iter, work);
 #endif
 }
 
@@ -204,6 +212,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
+// reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
+__device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes

@@ -175,6 +175,8 @@ __shared__ __align__(16) float emu_a_stage[kEmuLanes][16];  // A of the MMA in f
 constexpr uint32_t kEmuMaxWarps = 32;  // 1024 threads
 __shared__ unsigned long long emu_ld_pending[kEmuMaxWarps];
 __shared__ unsigned long long emu_st_pending[kEmuMaxWarps];
+// per warp: (site, iter, work) of its last completed mbar_wait, for the hazard report
+__shared__ int emu_last_wait[kEmuMaxWarps][3];
 extern __shared__ __align__(16) uint8_t emu_dyn_smem[];     // aliases the kernel's dynamic SMEM
 
 // ---------------------------------------------------------------------------
@@ -371,7 +373,10 @@ __device__ __forceinline__ void emu_init() {
     emu_fail_setup(smid);
   s.head = 0; s.tail = 0; s.producer = kEmuNoProducer; s.slot = smid;
   s.own_mask = 0; s.relinquished = 0; s.hazard_reported = 0;
-  for (uint32_t w = 0; w < kEmuMaxWarps; ++w) { emu_ld_pending[w] = 0ull; emu_st_pending[w] = 0ull; }
+  for (uint32_t w = 0; w < kEmuMaxWarps; ++w) {
+    emu_ld_pending[w] = 0ull; emu_st_pending[w] = 0ull;
+    emu_last_wait[w][0] = -1; emu_last_wait[w][1] = -1; emu_last_wait[w][2] = -1;
+  }
   s.dyn_base = smem_u32(emu_dyn_smem);
   s.dyn_size = emu_dynamic_smem_size();
   __threadfence_block();
@@ -583,6 +588,13 @@ __device__ __forceinline__ void emu_clear_pending(unsigned long long* pending) {
   __threadfence_block();  // the clear before this warp's next synchronizing operation (arrive, barrier)
   __syncwarp();
 }
+__device__ __forceinline__ void emu_note_wait(int site, int iter, int work) {
+  const uint32_t w = threadIdx.x >> 5;  // any lane that waited writes the same three words
+  if (w < kEmuMaxWarps) {
+    volatile int* n = emu_last_wait[w];
+    n[0] = site; n[1] = iter; n[2] = work;
+  }
+}
 __device__ __forceinline__ void tmem_wait_ld() { emu_clear_pending(emu_ld_pending); }
 __device__ __forceinline__ void tmem_wait_st() { emu_clear_pending(emu_st_pending); }
 // columns [taddr's column, + ncols) in flight for this warp (lane 0 records; the warp is converged)
@@ -695,12 +707,18 @@ __device__ __noinline__ bool emu_tmem_hazard(uint32_t op, uint32_t d_tmem, uint6
     st = *reinterpret_cast<volatile unsigned long long*>(&emu_st_pending[lane]) & read_units;
   }
   const uint32_t m = __ballot_sync(0xFFFFFFFFu, ld != 0ull || st != 0ull);
-  if (m != 0u && lane == (uint32_t)(__ffs(m) - 1) && atomicExch(&emu_cta.hazard_reported, 1u) == 0u)
+  if (m != 0u && lane == (uint32_t)(__ffs(m) - 1) && atomicExch(&emu_cta.hazard_reported, 1u) == 0u) {
+    const volatile int* mine = emu_last_wait[lane];
+    const uint32_t issuer = *reinterpret_cast<volatile uint32_t*>(&emu_cta.producer) >> 5;
+    const volatile int* theirs = emu_last_wait[issuer < kEmuMaxWarps ? issuer : 0];
     printf("b200c emulator: TMEM hazard: tcgen05.mma (D at column %u, %u columns) runs while warp %u's %s "
-           "(8-column units 0x%016llx) has not been waited for (tcgen05.wait::%s): its D is written as NaN "
-           "cta %d\n",
+           "(8-column units 0x%016llx) has not been waited for (tcgen05.wait::%s): its D is written as NaN; "
+           "warp %u last passed wait site %d (iter %d, work %d), the MMA issuer (warp %u) site %d (iter %d, "
+           "work %d); cta %d\n",
            d_tmem & 0xFFFFu, n_total, lane, ld ? "tcgen05.ld of those columns" : "tcgen05.st of columns it reads",
-           ld ? ld : st, ld ? "ld" : "st", (int)blockIdx.x);
+           ld ? ld : st, ld ? "ld" : "st", lane, mine[0], mine[1], mine[2], issuer, theirs[0], theirs[1], theirs[2],
+           (int)blockIdx.x);
+  }
   return m != 0u;
 }
 

@@ -308,6 +308,8 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
             "  }",
         ]
     out.append("  float neg_ms[2];  // -m * c: the FFMA addend of the exponent")
+    out.append("  float exp_sc[2];  // c, or for rows whose |m * c| reaches 2^30 the power of two at or below c "
+               "(softmax_rules.huge_lines)")
     if n.top_p:
         out.append("  float tile_max[2];  // the tile's row max (for the rounding of its largest P)")
     if thr:
@@ -343,15 +345,24 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
     else:
         out += [f"    st.scale[r] = {_exp(n.mode)}((st.m[r] - m_new) * sc);  // exp(-inf) = 0 on the first tile",
                 "    st.m[r] = m_new;"]
+    huge = [f"    // |m * c| >= 2^30: P from the power-of-two scale at or below c, exact at the max (FP32 logits of 1e30 or a",
+            "    // row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, m * c rounded)"]
     if n.row_bias:
-        out += ["    // no key yet: P = exp(-inf) = 0, not NaN",
-                "    neg_ms[r] = st.m[r] == -INFINITY ? -INFINITY : (rb[r] - st.m[r]) * sc;",
+        out += [*huge,
+                f"    exp_sc[r] = fabsf(st.m[r] * sc) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(sc) : sc;",
+                "    // no key yet: P = exp(-inf) = 0, not NaN",
+                "    neg_ms[r] = st.m[r] == -INFINITY ? -INFINITY : (rb[r] - st.m[r]) * exp_sc[r];",
                 "  }"]
     elif n.masked:
-        out += ["    neg_ms[r] = -(st.m[r] == -INFINITY ? 0.f : st.m[r]) * sc;  // no key yet: P = exp(-inf) = 0, not NaN",
+        out += ["    const float m_use = st.m[r] == -INFINITY ? 0.f : st.m[r];  // no key yet: P = exp(-inf) = 0, not NaN",
+                *huge,
+                f"    exp_sc[r] = fabsf(m_use * sc) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(sc) : sc;",
+                "    neg_ms[r] = -m_use * exp_sc[r];",
                 "  }"]
     else:
-        out += ["    neg_ms[r] = -st.m[r] * sc;", "  }"]
+        out += [*huge,
+                f"    exp_sc[r] = fabsf(st.m[r] * sc) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(sc) : sc;",
+                "    neg_ms[r] = -st.m[r] * exp_sc[r];", "  }"]
     if thr:
         out.append("  st.rescale = __any_sync(0xffffffffu, changed);")
     out += [
@@ -363,7 +374,7 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
         "#pragma unroll",
         "  for (int i = 0; i < S_REGS; ++i) {",
         "    const int r = (i >> 1) & 1;",
-        "    const float x = fmaf(s[i], sc, neg_ms[r]);",
+        "    const float x = fmaf(s[i], exp_sc[r], neg_ms[r]);",
     ]
     if n.sw_per16:
         first_sw = rules.exp_ranges(n.sw_per16)[-1][0]
@@ -391,12 +402,12 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
         ]
         # tile_max is in score units; with a row offset the top P is recomputed from it, equal to the P in the
         # registers up to the rounding of rb (its BF16 correction is approximate for offsets of ~1e3 and more)
-        top_add = "neg_ms[r] - rb[r] * sc" if n.row_bias else "neg_ms[r]"
+        top_add = "neg_ms[r] - rb[r] * exp_sc[r]" if n.row_bias else "neg_ms[r]"
         if n.top_sw_from is not None:
-            out += [f"    const float x_top = fmaf(tile_max[r], sc, {top_add});",
+            out += [f"    const float x_top = fmaf(tile_max[r], exp_sc[r], {top_add});",
                     "    const float p_top = sw_max[r] >= tile_max[r] ? exp2_poly(x_top) : ex2_approx_ftz(x_top);"]
         else:
-            out.append(f"    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, {top_add}));")
+            out.append(f"    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], exp_sc[r], {top_add}));")
         keep = "q4 == 0 && tile_max[r] != -INFINITY" if n.masked else "q4 == 0"
         out.append(f"    st.adj[r] = fmaf(st.adj[r], st.scale[r], {keep} ? __bfloat162float(__float2bfloat16_rn(p_top)) "
                    "- p_top : 0.f);")

@@ -21,6 +21,7 @@ def rebase(n) -> tuple:
         out.append("const float rescale = m_new == -INFINITY ? 1.f : __expf(row_max - m_new);" + no_key if n.mask else
                    "const float rescale = __expf(row_max - m_new);")
         out += rowsum
+        out.append("row_ref = fmaxf(row_ref, tile_max);  // the raw score the running max comes from")
         out.append("row_max = m_new;")
     elif n.threshold is None:
         out.append("// rowmax kept in log2 units (scale folded with log2(e)); ex2.approx.ftz without the __expf "
@@ -30,6 +31,7 @@ def rebase(n) -> tuple:
         out.append("const float rescale = m_new == -INFINITY ? 1.f : ex2_approx_ftz(row_max - m_new);" + no_key
                    if n.mask else "const float rescale = ex2_approx_ftz(row_max - m_new);")
         out += rowsum
+        out.append(f"row_ref = {rules.max_fn(n.nan)}(row_ref, tile_max);  // the raw score the running max comes from")
         out.append("row_max = m_new;")
     else:
         thr = f"{float(n.threshold)!r}"
@@ -49,15 +51,24 @@ def rebase(n) -> tuple:
         out += ["  " + line if line else "" for line in rowsum]
         if n.top_p_rounding:
             out.append("  row_adj *= rescale;")
-        out += ["  row_max = m_cand;", "}"]
+        out += ["  row_max = m_cand;"]
+        # P's addend changes only here: carried across tiles (exp_neg, 0 while the row has no key) instead of the
+        # raw reference score (one register less in the P pass: the split-KV build spilled 24 B more, measured)
+        out += ["  " + line for line in rules.huge_lines("m_cand", "c.scale_log2()", "tile_max", carried=True)]
+        out += ["}"]
     if n.mask:
         out.append("const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys "
                    "gets P = 0, not NaN")
+    use = "max_use" if n.mask else "row_max"
+    if n.threshold is None:
+        out += rules.huge_lines(use, "c.softmax_scale" if n.mode == "expf" else "c.scale_log2()", "row_ref")
+    else:
+        out.append(f"const float exp_sc = fabsf({use}) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(c.scale_log2()) "
+                   ": c.scale_log2();  // see exp_neg")
     if n.packed:
-        use = "max_use" if n.mask else "row_max"
-        out.append("const float2 scale2 = make_float2(c.scale_log2(), c.scale_log2());  // s * scale_log2 - max, two "
-                   "columns per fma.rn.f32x2")
-        out.append(f"const float2 neg_max2 = make_float2(-{use}, -{use});")
+        out.append("const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per "
+                   "fma.rn.f32x2")
+        out.append("const float2 neg_max2 = make_float2(exp_neg, exp_neg);")
     return tuple(out)
 
 
@@ -69,7 +80,7 @@ def top_p_round(n) -> tuple:
         f"// the ch.11 threshold, where P reaches 2^{n.threshold:g}); same fma + exp2 as the P pass, so the same "
         "value. After the P pass:",
         "// the register cache is free by then (computed before it, stage 15 spilled, measured)",
-        f"const float x_top = fmaf(tile_max, c.scale_log2(), -{'max_use' if n.mask else 'row_max'});",
+        "const float x_top = fmaf(tile_max, exp_sc, exp_neg);",
     ]
     if n.top_sw:
         out += ["// the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): "

@@ -202,6 +202,11 @@ __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, in
 }
 #endif
 
+#ifdef B200C_EMULATE
+// b200c_emulate.cuh: the warp's last completed wait (site, iter, work), named in the emulator's hazard reports
+__device__ __forceinline__ void emu_note_wait(int site, int iter, int work);
+#endif
+
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int site, int iter, int work = -1) {
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
@@ -216,6 +221,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
   (void)site; (void)iter; (void)work;
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
+#ifdef B200C_EMULATE
+  emu_note_wait(site, iter, work);
 #endif
 }
 
@@ -271,6 +279,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
+// reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
+__device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
@@ -667,6 +678,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
     mx[1][i & 3] = fmaxf(mx[1][i & 3], fmaxf(s[4 * i + 2], s[4 * i + 3]));
   }
   float neg_ms[2];  // -m * c: the FFMA addend of the exponent
+  float exp_sc[2];  // c, or for rows whose |m * c| reaches 2^30 the power of two at or below c (softmax_rules.huge_lines)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float t = fmaxf(fmaxf(mx[r][0], mx[r][1]), fmaxf(mx[r][2], mx[r][3]));
@@ -675,7 +687,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
     const float m_new = fmaxf(st.m[r], t);  // finite (every row sees the whole tile) unless a score is NaN
     st.scale[r] = __expf((st.m[r] - m_new) * sc);  // exp(-inf) = 0 on the first tile
     st.m[r] = m_new;
-    neg_ms[r] = -st.m[r] * sc;
+    // |m * c| >= 2^30: P from the power-of-two scale at or below c, exact at the max (FP32 logits of 1e30 or a
+    // row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, m * c rounded)
+    exp_sc[r] = fabsf(st.m[r] * sc) >= 1073741824.0f ? pow2_floor(sc) : sc;
+    neg_ms[r] = -st.m[r] * exp_sc[r];
   }
   float sum[2][4];  // partial row sums: 2 rows x 4 chains
 #pragma unroll
@@ -685,7 +700,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
 #pragma unroll
   for (int i = 0; i < S_REGS; ++i) {
     const int r = (i >> 1) & 1;
-    const float x = fmaf(s[i], sc, neg_ms[r]);
+    const float x = fmaf(s[i], exp_sc[r], neg_ms[r]);
     const float pv = __expf(x);
     s[i] = pv;
     sum[r][(i >> 2) & 3] += pv;
@@ -719,6 +734,7 @@ __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxS
     mx[1][i & 3] = fmaxf(mx[1][i & 3], fmaxf(s[4 * i + 2], s[4 * i + 3]));
   }
   float neg_ms[2];  // -m * c: the FFMA addend of the exponent
+  float exp_sc[2];  // c, or for rows whose |m * c| reaches 2^30 the power of two at or below c (softmax_rules.huge_lines)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float t = fmaxf(fmaxf(mx[r][0], mx[r][1]), fmaxf(mx[r][2], mx[r][3]));
@@ -727,7 +743,11 @@ __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxS
     const float m_new = fmaxf(st.m[r], t);  // -inf while the row has seen no key; NaN if a score is NaN
     st.scale[r] = m_new == -INFINITY ? 1.f : __expf((st.m[r] - m_new) * sc);  // no key yet: nothing to rescale
     st.m[r] = m_new;
-    neg_ms[r] = -(st.m[r] == -INFINITY ? 0.f : st.m[r]) * sc;  // no key yet: P = exp(-inf) = 0, not NaN
+    const float m_use = st.m[r] == -INFINITY ? 0.f : st.m[r];  // no key yet: P = exp(-inf) = 0, not NaN
+    // |m * c| >= 2^30: P from the power-of-two scale at or below c, exact at the max (FP32 logits of 1e30 or a
+    // row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, m * c rounded)
+    exp_sc[r] = fabsf(m_use * sc) >= 1073741824.0f ? pow2_floor(sc) : sc;
+    neg_ms[r] = -m_use * exp_sc[r];
   }
   float sum[2][4];  // partial row sums: 2 rows x 4 chains
 #pragma unroll
@@ -737,7 +757,7 @@ __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxS
 #pragma unroll
   for (int i = 0; i < S_REGS; ++i) {
     const int r = (i >> 1) & 1;
-    const float x = fmaf(s[i], sc, neg_ms[r]);
+    const float x = fmaf(s[i], exp_sc[r], neg_ms[r]);
     const float pv = __expf(x);
     s[i] = pv;
     sum[r][(i >> 2) & 3] += pv;

@@ -206,6 +206,11 @@ __device__ __noinline__ void report_hang(int site, uint32_t parity, int iter, in
 }
 #endif
 
+#ifdef B200C_EMULATE
+// b200c_emulate.cuh: the warp's last completed wait (site, iter, work), named in the emulator's hazard reports
+__device__ __forceinline__ void emu_note_wait(int site, int iter, int work);
+#endif
+
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int site, int iter, int work = -1) {
 #ifdef B200C_BOUNDED_WAIT
   uint64_t start = 0;
@@ -220,6 +225,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int sit
   (void)site; (void)iter; (void)work;
   while (!mbar_try_wait(bar, parity)) {
   }
+#endif
+#ifdef B200C_EMULATE
+  emu_note_wait(site, iter, work);
 #endif
 }
 
@@ -275,6 +283,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
+// the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
+// reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
+__device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
@@ -679,6 +690,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
     mx[1][i & 3] = fmaxf(mx[1][i & 3], fmaxf(s[4 * i + 2], s[4 * i + 3]));
   }
   float neg_ms[2];  // -m * c: the FFMA addend of the exponent
+  float exp_sc[2];  // c, or for rows whose |m * c| reaches 2^30 the power of two at or below c (softmax_rules.huge_lines)
   float tile_max[2];  // the tile's row max (for the rounding of its largest P)
   bool changed = false;
 #pragma unroll
@@ -694,7 +706,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
     st.scale[r] = rebase ? ex2_approx_ftz((st.m[r] - m_new) * sc) : 1.f;
     st.m[r] = rebase ? m_new : st.m[r];
     changed |= rebase;
-    neg_ms[r] = -st.m[r] * sc;
+    // |m * c| >= 2^30: P from the power-of-two scale at or below c, exact at the max (FP32 logits of 1e30 or a
+    // row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, m * c rounded)
+    exp_sc[r] = fabsf(st.m[r] * sc) >= 1073741824.0f ? pow2_floor(sc) : sc;
+    neg_ms[r] = -st.m[r] * exp_sc[r];
   }
   st.rescale = __any_sync(0xffffffffu, changed);
   float sum[2][4];  // partial row sums: 2 rows x 4 chains
@@ -705,7 +720,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
 #pragma unroll
   for (int i = 0; i < S_REGS; ++i) {
     const int r = (i >> 1) & 1;
-    const float x = fmaf(s[i], sc, neg_ms[r]);
+    const float x = fmaf(s[i], exp_sc[r], neg_ms[r]);
     const float pv = ex2_approx_ftz(x);
     s[i] = pv;
     sum[r][(i >> 2) & 3] += pv;
@@ -717,7 +732,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
   // exact l (the shared top-P rule, as the sm_100a kernels)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, neg_ms[r]));
+    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], exp_sc[r], neg_ms[r]));
     st.adj[r] = fmaf(st.adj[r], st.scale[r], q4 == 0 ? __bfloat162float(__float2bfloat16_rn(p_top)) - p_top : 0.f);
   }
 }
@@ -748,6 +763,7 @@ __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxS
     mx[1][i & 3] = fmaxf(mx[1][i & 3], fmaxf(s[4 * i + 2], s[4 * i + 3]));
   }
   float neg_ms[2];  // -m * c: the FFMA addend of the exponent
+  float exp_sc[2];  // c, or for rows whose |m * c| reaches 2^30 the power of two at or below c (softmax_rules.huge_lines)
   float tile_max[2];  // the tile's row max (for the rounding of its largest P)
   bool changed = false;
 #pragma unroll
@@ -763,7 +779,11 @@ __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxS
     st.scale[r] = rebase ? ex2_approx_ftz((st.m[r] - m_new) * sc) : 1.f;
     st.m[r] = rebase ? m_new : st.m[r];
     changed |= rebase;
-    neg_ms[r] = -(st.m[r] == -INFINITY ? 0.f : st.m[r]) * sc;  // no key yet: P = exp(-inf) = 0, not NaN
+    const float m_use = st.m[r] == -INFINITY ? 0.f : st.m[r];  // no key yet: P = exp(-inf) = 0, not NaN
+    // |m * c| >= 2^30: P from the power-of-two scale at or below c, exact at the max (FP32 logits of 1e30 or a
+    // row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, m * c rounded)
+    exp_sc[r] = fabsf(m_use * sc) >= 1073741824.0f ? pow2_floor(sc) : sc;
+    neg_ms[r] = -m_use * exp_sc[r];
   }
   st.rescale = __any_sync(0xffffffffu, changed);
   float sum[2][4];  // partial row sums: 2 rows x 4 chains
@@ -774,7 +794,7 @@ __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxS
 #pragma unroll
   for (int i = 0; i < S_REGS; ++i) {
     const int r = (i >> 1) & 1;
-    const float x = fmaf(s[i], sc, neg_ms[r]);
+    const float x = fmaf(s[i], exp_sc[r], neg_ms[r]);
     const float pv = ex2_approx_ftz(x);
     s[i] = pv;
     sum[r][(i >> 2) & 3] += pv;
@@ -786,7 +806,7 @@ __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxS
   // exact l (the shared top-P rule, as the sm_100a kernels)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], sc, neg_ms[r]));
+    const float p_top = ex2_approx_ftz(fmaf(tile_max[r], exp_sc[r], neg_ms[r]));
     st.adj[r] = fmaf(st.adj[r], st.scale[r], q4 == 0 && tile_max[r] != -INFINITY ? __bfloat162float(__float2bfloat16_rn(p_top)) - p_top : 0.f);
   }
 }

@@ -51,6 +51,9 @@ def build(lw) -> RoleIR:
         *(PhaseDecl(f"{b}_ph", 1, 0, "scalar") for b in ("q_full", "kv_full", "s_full", "pv_done")),
         WorkLoop(False, (
             Decl("float", "row_max", "-INFINITY"),
+            # huge rows' exponent (softmax_rules.huge_lines): the raw score row_max was taken from, or with ch.11's
+            # threshold P's addend itself (0: no key yet)
+            (Decl("float", "row_ref", "-INFINITY") if s.rescale_threshold is None else Decl("float", "exp_neg", "0.f")),
             Decl("float", "row_sum", "0.f"),
             *((Decl("float", "row_adj", "0.f"),) if sm.top_p_rounding(lw) else ()),  # top-P BF16 roundings (ch.11)
             *((Decl("float", "s_cache", "{}", array=s.s_cache_cols),) if s.s_cache_cols else ()),

@@ -55,6 +55,9 @@ def build(lw) -> RoleIR:
 
     item = [
         Decl("float", "row_max", "-INFINITY"),
+        # P's exponent for rows whose max reaches 2^30 (softmax_rules.huge_lines): the raw score row_max was taken
+        # from, or with ch.11's threshold P's addend itself (it changes only on a rebase; 0: no key yet)
+        (Decl("float", "row_ref", "-INFINITY") if s.rescale_threshold is None else Decl("float", "exp_neg", "0.f")),
         Decl("float", "row_sum", "0.f"),
     ]
     if sm.top_p_rounding(lw):
