@@ -14,7 +14,7 @@ Public API:
                              like flash_attn_with_kvcache (decoding; split-KV, paged caches)
     scaled_dot_product_attention(query, key, value, ...)  drop-in for torch's SDPA
     errors: ScheduleError, ResourceError, IssueOrderError, BuildError, TargetError,
-            LaunchError, UnsupportedDeviceError, BarrierTimeoutError, ProtocolError,
+            LaunchError, UnsupportedDeviceError, BarrierTimeoutError, DriverError, ProtocolError,
             BackwardNotSupportedError, DrawError; warnings: FallbackWarning, PerformanceWarning
 """
 from .errors import (
@@ -23,6 +23,7 @@ from .errors import (
     BarrierTimeoutError,
     BuildError,
     DrawError,
+    DriverError,
     FallbackWarning,
     IssueOrderError,
     LaunchError,
@@ -64,8 +65,9 @@ def default_schedule(head_dim: int, target: str = "sm100a", mods=False, seq_kv=N
     ``mods=<a traced ModSet>``: what a call with those mods runs (light ones, such as ALiBi, keep the dense
     tiles: :func:`b200c.codegen.mods.light`). ``seq_kv``: the key length of a dense call; on sm90a a short
     one (a few hundred keys, cross-attention) takes smaller K/V tiles when the preset's would mostly compute
-    padding (:func:`b200c.dsl.presets.short_kv_tiles`; at head dim 64 those with at most 256 keys one warpgroup
-    per CTA, :func:`b200c.dsl.presets.short_kv_preset`), as the dense calls without a schedule do; checked,
+    padding (:func:`b200c.dsl.presets.short_kv_tiles`; at head dim 64 those with 1-128 or 225-256 keys one
+    warpgroup per CTA, :func:`b200c.dsl.presets.short_kv_preset`; 129-224 keep the preset's one 224-row tile),
+    as the dense calls without a schedule do; checked,
     then ignored with ``mods``; None: the head dim's preset. Which lengths count as short follows from the
     tiles' padding, not a threshold (at head dim 64: 251 keys yes, 448 no, 500 yes).
 
@@ -138,6 +140,7 @@ __all__ = [
     "DrawError",
     "UnsupportedDeviceError",
     "BarrierTimeoutError",
+    "DriverError",
     "BackwardNotSupportedError",
     "FallbackWarning",
     "__version__",

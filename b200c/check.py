@@ -6,7 +6,11 @@ steady-state (K/V) loop from the SASS (:mod:`b200c.sass.roles`); for sm90a
 the row has the consumer's hot-loop size and the wgmma register-hazard count
 (:mod:`b200c.sass.hopper`). ``--json`` prints the rows as JSON instead. Exit
 status 1 if any schedule fails to validate or compile, spills, or (sm90a)
-has a hazard."""
+has a hazard. On an emulation target (``emulate``) a build that spills is also
+compiled for the target it emulates (sm100a): the emulator's software model
+takes registers the schedule does not, so the row passes, saying so, when that
+build is clean. The temporary folder goes when every row passes; otherwise only
+the failing schedules' generated sources stay, named in the last line."""
 from __future__ import annotations
 
 import json
@@ -65,6 +69,7 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
         out = workdir / f"{Path(path).stem}.cubin"
         sm90 = target.sass == "hot_loop"
         roles = target.sass == "role_loops"
+        row["sources"] = [str(out.with_suffix(".cu"))]  # compile_cuda writes it there (kept if the row fails)
         res = compile_cuda(kernel.source, out, "cubin", target, extra=LINEINFO if sass and roles else ())
         row.update(res.resources())
         if sass:
@@ -88,11 +93,35 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
                     row["loops"] = cubin_role_loops(kernel.source, out)
                 except B200cError as e:
                     row["loops_error"] = str(e)
-        if row.get("spill_bytes"):
+        if row.get("spill_bytes") and target.emulates:
+            _native_spills(row, s, target, workdir / f"{Path(path).stem}.{target.emulates}.cubin")
+        elif row.get("spill_bytes"):
             row["error"] = f"{row['spill_bytes']} spill bytes"
     except B200cError as e:
         row["error"] = str(e)
     return row
+
+
+def _native_spills(row: dict, schedule, target, out: Path) -> None:
+    """An emulation target's build spilled: its software model of the emulated hardware (tcgen05, TMEM)
+    takes registers the schedule does not. Compile the schedule for the target it emulates too and judge
+    the schedule by that build: ``row["verdict"]`` says so when it is clean (sets ``native_spill_bytes``),
+    ``row["error"]`` when it spills as well."""
+    from .codegen import generate
+    from .codegen.targets import resolve
+    from .nvcc import compile_cuda
+
+    native = resolve(target.emulates)
+    source = generate(schedule, native).source
+    row["sources"].append(str(out.with_suffix(".cu")))
+    res = compile_cuda(source, out, "cubin", native)
+    n = res.resources().get("spill_bytes") or 0
+    row["native_spill_bytes"] = n
+    emulated = f"emulated build spills {row['spill_bytes']} B: the emulator's software model"
+    if n:
+        row["error"] = f"{n} spill bytes in the {native.name} build of this schedule ({emulated})"
+    else:
+        row["verdict"] = f"ok ({emulated}; the {native.name} build of this schedule: 0)"
 
 
 def format_table(rows: list, sass: bool = True, target="sm100a") -> str:
@@ -114,6 +143,8 @@ def format_table(rows: list, sass: bool = True, target="sm100a") -> str:
         line = [stage] + [str(r.get(k, "")) for k, _ in cols[1:]]
         if "error" in r:
             line.append("FAILED: " + r["error"])
+        elif "verdict" in r:
+            line.append(r["verdict"])
         table.append(line)
     # the stage and name columns are as wide as every row's (a failed row's file too); the other columns
     # as the rows that have them
@@ -148,12 +179,15 @@ LOOP_TABLE_TITLE = ("steady-state K/V loop of each warp role: static SASS instru
 
 def stack_notes(rows: list, sass: bool = True) -> list:
     """Footer lines saying what the ``stack B`` column holds, for the rows that have a stack frame:
-    spilled registers (rows with spill bytes), runtime-indexed phase-bit arrays (phase_tracking='array'),
-    or other local arrays."""
+    spilled registers (rows with spill bytes; of an emulated row with a ``verdict``: the emulator's),
+    runtime-indexed phase-bit arrays (phase_tracking='array'), or other local arrays."""
     ldl = " / LDL/STL" if sass else ""
     stacked = [r for r in rows if r.get("stack_frame")]
     notes = []
-    if any(r.get("spill_bytes") for r in stacked):
+    if any(r.get("spill_bytes") and "verdict" in r for r in stacked):
+        notes.append(f"stack B{ldl} of an emulated row marked ok: registers ptxas spilled for the emulator's software "
+                     f"model of the emulated hardware, not the schedule's (its native build has no spills)")
+    if any(r.get("spill_bytes") and "verdict" not in r for r in stacked):
         notes.append(f"stack B{ldl} of a row with spill B: registers ptxas spilled to local memory; the schedule "
                      f"needs more registers than its roles have (register budgets or threads per CTA)")
     if any(not r.get("spill_bytes") and r.get("phase_tracking") == "array" for r in stacked):
@@ -171,7 +205,11 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
     :func:`b200c.codegen.targets.schedule_target`), print the tables, one per
     target (or with ``as_json`` a JSON list of the row dicts on stdout, notes on
     stderr), return the exit status (0 ok, 1 if any schedule failed validation
-    or compilation, spilled, or has a wgmma register hazard)."""
+    or compilation, spilled, or has a wgmma register hazard; on an emulation
+    target a build that spills fails only when the schedule's build for the
+    target it emulates spills too, :func:`_native_spills`).
+    The temporary folder of the generated sources is deleted, except the
+    failing schedules' sources, which the last stderr line names."""
     if sass:
         from .sass import find_cuobjdump
 
@@ -188,6 +226,9 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
         dirs[-1].mkdir(exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         rows = list(ex.map(lambda f, w: check_one(f, w, sass, target), files, dirs))
+    for r in rows:
+        if "error" not in r:
+            r.pop("sources", None)  # deleted below: only a failing row's sources are kept
     notes = sys.stderr if as_json else sys.stdout
     from .codegen.targets import AUTO, native_targets, resolve, resolve_or_auto
 
@@ -211,14 +252,40 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
     for line in stack_notes(rows, sass):
         print(line, file=notes)
     bad = [r for r in rows if "error" in r]
-    kept = any(p.is_file() for p in Path(d).rglob("*"))
-    if not (bad and kept):
-        shutil.rmtree(d, ignore_errors=True)
     if bad:
-        where = f"; generated sources kept in {d}" if kept else ""
+        where = _keep_failing_sources(d, rows)
         print(f"b200c: {len(bad)} of {len(rows)} schedule{'s' if len(rows) != 1 else ''} failed the check{where}",
               file=sys.stderr)
         return 1
+    shutil.rmtree(d, ignore_errors=True)
     arch = ", ".join(resolve(t).arch for t in targets)
-    print(f"{len(rows)} schedule{'s' if len(rows) != 1 else ''} ok ({arch}, 0 spill bytes)", file=notes)
+    emulated = [r for r in rows if "verdict" in r]
+    many = len(emulated) != 1
+    spills = "0 spill bytes" if not emulated else (
+        f"{len(emulated)} emulated build{'s spill' if many else ' spills'}, the emulator's software model; "
+        f"{'their' if many else 'its'} {resolve(emulated[0]['target']).emulates} build{'s' if many else ''}: "
+        f"0 spill bytes")
+    print(f"{len(rows)} schedule{'s' if len(rows) != 1 else ''} ok ({arch}, {spills})", file=notes)
     return 0
+
+
+def _keep_failing_sources(d: str, rows: list) -> str:
+    """Delete the files of the rows that passed from the check's temporary folder ``d`` (the folder too when
+    no failing row left a source); returns the message's tail naming each failing schedule's sources."""
+    keep = set()
+    named = []
+    for r in rows:
+        sources = [Path(s) for s in r.get("sources", ())]
+        if "error" in r and sources:
+            keep.update(p for s in sources for p in (s, s.with_suffix(".cubin")))
+            named.append(f"{r['file']}: {', '.join(map(str, sources))}")
+    if not keep:
+        shutil.rmtree(d, ignore_errors=True)
+        return ""
+    for p in sorted(Path(d).rglob("*"), reverse=True):  # files first, then their emptied subfolders
+        if p.is_file() and p not in keep:
+            p.unlink()
+        elif p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
+    whose = "the failing schedules'" if len(named) != 1 else "the failing schedule's"
+    return f"; {whose} generated sources: {'; '.join(named)}"

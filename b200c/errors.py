@@ -75,6 +75,13 @@ class UnsupportedDeviceError(LaunchError):
     """The GPU's compute capability does not match the kernel's target."""
 
 
+class DriverError(LaunchError):
+    """A CUDA driver call b200c made failed (loading, configuring or launching one of its kernels, or
+    binding its context): the message names the call and the driver's error (``cuLaunchKernel failed:
+    CUDA_ERROR_ILLEGAL_ADDRESS``). Not an input rule: the SDPA drop-in raises it instead of falling back
+    to torch (a sticky error leaves the CUDA context unusable for torch too)."""
+
+
 class BackwardNotSupportedError(B200cError, NotImplementedError):
     """A gradient was requested through ``b200c.attention``, whose kernels are forward-only.
 

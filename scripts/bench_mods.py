@@ -104,6 +104,10 @@ def main() -> int:
     ap.add_argument("--md", help="also write the table here (markdown)")
     args = ap.parse_args()
     import torch
+
+    if not torch.cuda.is_available():  # one line, no traceback (as scripts/host_overhead.py)
+        print("bench_mods: needs a CUDA GPU (torch.cuda.is_available() is False); run it on the GPU machine")
+        return 0
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention

@@ -301,3 +301,21 @@ def test_compile_traces_the_fallback_and_warns_once():
     targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert any("scaled_dot_product_attention" in x for x in targets)
     assert not any("b200c" in x for x in targets)
+
+
+def test_a_failed_driver_call_is_raised_not_fallen_back(fd, monkeypatch):
+    """Issue 33 item 6: a CUDA driver call on a b200c kernel that fails (here cuLaunchKernel with
+    CUDA_ERROR_ILLEGAL_ADDRESS) is b200c's own failure: the drop-in raises DriverError (a LaunchError)
+    naming the call and the error instead of a FallbackWarning and torch's result."""
+    from cuda.bindings import driver as real
+
+    from b200c.runtime import driver
+
+    q = t()
+    monkeypatch.setattr(driver._cu(), "cuLaunchKernel", lambda *a: (real.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        with pytest.raises(b200c.DriverError, match="cuLaunchKernel of .* failed: .*CUDA_ERROR_ILLEGAL_ADDRESS"):
+            b200c.scaled_dot_product_attention(q, q, q)
+    assert not fallbacks(rec)
+    assert issubclass(b200c.DriverError, b200c.LaunchError)

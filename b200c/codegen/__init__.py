@@ -130,10 +130,14 @@ def generate(schedule, target="sm100a", profile: bool = False, mods=None) -> Gen
             :func:`b200c.dsl.mods.trace_mods`) compiled into the kernel, or None.
 
     Raises:
-        TargetError, ScheduleError, ResourceError, IssueOrderError, ProtocolError.
+        TargetError, ScheduleError, ResourceError, IssueOrderError, ProtocolError. ScheduleError
+        (one line) also for a str where the schedule goes or a Schedule where the target goes
+        (``generate("sm100a", s)``: the order is ``generate(schedule, target)``).
     """
     from .targets import resolve
 
+    if isinstance(schedule, str) or not isinstance(target, str):
+        _check_argument_order(schedule, target)
     t = resolve(target)
     ir = lower(schedule, target=t, profile=profile, mods=mods)
     li = launch_info(ir.plan, ir)
@@ -144,6 +148,24 @@ def _profiled() -> str:
     from .targets import REGISTRY
 
     return ", ".join(t.name for t in REGISTRY if t.caps.profile) or "no target"
+
+
+def _check_argument_order(schedule, target) -> None:
+    """One line instead of a long repr when :func:`generate`'s arguments are swapped or the schedule
+    is a str (a target name or a file path)."""
+    from ..dsl.schedule import Schedule
+    from ..errors import ScheduleError
+
+    if isinstance(schedule, str) and isinstance(target, Schedule):
+        raise ScheduleError(f"generate() got the target {schedule!r} first and the Schedule {target.name!r} second; "
+                            f"the order is generate(schedule, target): generate(schedule, {schedule!r})")
+    if isinstance(target, Schedule):
+        raise ScheduleError(f"generate() got the Schedule {target.name!r} as its target; the order is "
+                            f"generate(schedule, target), target a name such as 'sm100a' or 'sm90a'")
+    if isinstance(schedule, str):
+        raise ScheduleError(f"generate() got the str {schedule!r} where the schedule goes; the order is "
+                            f"generate(schedule, target) with a b200c.Schedule (a schedule file: "
+                            f"b200c.load_schedule_file(path))")
 
 
 def _check_schedule_type(schedule) -> None:

@@ -72,13 +72,20 @@ def render(timeline, output, fmt: str | None = None) -> None:
         _draw_lanes(fig.add_subplot(gs[0, 0]), t, patches, (height - 1.3) / 1.3)
         _draw_smem(fig.add_subplot(gs[0, 1]), t, patches)
         _draw_tmem(fig.add_subplot(gs[0, 2]), t, patches)
-        stage = f"blog stage {t.blog_stage}, " if t.blog_stage else ""
+        stage = f"{stage_label(t.blog_stage, t.backend)}, " if t.blog_stage else ""
         title = f"{t.name} ({stage}{t.backend}): {t.iterations} K/V tiles, one work item"
         if t.issue_order:
             title += f";  MMA issue order: {t.issue_order}"
         fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold")
         meta = {"Date": None} if fmt == "svg" else {}
         fig.savefig(output, format=fmt, dpi=150, metadata=meta)
+
+
+def stage_label(stage: int, backend: str) -> str:
+    """The title's name of a schedule's stage: ``"blog stage 7"`` (the blog's B200 progression,
+    examples/NN_*.py) or, for the Hopper backend (``backend="sm90"``), ``"Hopper step h07"`` (the
+    Hopper progression, examples/hopper/hNN_*.py: the blog has no such stage)."""
+    return f"Hopper step h{stage:02d}" if backend == "sm90" else f"blog stage {stage}"
 
 
 def _lane_y(t) -> dict:

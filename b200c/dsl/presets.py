@@ -197,22 +197,44 @@ def short_kv_preset(head_dim: int, family: str, seq_kv) -> Schedule | None:
     return SHORT_KV_FAMILIES[family][head_dim]
 
 
+def _check_head_dim_type(head_dim) -> None:
+    """A ScheduleError unless ``head_dim`` is an integer (``operator.index`` takes it; a bool is not one)."""
+    import operator
+
+    from ..errors import ScheduleError
+
+    try:
+        ok = not isinstance(head_dim, bool) and operator.index(head_dim) is not None
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ScheduleError(f"the head dim must be an int (64, 128 or 256), got the {type(head_dim).__name__} "
+                            f"{head_dim!r}")
+
+
 def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, seq_kv=None) -> Schedule:
     """The built-in schedule for head dim 64, 128 or 256 of a family of targets (``"b200"``:
     sm100a and its emulation; ``"hopper"``: sm90a). ``b200c.default_schedule(head_dim, target=...)``
     takes a target name instead (and a traced ModSet for ``mods``). ``mods`` (truthy): the schedule for
     calls with a score_mod / mask_mod that is not light (Hopper: smaller K/V tiles,
     :data:`HOPPER_MOD_PRESETS`; light mods, :func:`b200c.codegen.mods.light`, keep the dense ones).
-    ``seq_kv``: the call's key length (int) for a dense call: a short one takes smaller K/V tiles
-    (:func:`short_kv_tiles`, Hopper), a very short one at head dim 64 one warpgroup per CTA
-    (:func:`short_kv_preset`); None (the default) gives the head dim's preset.
+    ``seq_kv``: the call's key length (int) for a dense call: on Hopper a short one takes smaller K/V
+    tiles (:func:`short_kv_tiles`: it fits in :data:`SHORT_KV_TILES` (4) of the preset's K/V tiles and
+    those, rounded up to whole tiles, would compute more than :data:`SHORT_KV_WASTE` (1.15) times the
+    keys the smaller tiles compute; a rule on padding, not a key-count threshold), and of those at head
+    dim 64 the ones within :data:`FEW_KV_TILES` (2) 128-row tiles one warpgroup per CTA
+    (:func:`short_kv_preset`: 1-128 and 225-256 keys; 129-224 keep the preset's one 224-row tile);
+    None (the default) gives the head dim's preset.
 
     Raises:
-        ScheduleError: another head dim (b200c kernels support 64, 128 and 256) or family; a ``seq_kv``
-            that is not None or a non-negative integer.
+        ScheduleError: a head dim that is not an int (a str such as ``"128"``, a float, a bool; an integer
+            type such as a numpy integer is taken), another head dim (b200c kernels support 64, 128 and 256)
+            or family; a ``seq_kv`` that is not None or a non-negative integer.
     """
     from ..errors import ScheduleError
 
+    if type(head_dim) is not int:
+        _check_head_dim_type(head_dim)
     table = (MOD_FAMILIES if mods else FAMILIES).get(family)
     if table is None:
         raise ScheduleError(f"no built-in schedules for {family!r}; families: {', '.join(map(repr, FAMILIES))}")

@@ -395,7 +395,7 @@ except AttributeError:  # a torch without these internals: always use the dispat
 
 def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=None, return_lse: bool = False,
               layout: str = "bhsd", target: str = "auto", score_mod=None, mask_mod=None, sinks=None,
-              window_size=None):
+              window_size=None, **kwargs):
     """Attention ``softmax(q @ k^T * softmax_scale [+ causal mask]) @ v`` with a b200c kernel,
     like FlashAttention's ``flash_attn_func``.
 
@@ -486,6 +486,12 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             two Q stages at D = 256 need 768 of 512 TMEM columns).
         LaunchError: a tensor or argument rule is broken (names the tensor or
             argument, the rule and the value).
+            Also a keyword this function does not take (``**kwargs`` only
+            catches it to say what to pass): torch SDPA's ``is_causal``
+            (use ``causal=``), ``scale`` (use ``softmax_scale=``),
+            ``attn_mask``, ``dropout_p`` and ``enable_gqa`` (arguments of
+            the SDPA drop-in, :func:`b200c.scaled_dot_product_attention`),
+            or a misspelt name.
         TargetError: an unknown ``target`` name.
         UnsupportedDeviceError: the GPU cannot run the target.
         BuildError: nvcc missing or compilation failed.
@@ -517,6 +523,8 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         >>> o = b200c.attention(q, k, v, schedule=b200c.Schedule())
         >>> o, lse = b200c.attention(q, k[:, :4], v[:, :4], schedule=b200c.Schedule(), causal=True, return_lse=True)
     """
+    if kwargs:
+        raise _unexpected_keyword(kwargs)
     if window_size is not None and type(window_size) in (tuple, list) and tuple(window_size) == (-1, -1):
         window_size = None  # flash_attn's "no window": the plain kernel
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
@@ -610,6 +618,33 @@ def _traced_json(q, schedule, target, seq_kv=None) -> str:
         n = seq_kv if type(seq_kv) is int else 0
         return _default_json(q.get_device() if q.is_cuda else -1, target, int(q.shape[-1]), n)
     return _traced_schedule_json(schedule)
+
+
+_SDPA_NAMES = {"is_causal": "causal", "scale": "softmax_scale"}  # torch SDPA's name -> b200c.attention's
+
+
+def _unexpected_keyword(kwargs: dict) -> LaunchError:
+    """The error of a call to :func:`attention` with a keyword it does not take (the first of ``kwargs``):
+    torch SDPA's names for its arguments, SDPA-only arguments, or a misspelling (with the closest name)."""
+    import difflib
+    import inspect
+
+    name, value = next(iter(kwargs.items()))
+    given = f"b200c.attention() got {name}={value!r}" if len(repr(value)) <= 40 else \
+        f"b200c.attention() got {name}=<{type(value).__name__}>"
+    if name in _SDPA_NAMES:
+        return LaunchError(f"{given}: that is torch SDPA's name; b200c.attention takes flash_attn_func's: "
+                           f"{_SDPA_NAMES[name]}= (or call b200c.scaled_dot_product_attention, the SDPA drop-in)")
+    if name in ("attn_mask", "dropout_p", "enable_gqa"):
+        instead = {"attn_mask": "; here a mask is mask_mod= (or causal=, window_size=)",
+                   "dropout_p": " (b200c kernels have no dropout: it falls back to torch's for dropout_p > 0)",
+                   "enable_gqa": "; here GQA needs no flag (k and v with fewer heads than q)"}[name]
+        return LaunchError(f"{given}: {name} is an argument of the SDPA drop-in, "
+                           f"b200c.scaled_dot_product_attention{instead}")
+    names = [p for p in inspect.signature(attention).parameters if p not in ("q", "k", "v", "kwargs")]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {close[0]}=?" if close else f"its keyword arguments: {', '.join(names)}"
+    return LaunchError(f"{given}: b200c.attention takes no argument {name!r}; {hint}")
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule=None,

@@ -25,7 +25,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..codegen.launch import KERNEL_NAME
-from ..errors import BarrierTimeoutError, LaunchError, UnsupportedDeviceError
+from ..errors import BarrierTimeoutError, DriverError, LaunchError, UnsupportedDeviceError
 from .build import BuiltKernel
 from .inputs import tma_strides
 
@@ -160,11 +160,11 @@ def _err_name(err) -> str:
 
 
 def _check(result, what: str):
-    """Unpack a cuda-bindings result tuple; raise LaunchError on failure."""
+    """Unpack a cuda-bindings result tuple; raise DriverError on failure."""
     cu = _cu()
     err, *vals = result if isinstance(result, tuple) else (result,)
     if err != cu.CUresult.CUDA_SUCCESS:
-        raise LaunchError(f"{what} failed: {_err_name(err)}")
+        raise DriverError(f"{what} failed: {_err_name(err)}")
     if not vals:
         return None
     return vals[0] if len(vals) == 1 else tuple(vals)

@@ -278,7 +278,7 @@ class Entry:
 
         Raises:
             BarrierTimeoutError: an earlier launch of this kernel timed out.
-            LaunchError: cuLaunchKernel (or the emulator's memset) failed.
+            DriverError: cuLaunchKernel (or the emulator's memset) failed.
         """
         if self.hang is not None and self.hang.flag:
             driver.check_hang(self.lk)
@@ -337,12 +337,12 @@ class Entry:
             self._raise(what, err)
 
     def _raise(self, what: str, err) -> None:
-        """Raise the LaunchError of failed driver call ``what`` (a hang of an earlier launch first)."""
-        from ..errors import LaunchError
+        """Raise the DriverError of failed driver call ``what`` (a hang of an earlier launch first)."""
+        from ..errors import DriverError
 
         driver.check_hang(self.lk)
         info = self.lk.built.launch
-        raise LaunchError(
+        raise DriverError(
             f"{what} of {info.name!r} (grid {self.grid}, block {self.block}, {self.smem} B SMEM) "
             f"failed: {driver._err_name(err)}"
         )

@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from ..errors import BarrierTimeoutError, FallbackWarning, LaunchError, ScheduleError
+from ..errors import BarrierTimeoutError, DriverError, FallbackWarning, LaunchError, ScheduleError
 from . import api, inputs, op, sdpa_mask
 
 _torch_sdpa = torch._C._nn.scaled_dot_product_attention  # never the (possibly swapped) Python attribute
@@ -269,8 +269,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 calls["b200c"] += 1
                 return out
             except LaunchError as e:  # input rules, the device (UnsupportedDeviceError), the target's capabilities
-                if isinstance(e, BarrierTimeoutError):
-                    raise  # a hung kernel: the context is unusable, torch could not run either
+                if isinstance(e, (BarrierTimeoutError, DriverError)):
+                    raise  # a hung kernel or a failed driver call: b200c's own failure, not a reason to fall back
                 text = f"{type(e).__name__}: {e}"
                 why = (re.sub(r"0x[0-9a-fA-F]+|\d+", "#", text), text)  # counted per rule, not per value
     if compiling:
