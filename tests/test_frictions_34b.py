@@ -306,3 +306,14 @@ def test_generate_with_swapped_arguments_is_one_short_line():
     from b200c.codegen.targets import resolve
 
     assert b200c.generate(s, resolve("sm100a")).target == "sm100a"  # a Target record is a target
+
+
+def test_load_schedule_file_refuses_a_file_that_is_not_python(tmp_path):
+    """From Python as from the command line: a README is not a schedule file (was a Python syntax error)."""
+    import b200c
+    from b200c.errors import ScheduleError
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# b200c\n\nnot Python\n")
+    with pytest.raises(ScheduleError, match=r"is not a schedule file: a schedule file is Python \(\.py\)"):
+        b200c.load_schedule_file(readme)

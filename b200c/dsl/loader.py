@@ -35,7 +35,7 @@ def load_schedule_file(path: str | os.PathLike) -> Schedule:
     b200c's own modules and installed packages never are, wherever the file lies.
 
     Raises:
-        ScheduleError: the path is missing or a directory, the file fails to
+        ScheduleError: the path is missing, a directory or not a ``.py`` file, the file fails to
             run (one line: exception type and message), has no ``schedule``
             (the message lists the Schedules it defines under other names), or
             ``schedule`` is not a :class:`b200c.Schedule`.
@@ -48,6 +48,9 @@ def load_schedule_file(path: str | os.PathLike) -> Schedule:
     if not p.is_file():
         where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
         raise ScheduleError(f"schedule file {str(p)!r} does not exist{where}")
+    if p.suffix != ".py":
+        raise ScheduleError(f"{str(p)!r} is not a schedule file: a schedule file is Python (.py) defining a "
+                            f"module-level `schedule`, e.g. examples/07_compute_pipeline.py")
     with _load_lock:
         return _load(p)
 
