@@ -713,3 +713,22 @@ def test_varlen_block_mask_trusts_cu_seqlens_with_check_seqlens_false(fd, monkey
     assert checks == [False, False]
     b200c.attention_varlen(q, q, q, cu, cu, 200, 200, mask_mod=mods.sliding_window(17), target="sm90a")
     assert checks == [False, False, True, True] and len(fd.launches) == 2
+
+
+def test_a_causal_lambda_runs_the_causal_kernel(fd):
+    """Issue 36 item 2: ``mask_mod=lambda b, h, q, k: q >= k`` (FlexAttention's causal mask, top-left) is the
+    causal knob's mask when S_q == S_kv: recognised from the traced graph, the call runs the plain causal
+    kernel (no mods, no block mask); other spellings of other masks, or S_q != S_kv, keep the masked kernel."""
+    q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+    for f in (lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, lambda b, h, qi, ki: ki <= qi):
+        n = len(fd.launches)
+        b200c.attention(q, q, q, mask_mod=f, target="sm90a")
+        (L,) = fd.launches[n:]
+        assert L.params["causal"] == 1 and "kv_ranges" not in L.params and not L.kernel.name.startswith("hopper_mods")
+    for f, kv in ((lambda b, h, qi, ki: qi > ki, 256), (lambda b, h, qi, ki: qi >= ki, 384),
+                  (lambda b, h, qi, ki: (qi >= ki) & (qi - ki <= 64), 256)):
+        n = len(fd.launches)
+        k = torch.randn(1, 2, kv, 128, dtype=torch.bfloat16)
+        b200c.attention(q, k, k, mask_mod=f, target="sm90a")
+        L = fd.launches[-1]
+        assert L.params["causal"] == 0 and "kv_ranges" in L.params and L.kernel.name == "hopper_mods_d128"

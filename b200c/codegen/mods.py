@@ -481,6 +481,21 @@ def score_bias_parts(mods: ModSet) -> tuple:
     )
 
 
+def causal_top_left(mods: ModSet) -> bool:
+    """Whether ``mods`` are only a mask_mod that says ``q_idx >= kv_idx`` (or ``kv_idx <= q_idx``): FlexAttention's
+    causal mask, top-left aligned, which is the ``causal`` knob's (bottom-right aligned) mask when
+    S_q == S_kv. The runtime then runs the causal kernel instead of the masked one (issue 36: the lambda ran
+    0.77 of dense against the knob's 0.89 on the H200). Read from the traced graph, not the function's text."""
+    g = mods.mask_mod
+    if g is None or mods.score_mod is not None or mods.sinks or mods.captured:
+        return False
+    rest = [n for n in g.nodes if n.op != "param"]
+    if len(rest) != 1 or rest[0].name != g.output:
+        return False
+    n = rest[0]
+    return (n.op, n.args) in ((("ge", ("q_idx", "kv_idx"))), ("le", ("kv_idx", "q_idx")))
+
+
 def light(mods: ModSet) -> bool:
     """Whether ``mods`` add at most one FMA per score on Hopper: no mask_mod, and no score_mod or one
     whose bias splits per row and per key (:func:`score_bias_parts`: ALiBi with ``small_indices``, a

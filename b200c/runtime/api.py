@@ -456,7 +456,9 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             torch ops on q's device and cached per (function, captured tensors,
             shapes); the kernel skips empty tiles and evaluates the mask on the
             partial ones only. Combined with ``causal`` (both must hold). A row
-            that sees no key gives O = 0 and LSE = -inf.
+            that sees no key gives O = 0 and LSE = -inf. A mask_mod that is
+            exactly ``q_idx >= kv_idx`` (read from its traced graph) with
+            S_q == S_kv runs the ``causal=True`` kernel instead (the same mask).
         sinks: attention sinks (gpt-oss): one logit per query head, a real
             tensor (H,) on q's device, taken as an extra entry of every row's
             softmax denominator (not of O); the LSE includes it.
@@ -573,12 +575,23 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     if prepared is None:
         mod_call.check_no_grad(score_mod, mask_mod, sinks)
     mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
+    if s_q == s_kv and window_size is None and _causal_mask_only(mc):  # the causal knob's mask, spelt as a mask_mod
+        return attention(q, k, v, schedule=schedule, causal=True, softmax_scale=softmax_scale, return_lse=return_lse,
+                         layout=layout, target=target)
     mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
     mc.check(q, heads)
     schedule_json = _mods_schedule_json(q, schedule, schedule_json, target, mc)
     out, lse = launcher.run((schedule_json, mc.mods_json), target, layout, q, k, v, scale, op.MODDED, causal,
                             return_lse, mc)
     return (out, lse) if return_lse else out
+
+
+def _causal_mask_only(mc) -> bool:
+    """Whether a call's mods are only FlexAttention's causal mask_mod (``q_idx >= kv_idx``, from the traced graph:
+    :func:`b200c.codegen.mods.causal_top_left`)."""
+    from ..codegen.mods import causal_top_left
+
+    return causal_top_left(mc.mods)
 
 
 def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str, causal: bool,
