@@ -42,6 +42,11 @@ def evaluate(graph: ModGraph, env: dict, captured=()):
     Raises:
         KeyError: a parameter missing from ``env``, or an op without a host form.
     """
+    return values(graph, env, captured)[graph.output]
+
+
+def values(graph: ModGraph, env: dict, captured=()) -> dict:
+    """Every value of ``graph`` (node name -> tensor) for ``env`` and ``captured``; see :func:`evaluate`."""
     import torch
 
     from .mods import const_value
@@ -62,7 +67,7 @@ def evaluate(graph: ModGraph, env: dict, captured=()):
             vals[n.name] = v if not v.is_floating_point() else v.to(fdt)
         else:
             vals[n.name] = ops[n.op](*(vals[a] for a in n.args))
-    return vals[graph.output]
+    return vals
 
 
 def _float_dtype(env: dict):
@@ -72,4 +77,4 @@ def _float_dtype(env: dict):
     return s.dtype if s is not None and s.is_floating_point() else torch.float32
 
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "values"]

@@ -134,6 +134,45 @@ def _rule(e: _Emit, n: ModNode, t: dict):
     raise ScheduleError(f"score_mod op {op!r} has no derivative rule in b200c.dsl.mod_grad (node {n.name})")
 
 
+def _derivative(graph: ModGraph, seed: str, kind: str, what: str) -> ModGraph:
+    """d output / d (value ``seed``) by forward-mode tangents (see :func:`score_derivative`)."""
+    e = _Emit(graph)
+    t: dict = {seed: e.const(1.0)}
+    for n in graph.nodes:
+        if n.op in ("param", "const", "load"):
+            continue
+        if not any(t.get(x) for x in n.args):
+            continue
+        if n.op in _NO_TANGENT:
+            continue
+        if n.op in _REFUSED:
+            raise ScheduleError(
+                f"the score_mod's {n.op} at {n.name} takes a value that depends on {what}, and {n.op} has no "
+                f"derivative (torch gives no gradient through it): the backward cannot differentiate this "
+                f"score_mod; compute that term from the indices and captured tensors only, or with float ops")
+        t[n.name] = _rule(e, n, t)
+    out = t.get(graph.output)
+    if out is None:
+        out = e.const(0.0)
+    return ModGraph(kind, tuple(e.nodes), out, f"d({graph.expression})/d({what})")
+
+
+def capture_derivatives(graph: ModGraph) -> tuple:
+    """For a learned tensor the score_mod reads (a bias table that requires grad): one
+    ``(tensor index, load node, graph)`` per float ``load`` of a captured tensor, ``graph`` giving
+    ``d score_mod / d (the loaded element)``. The backward adds ``dS * that`` into the tensor's gradient at
+    the load's indices (the values of the load node's arguments), as FlexAttention's captured-buffer
+    gradients do.
+
+    Raises:
+        ScheduleError: as :func:`score_derivative`, for a loaded value through an op with no derivative.
+    """
+    if graph.kind != "score_mod":
+        raise ScheduleError(f"capture_derivatives takes a score_mod graph, got a {graph.kind}")
+    return tuple((n.tensor, n.name, _derivative(graph, n.name, "score_mod_capture_grad", f"{n.name} = cap{n.tensor}[...]"))
+                 for n in graph.nodes if n.op == "load" and n.type == "f32")
+
+
 def score_derivative(graph: ModGraph) -> ModGraph:
     """``d score_mod / d score`` as a graph over the same parameters and captured tensors.
 
@@ -151,25 +190,7 @@ def score_derivative(graph: ModGraph) -> ModGraph:
     """
     if graph.kind != "score_mod":
         raise ScheduleError(f"score_derivative takes a score_mod graph, got a {graph.kind}")
-    e = _Emit(graph)
-    t: dict = {"score": e.const(1.0)}
-    for n in graph.nodes:
-        if n.op in ("param", "const", "load"):
-            continue
-        if not any(t.get(x) for x in n.args):
-            continue
-        if n.op in _NO_TANGENT:
-            continue
-        if n.op in _REFUSED:
-            raise ScheduleError(
-                f"the score_mod's {n.op} at {n.name} takes a value that depends on the score, and {n.op} has no "
-                f"derivative (torch gives no gradient through it): the backward cannot differentiate this "
-                f"score_mod; compute that term from the indices and captured tensors only, or with float ops")
-        t[n.name] = _rule(e, n, t)
-    out = t.get(graph.output)
-    if out is None:
-        out = e.const(0.0)
-    return ModGraph("score_mod_grad", tuple(e.nodes), out, f"d({graph.expression})/d(score)")
+    return _derivative(graph, "score", "score_mod_grad", "score")
 
 
-__all__ = ["score_derivative"]
+__all__ = ["capture_derivatives", "score_derivative"]
