@@ -106,6 +106,17 @@ def rebase_test(gap: str, candidate: str, threshold: float, nan: bool, masked: b
 HUGE_MAX = 2.0 ** 30  # |running max| in exponent units from which P takes the power-of-two scale (see huge_lines)
 
 
+def huge_test(use: str) -> str:
+    """C condition: the running max ``use`` (exponent units) is huge (see :func:`huge_lines`)."""
+    return f"fabsf({use}) >= {c_float(HUGE_MAX)}"
+
+
+def exp_scale(use: str, scale: str) -> str:
+    """C expression of P's exponent scale for a row with running max ``use`` (exponent units): ``scale``, or
+    ``pow2_floor(scale)`` when the max is huge (see :func:`huge_lines`)."""
+    return f"{huge_test(use)} ? pow2_floor({scale}) : {scale}"
+
+
 def huge_lines(use: str, scale: str, ref: str, carried: bool = False) -> list:
     """C lines declaring ``exp_sc`` / ``exp_neg``, P's exponent ``fmaf(s, exp_sc, exp_neg)`` for a row whose
     running max in exponent units is ``use`` (0 when the row has no key yet), whose reference score (the raw
@@ -117,9 +128,9 @@ def huge_lines(use: str, scale: str, ref: str, carried: bool = False) -> list:
             "// 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max "
             "rounded)"]
     if carried:
-        return head + [f"exp_neg = fabsf({use}) >= {c_float(HUGE_MAX)} ? -{ref} * pow2_floor({scale}) : -{use};"]
+        return head + [f"exp_neg = {huge_test(use)} ? -{ref} * pow2_floor({scale}) : -{use};"]
     return head + [
-        f"const bool huge = fabsf({use}) >= {c_float(HUGE_MAX)};",
+        f"const bool huge = {huge_test(use)};",
         f"const float exp_sc = huge ? pow2_floor({scale}) : {scale};",
         f"const float exp_neg = huge ? -{ref} * pow2_floor({scale}) : -{use};",
     ]
@@ -132,5 +143,5 @@ def lse_natural(max_log2: str, rowsum: str) -> str:
     return f"({max_log2} + lg2_approx_ftz({rowsum})) * 0.6931471805599453f"
 
 
-__all__ = ["HUGE_MAX", "huge_lines", "lse_natural", "EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
+__all__ = ["HUGE_MAX", "exp_scale", "huge_lines", "huge_test", "lse_natural", "EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
            "c_float", "rebase_test"]

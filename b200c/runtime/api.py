@@ -558,6 +558,7 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
     kernel arguments; see :mod:`b200c.runtime.mod_call`). ``prepared``: a ModCall made by the caller
     (the SDPA drop-in's attn_mask, :mod:`b200c.runtime.sdpa_mask`) instead of the functions."""
+    from ..codegen.mods import causal_top_left
     from . import mod_call
     from .mod_window import window_mask
 
@@ -575,7 +576,7 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     if prepared is None:
         mod_call.check_no_grad(score_mod, mask_mod, sinks)
     mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
-    if s_q == s_kv and window_size is None and _causal_mask_only(mc):  # the causal knob's mask, spelt as a mask_mod
+    if s_q == s_kv and window_size is None and causal_top_left(mc.mods):  # the causal knob's mask, as a mask_mod
         return attention(q, k, v, schedule=schedule, causal=True, softmax_scale=softmax_scale, return_lse=return_lse,
                          layout=layout, target=target)
     mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
@@ -584,14 +585,6 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     out, lse = launcher.run((schedule_json, mc.mods_json), target, layout, q, k, v, scale, op.MODDED, causal,
                             return_lse, mc)
     return (out, lse) if return_lse else out
-
-
-def _causal_mask_only(mc) -> bool:
-    """Whether a call's mods are only FlexAttention's causal mask_mod (``q_idx >= kv_idx``, from the traced graph:
-    :func:`b200c.codegen.mods.causal_top_left`)."""
-    from ..codegen.mods import causal_top_left
-
-    return causal_top_left(mc.mods)
 
 
 def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str, causal: bool,
@@ -747,6 +740,7 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod, sinks,
                            window_size=None):
     """:func:`attention_varlen` with mods (eager; see :func:`_attention_mods`)."""
+    from ..codegen.mods import causal_top_left
     from . import mod_call
     from .mod_window import window_mask
 

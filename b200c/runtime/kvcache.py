@@ -10,6 +10,8 @@ batch size and replay it with new lengths. A paged cache (``block_table``) is re
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..errors import LaunchError
@@ -230,23 +232,17 @@ def _register():
 _register()
 
 
-_tokens: dict = {}  # (schedule JSON, num_splits) -> token: a decoding step parses no JSON
-
-
+@functools.lru_cache(maxsize=256)
 def _token(base: str, num_splits: int) -> tuple:
-    """The kernel token of a KV-cache call: (JSON of the schedule's split-KV build, fixed split count or None).
-    The count is the caller's ``num_splits``, else the schedule's ``kv_splits`` where it fixes one (2..128),
-    else None (chosen per call); the kernel reads the lengths and the table."""
-    token = _tokens.get((base, num_splits))
-    if token is None:
-        from ..dsl import Schedule
+    """The kernel token of a KV-cache call (cached: a decoding step parses no JSON): (JSON of the schedule's
+    split-KV build, :func:`b200c.runtime.split_kv.split_token`; fixed split count or None). The count is the
+    caller's ``num_splits``, else the schedule's ``kv_splits`` where it fixes one (2..128), else None (chosen per
+    call); the kernel reads the lengths and the table."""
+    from ..dsl import Schedule
+    from .split_kv import split_token
 
-        s = Schedule.from_json(base)
-        fixed = num_splits or (s.kv_splits if s.kv_splits not in (None, 0, 1) else None)
-        token = (s.replace(kv_splits=0).to_json(), fixed)
-        if len(_tokens) < 256:
-            _tokens[(base, num_splits)] = token
-    return token
+    kv_splits = Schedule.from_json(base).kv_splits
+    return split_token(base), num_splits or (kv_splits if kv_splits not in (None, 0, 1) else None)
 
 
 class _CallValues:

@@ -349,19 +349,19 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
             "    // row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, m * c rounded)"]
     if n.row_bias:
         out += [*huge,
-                f"    exp_sc[r] = fabsf(st.m[r] * sc) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(sc) : sc;",
+                f"    exp_sc[r] = {rules.exp_scale('st.m[r] * sc', 'sc')};",
                 "    // no key yet: P = exp(-inf) = 0, not NaN",
                 "    neg_ms[r] = st.m[r] == -INFINITY ? -INFINITY : (rb[r] - st.m[r]) * exp_sc[r];",
                 "  }"]
     elif n.masked:
         out += ["    const float m_use = st.m[r] == -INFINITY ? 0.f : st.m[r];  // no key yet: P = exp(-inf) = 0, not NaN",
                 *huge,
-                f"    exp_sc[r] = fabsf(m_use * sc) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(sc) : sc;",
+                f"    exp_sc[r] = {rules.exp_scale('m_use * sc', 'sc')};",
                 "    neg_ms[r] = -m_use * exp_sc[r];",
                 "  }"]
     else:
         out += [*huge,
-                f"    exp_sc[r] = fabsf(st.m[r] * sc) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(sc) : sc;",
+                f"    exp_sc[r] = {rules.exp_scale('st.m[r] * sc', 'sc')};",
                 "    neg_ms[r] = -st.m[r] * exp_sc[r];", "  }"]
     if thr:
         out.append("  st.rescale = __any_sync(0xffffffffu, changed);")

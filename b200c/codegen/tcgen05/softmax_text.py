@@ -63,8 +63,7 @@ def rebase(n) -> tuple:
     if n.threshold is None:
         out += rules.huge_lines(use, "c.softmax_scale" if n.mode == "expf" else "c.scale_log2()", "row_ref")
     else:
-        out.append(f"const float exp_sc = fabsf({use}) >= {rules.c_float(rules.HUGE_MAX)} ? pow2_floor(c.scale_log2()) "
-                   ": c.scale_log2();  // see exp_neg")
+        out.append(f"const float exp_sc = {rules.exp_scale(use, 'c.scale_log2()')};  // see exp_neg")
     if n.packed:
         out.append("const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per "
                    "fma.rn.f32x2")
