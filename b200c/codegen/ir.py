@@ -249,11 +249,14 @@ class RingAdvance(Node):
 class NamedBarSync(Node):
     """``bar.sync`` on named barrier ``barrier[index]`` (PTX ISA 9.7.13.1):
     add this role instance's threads to the current generation and block until
-    it completes."""
+    it completes. ``printed``: a C expression of the same value that the
+    kernel evaluates instead of ``index`` (a re-read, so the compiler does
+    not keep the value live); the verifier evaluates ``index``."""
 
     barrier: str
     index: Optional[str] = None
     note: str = ""
+    printed: Optional[str] = None  # the C expression the kernel prints for ``index`` (None: ``index``)
 
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""
@@ -267,6 +270,7 @@ class NamedBarArrive(Node):
     barrier: str
     index: Optional[str] = None
     note: str = ""
+    printed: Optional[str] = None  # the C expression the kernel prints for ``index`` (None: ``index``)
 
     def describe(self) -> str:
         idx = f"[{self.index}]" if self.index is not None else ""

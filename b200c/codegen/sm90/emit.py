@@ -97,6 +97,15 @@ def _scale_units(ir: KernelIR) -> dict:
     return dict(note="natural log", expr="softmax_scale")
 
 
+def _rereads_consumer_index(ir: KernelIR) -> bool:
+    """Whether a node prints a re-read of the consumer index (``consumer_index()``) for its ``q``."""
+    def nodes(ns):
+        for n in ns:
+            yield n
+            yield from nodes(n.children())
+    return any(getattr(n, "printed", None) for r in ir.roles for n in nodes(r.body))
+
+
 def emit(ir: KernelIR, launch) -> str:
     """Render the whole .cu file of a kernel IR (``launch``: its LaunchInfo)."""
     from ...version import __version__
@@ -120,6 +129,7 @@ def emit(ir: KernelIR, launch) -> str:
         blocks=_blocks(ir),
         entry_regs=plan.limits.entry_registers(plan.threads),
         traced=bool(ir.trace_tracks),
+        consumer_index=_rereads_consumer_index(ir),
         scale_units=_scale_units(ir),
         kernel_name=KERNEL_NAME,
         params=params,

@@ -28,6 +28,7 @@ from __future__ import annotations
 from ...ir import (Arrive, Comment, Decl, If, Loop, NamedBarArrive, NamedBarSync, PhaseDecl, PhaseRef, RingAdvance,
                    RoleIR, Scope, Wait, WorkLoop)
 from ..ir import ConsumerInit, PackP, RescaleO, StoreO, WgmmaPV, WgmmaQK, WgmmaWait
+from ...work import decomposition
 from ..softmax import item_row_bias, row_bias_per_item, softmax_node
 
 KV_BUF = "SMEM_KV + {slot} * KV_SLOT_BYTES"  # SMEM offset of a ring slot
@@ -41,6 +42,11 @@ class _Builder:
         self.lw = lw
         self.pingpong = bool(lw.plan.named_barriers) and lw.s.pingpong
         self.persistent = lw.plan.persistent
+        # at head dim 256 the O accumulator takes 128 of the consumer's 240 registers; with a block mask's
+        # visit order and a mask_mod the consumer index q, kept live for the turn barriers, was the register
+        # nvcc spilled (20 B at hopper_mods_d256, nvcc 13.0); these kernels re-read it from %tid.x at each turn
+        self.turn_q = "consumer_index()" if decomposition(lw.plan).block_sparse and lw.plan.tile.head_dim >= 256 \
+            else None
 
     def take(self, kind: str) -> tuple:
         """Take the next ring token (a ``K`` or ``V`` tile): its slot and parity."""
@@ -64,9 +70,10 @@ class _Builder:
         nodes = tuple(nodes)
         if not self.pingpong:
             return self.lw.span("issue", nodes)
-        return (*self.lw.span("wait turn", (NamedBarSync("turn", "q", "FA3 §3.1: my turn to issue GEMMs"),)),
+        q = self.turn_q
+        return (*self.lw.span("wait turn", (NamedBarSync("turn", "q", "FA3 §3.1: my turn to issue GEMMs", q),)),
                 *self.lw.span("issue", nodes),
-                NamedBarArrive("turn", "1 - q", "pass the turn to the other consumer"))
+                NamedBarArrive("turn", "1 - q", "pass the turn to the other consumer", q and f"1 - {q}"))
 
     def qk(self) -> WgmmaQK:
         """S = Q K^T on the taken K slot."""
