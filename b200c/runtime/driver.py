@@ -430,6 +430,29 @@ def apply_tma_driver_workaround(desc: bytearray, span_bytes: int, version: int) 
     return False
 
 
+_encode_args: dict = {}
+
+
+def _encode_constants(cu, box_inner: int, rows: int, swizzle: str, l2: str) -> tuple:
+    """The arguments of cuTensorMapEncodeTiled that depend only on the kernel (data type, box, element
+    strides, interleave, swizzle, L2 promotion, OOB fill), built once per box and driver module: a
+    grown K/V cache encodes new maps every decoding step (b200c.runtime.grown)."""
+    key = (box_inner, rows, swizzle, l2)
+    hit = _encode_args.get(key)
+    if hit is not None and hit[0] is cu:  # built with this driver module (tests swap it)
+        return hit[1]
+    u32 = cu.cuuint32_t
+    hit = (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+           [u32(box_inner), u32(rows), u32(1), u32(1)], [u32(1)] * 4,
+           cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+           getattr(cu.CUtensorMapSwizzle, _SWIZZLE[swizzle]), getattr(cu.CUtensorMapL2promotion, _L2[l2]),
+           cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if len(_encode_args) > 64:
+        _encode_args.clear()
+    _encode_args[key] = (cu, hit)
+    return hit
+
+
 def encode_tensor_map(name: str, t, launch) -> bytes:
     """The 128-byte CUtensorMap of a logical (B, H, S, D) bf16 tensor (launch.py contract).
 
@@ -444,20 +467,11 @@ def encode_tensor_map(name: str, t, launch) -> bytes:
     b, h, s, d = (int(x) for x in t.shape)
     strides = tma_strides(t)
     rows = launch.tma_box_rows if name == "q" else launch.kv_box_rows
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        4,
-        t.data_ptr(),
-        [u64(d), u64(s), u64(h), u64(b)],
-        [u64(x) for x in strides],
-        [u32(launch.tma_box_inner), u32(rows), u32(1), u32(1)],
-        [u32(1)] * 4,
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(cu.CUtensorMapSwizzle, _SWIZZLE[launch.tma_swizzle]),
-        getattr(cu.CUtensorMapL2promotion, _L2[launch.tma_l2_promotion]),
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-    )
+    u64 = cu.cuuint64_t
+    dtype, box, elem, interleave, swizzle, l2, oob = _encode_constants(
+        cu, launch.tma_box_inner, rows, launch.tma_swizzle, launch.tma_l2_promotion)
+    err, tmap = cu.cuTensorMapEncodeTiled(dtype, 4, t.data_ptr(), [u64(d), u64(s), u64(h), u64(b)],
+                                          [u64(x) for x in strides], box, elem, interleave, swizzle, l2, oob)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise LaunchError(
             f"cuTensorMapEncodeTiled rejected tensor {name} (shape {tuple(t.shape)}, strides {tuple(t.stride())} "

@@ -25,7 +25,7 @@ import threading
 
 import torch
 
-from . import driver
+from . import driver, grown
 from .inputs import check_grid, check_work_items, empty_result
 
 MAX_ENTRIES = 256
@@ -58,9 +58,12 @@ except ImportError:  # a torch without it: the public call
 
 
 def clear() -> None:
-    """Forget every cached launch entry and tensor map (kernels stay loaded)."""
+    """Forget every cached launch entry, tensor map and grown-cache template (kernels stay loaded)."""
+    from . import grown
+
     _entries.clear()
     _maps.clear()
+    grown.clear()
 
 
 def pack_heads(q_stages: int, heads: int, heads_kv: int, seq_q: int, causal: bool, varlen: bool,
@@ -169,7 +172,7 @@ class Entry:
     __slots__ = ("lk", "device", "torch_device", "grid", "block", "smem", "default_scale", "block_params",
                  "params_addr", "out_ptr", "lse_ptr", "scale", "masks", "hang", "problem", "pack_heads", "lse_shape",
                  "out_size", "out_stride", "out_dtype", "lse_stride", "context", "_plain", "_cu", "_ok", "_ctx_errors",
-                 "_launch", "_memset", "split", "_o_part", "_lse_part")
+                 "_launch", "_memset", "split", "_o_part", "_lse_part", "values", "base")
 
     def __init__(self, lk, problem, grid: int, values: dict, pack: bool, lse_shape, torch_device, out_like=None,
                  split=None):
@@ -211,6 +214,10 @@ class Entry:
         self._ctx_errors = (cu.CUresult.CUDA_ERROR_INVALID_CONTEXT, cu.CUresult.CUDA_ERROR_INVALID_HANDLE)
         self._launch = cu.cuLaunchKernel
         self._memset = cu.cuMemsetD32Async
+        # the template of a grown K/V cache's entries (b200c.runtime.grown): the parameter values and
+        # (the loaded kernel before the split choice, its token); None where the entry is no template
+        self.values = None
+        self.base = None
 
     def call(self, q: torch.Tensor, scale: float | None, extra=None):
         """Allocate ``out`` (as ``torch.empty_like(q)``) and, when the entry wants it, the LSE, enqueue the
@@ -414,9 +421,16 @@ def run(token, target: str, layout: str, q, k, v, scale: float | None, source, c
            v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.get_device())
     e = _entries.get(key)
     if e is None:
-        e = _new_entry(key, layout, q, k, v, source, causal, return_lse, getattr(mod_call, "num_splits", None))
-        if not isinstance(e, Entry):
-            return e  # an empty problem's result (no launch)
+        # a K/V cache longer than the last call's (a decoding step): the entry from that call's
+        fam = grown.family_key(key, layout, q, k, v)
+        e = grown.entry(fam, layout, q, k, v, source, causal, getattr(mod_call, "num_splits", None))
+        if e is None:
+            e = _new_entry(key, layout, q, k, v, source, causal, return_lse, getattr(mod_call, "num_splits", None))
+            if not isinstance(e, Entry):
+                return e  # an empty problem's result (no launch)
+        else:
+            remember(key, e)
+        grown.note(fam, e)
     if mod_call is not None:
         return e.call(q, scale, mod_call.values(e, causal))
     return e.call(q, scale)
@@ -466,12 +480,8 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     device = q.get_device()
     lk = source.load(token, key[1], device)
     check_capabilities(lk, causal, return_lse, problem.heads != problem.heads_kv, False)
-    info = lk.built.launch
-    pack = pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, causal, False, info.block_m)
-    if pack and causal and not pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, False,
-                                          False, info.block_m):  # packed for the diagonal alone
-        pack = pack_balances(info, problem.batch, problem.heads, problem.heads_kv, problem.seq_q, problem.seq_kv,
-                             lk.num_sms)
+    pack = packing(lk, problem, causal)
+    base = (lk, token)
     lk, info, splits = _split_kernel(lk, token, key[1], device, source, problem, pack, causal, fixed_splits)
     n_work = info.num_work_items(problem.batch, problem.heads, problem.seq_q, pack, splits)
     check_work_items(n_work)
@@ -493,8 +503,21 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
         split = SplitLaunch(lk, splits, b * h, s, h, out_strides, lse_strides)
         values.update(split.kernel_values())
     e = Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample, split)
+    e.values, e.base = values, base
     remember(key, e)
     return e
+
+
+def packing(lk, problem, causal: bool) -> bool:
+    """Whether the work items of a dense call pack heads (:func:`pack_heads`; causal calls packed for the
+    diagonal alone only where that balances the grid, :func:`pack_balances`)."""
+    info = lk.built.launch
+    pack = pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, causal, False, info.block_m)
+    if pack and causal and not pack_heads(info.q_stages, problem.heads, problem.heads_kv, problem.seq_q, False,
+                                          False, info.block_m):  # packed for the diagonal alone
+        pack = pack_balances(info, problem.batch, problem.heads, problem.heads_kv, problem.seq_q, problem.seq_kv,
+                             lk.num_sms)
+    return pack
 
 
 def _split_kernel(lk, token, target, device: int, source, problem, pack: bool, causal: bool, fixed=None):

@@ -1,0 +1,95 @@
+"""Launch entries for a K/V cache that grew: a miss that differs from a cached entry only in its K/V length,
+its K/V strides and the data pointers gets its entry from that one without the full miss path.
+
+A decoding step through transformers' cache (``torch.cat`` of one new key per step) calls attention with
+new K and V tensors every step, one row longer than the last: each call misses the entry cache
+(:mod:`b200c.runtime.launcher`), and the full miss (validation of every rule, the kernel lookup, the split
+count, the head packing, two parameter blocks) cost about 280 us of host time on the H200 against a cached
+call's 85 us (the decode section of the docs). Calls of one *family* agree on everything but those
+values: the kernel token, target, layout, options, q's shape, strides, dtype and device, and K/V's shape
+but for S_kv, dtypes and devices (:func:`family_key`). For such a miss, :func:`entry` re-checks what can
+differ (the layout rules of q, k and v, S_kv of k against v) with the same checks the full path runs,
+recomputes the head packing and the split count for the new S_kv and keeps the family's entry as the
+template only where both come out the same (same loaded kernel, same grid); it then encodes the three
+tensor maps and writes a new parameter block from the template's values with the new maps and S_kv (a
+call with mods writes its own values per launch, as on a hit: captured tensors, sinks, the block mask of
+the new S_kv). Any other case (S_kv = 0, another split count or head packing) takes the full path.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from . import inputs
+
+MAX_FAMILIES = 64
+_families: dict = {}
+
+
+def family_key(key: tuple, layout: str, q, k, v) -> tuple:
+    """What calls of one family share: the entry key (:func:`b200c.runtime.launcher.run`) without the data
+    pointers, S_kv and the K/V strides."""
+    sd = 2 if layout == "bhsd" else 1
+    ks, vs = tuple(k.shape), tuple(v.shape)
+    return (key[0], key[1], layout, key[3], key[4], q.shape, q.stride(), ks[:sd] + ks[sd + 1:],
+            vs[:sd] + vs[sd + 1:], q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device())
+
+
+def note(fam: tuple, e) -> None:
+    """Make entry ``e`` (its ``values`` and ``base`` set) the template of family ``fam``."""
+    if fam not in _families and len(_families) >= MAX_FAMILIES:
+        _families.pop(next(iter(_families)))
+    _families[fam] = e
+
+
+def clear() -> None:
+    """Forget every family's template."""
+    _families.clear()
+
+
+class _OutLike:
+    """The shape, strides and dtype of a template's output (what :class:`~b200c.runtime.launcher.Entry` reads)."""
+
+    __slots__ = ("shape", "_stride", "dtype")
+
+    def __init__(self, e) -> None:
+        self.shape, self._stride, self.dtype = e.out_size, e.out_stride, e.out_dtype
+
+    def stride(self):
+        return self._stride
+
+
+def entry(fam: tuple, layout: str, q, k, v, source, causal: bool, fixed_splits=None):
+    """The launch entry of a call of family ``fam`` from the family's template, or None where the full miss
+    path must build it (no template, S_kv = 0 or different in k and v, another split count, head packing or
+    grid).
+
+    Raises:
+        LaunchError: a layout rule of q, k or v is broken (the full path's check and message).
+    """
+    from . import launcher
+
+    sib = _families.get(fam)
+    if sib is None:
+        return None
+    views = (q, k, v) if layout == "bhsd" else tuple(t.transpose(1, 2) for t in (q, k, v))
+    seq_kv = int(views[1].shape[2])
+    if seq_kv == 0 or views[2].shape[2] != seq_kv:
+        return None
+    for name, t in zip("qkv", views):
+        inputs._check_layout(name, t, not inputs._is_fake(t))
+    problem = dataclasses.replace(sib.problem, seq_kv=seq_kv)
+    lk_base, token = sib.base
+    pack = launcher.packing(lk_base, problem, causal)
+    lk, _, splits = launcher._split_kernel(lk_base, token, fam[1], lk_base.device, source, problem, pack, causal,
+                                           fixed_splits)
+    if lk is not sib.lk or pack != sib.pack_heads or splits != (sib.split.num_splits if sib.split else 1):
+        return None
+    maps = launcher.tensor_maps(lk, zip("qkv", views))
+    values = dict(sib.values, tmap_q=maps[0], tmap_k=maps[1], tmap_v=maps[2], seq_kv=seq_kv)
+    e = launcher.Entry(lk, problem, sib.grid, values, pack, sib.lse_shape, sib.torch_device, _OutLike(sib),
+                       sib.split)
+    e.values, e.base = values, sib.base
+    return e
+
+
+__all__ = ["entry", "family_key", "note", "clear", "MAX_FAMILIES"]
