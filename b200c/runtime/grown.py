@@ -7,13 +7,14 @@ new K and V tensors every step, one row longer than the last: each call misses t
 count, the head packing, two parameter blocks) cost about 280 us of host time on the H200 against a cached
 call's 85 us (the decode section of the docs). Calls of one *family* agree on everything but those
 values: the kernel token, target, layout, options, q's shape, strides, dtype and device, and K/V's shape
-but for S_kv, dtypes and devices (:func:`family_key`). For such a miss, :func:`entry` re-checks what can
-differ (the layout rules of q, k and v, S_kv of k against v) with the same checks the full path runs,
-recomputes the head packing and the split count for the new S_kv and keeps the family's entry as the
-template only where both come out the same (same loaded kernel, same grid); it then encodes the three
-tensor maps and writes a new parameter block from the template's values with the new maps and S_kv (a
-call with mods writes its own values per launch, as on a hit: captured tensors, sinks, the block mask of
-the new S_kv). Any other case (S_kv = 0, another split count or head packing) takes the full path.
+but for S_kv, dtypes and devices (:func:`family_key`). For such a miss, :func:`regrown` re-checks what can
+differ (the layout rules of q, k and v, S_kv of k against v) with the same checks the full path runs;
+the launcher (:func:`b200c.runtime.launcher.run`) recomputes the head packing and the split count for the
+new S_kv and keeps the family's entry as the template only where both come out the same (same loaded
+kernel, same grid); it then encodes the three tensor maps and writes a new parameter block from the
+template's values with the new maps and S_kv (a call with mods writes its own values per launch, as on a
+hit: captured tensors, sinks, the block mask of the new S_kv). Any other case (S_kv = 0, another split
+count or head packing) takes the full path.
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def clear() -> None:
     _families.clear()
 
 
-class _OutLike:
-    """The shape, strides and dtype of a template's output (what :class:`~b200c.runtime.launcher.Entry` reads)."""
+class OutLike:
+    """The shape, strides and dtype of a template's output (what :class:`~b200c.runtime.launcher.Entry` reads
+    of its ``out_like``)."""
 
     __slots__ = ("shape", "_stride", "dtype")
 
@@ -58,16 +60,16 @@ class _OutLike:
         return self._stride
 
 
-def entry(fam: tuple, layout: str, q, k, v, source, causal: bool, fixed_splits=None):
-    """The launch entry of a call of family ``fam`` from the family's template, or None where the full miss
-    path must build it (no template, S_kv = 0 or different in k and v, another split count, head packing or
-    grid).
+def regrown(fam: tuple, layout: str, q, k, v):
+    """``(template, views, problem)`` of a call of family ``fam``: the family's template entry, the call's
+    (B, H, S, D) views and its problem (the template's with this S_kv); None where the full miss path must
+    build the entry (no template, S_kv = 0 or different in k and v). The caller
+    (:func:`b200c.runtime.launcher.run`) then keeps the template only where the head packing, the split
+    count and so the kernel and the grid come out as the template's.
 
     Raises:
         LaunchError: a layout rule of q, k or v is broken (the full path's check and message).
     """
-    from . import launcher
-
     sib = _families.get(fam)
     if sib is None:
         return None
@@ -77,19 +79,7 @@ def entry(fam: tuple, layout: str, q, k, v, source, causal: bool, fixed_splits=N
         return None
     for name, t in zip("qkv", views):
         inputs._check_layout(name, t, not inputs._is_fake(t))
-    problem = dataclasses.replace(sib.problem, seq_kv=seq_kv)
-    lk_base, token = sib.base
-    pack = launcher.packing(lk_base, problem, causal)
-    lk, _, splits = launcher._split_kernel(lk_base, token, fam[1], lk_base.device, source, problem, pack, causal,
-                                           fixed_splits)
-    if lk is not sib.lk or pack != sib.pack_heads or splits != (sib.split.num_splits if sib.split else 1):
-        return None
-    maps = launcher.tensor_maps(lk, zip("qkv", views))
-    values = dict(sib.values, tmap_q=maps[0], tmap_k=maps[1], tmap_v=maps[2], seq_kv=seq_kv)
-    e = launcher.Entry(lk, problem, sib.grid, values, pack, sib.lse_shape, sib.torch_device, _OutLike(sib),
-                       sib.split)
-    e.values, e.base = values, sib.base
-    return e
+    return sib, views, dataclasses.replace(sib.problem, seq_kv=seq_kv)
 
 
-__all__ = ["entry", "family_key", "note", "clear", "MAX_FAMILIES"]
+__all__ = ["regrown", "family_key", "note", "clear", "OutLike", "MAX_FAMILIES"]

@@ -423,7 +423,8 @@ def run(token, target: str, layout: str, q, k, v, scale: float | None, source, c
     if e is None:
         # a K/V cache longer than the last call's (a decoding step): the entry from that call's
         fam = grown.family_key(key, layout, q, k, v)
-        e = grown.entry(fam, layout, q, k, v, source, causal, getattr(mod_call, "num_splits", None))
+        e = _grown_entry(grown.regrown(fam, layout, q, k, v), key[1], source, causal,
+                         getattr(mod_call, "num_splits", None))
         if e is None:
             e = _new_entry(key, layout, q, k, v, source, causal, return_lse, getattr(mod_call, "num_splits", None))
             if not isinstance(e, Entry):
@@ -505,6 +506,25 @@ def _new_entry(key, layout: str, q, k, v, source, causal: bool, return_lse: bool
     e = Entry(lk, problem, grid, values, pack, lse_shape, q.device, sample, split)
     e.values, e.base = values, base
     remember(key, e)
+    return e
+
+
+def _grown_entry(regrown, target: str, source, causal: bool, fixed_splits=None):
+    """The entry of a grown K/V cache's call from its family's template (:func:`b200c.runtime.grown.regrown`'s
+    ``(template, views, problem)``), or None where it would not launch as the template does (another
+    head packing, split count or kernel) or there is no template."""
+    if regrown is None:
+        return None
+    sib, views, problem = regrown
+    lk_base, token = sib.base
+    pack = packing(lk_base, problem, causal)
+    lk, _, splits = _split_kernel(lk_base, token, target, lk_base.device, source, problem, pack, causal, fixed_splits)
+    if lk is not sib.lk or pack != sib.pack_heads or splits != (sib.split.num_splits if sib.split else 1):
+        return None
+    maps = tensor_maps(lk, zip("qkv", views))
+    values = dict(sib.values, tmap_q=maps[0], tmap_k=maps[1], tmap_v=maps[2], seq_kv=problem.seq_kv)
+    e = Entry(lk, problem, sib.grid, values, pack, sib.lse_shape, sib.torch_device, grown.OutLike(sib), sib.split)
+    e.values, e.base = values, sib.base
     return e
 
 
