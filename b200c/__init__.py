@@ -6,6 +6,9 @@ Public API:
     load_schedule_file(path) run a schedule file, return its ``schedule``
     plan(schedule, target="sm100a")      the layout (SMEM, TMEM, barriers, warp roles); checks budgets
     default_schedule(head_dim, target="sm100a")  the built-in schedule of a target (sm90a: Hopper)
+    BackwardSchedule, default_backward_schedule(head_dim, target="sm90a"), plan_backward(schedule, target)
+                             the backward's schedule, its built-in ones and its budget plan (no backward
+                             kernel is generated yet: b200c's kernels are forward-only)
     generate(schedule, target="sm100a")  CUDA source + launch info (b200c.codegen); target "sm90a": Hopper
     attention(q, k, v, *, schedule, ...)  like flash_attn_func (b200c.runtime)
     attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule, ...)
@@ -35,6 +38,7 @@ from .errors import (
     UnsupportedDeviceError,
 )
 from .dsl import Schedule, load_schedule_file
+from .dsl.backward_schedule import BackwardSchedule
 
 from .version import __version__
 
@@ -78,6 +82,23 @@ def default_schedule(head_dim: int, target: str = "sm100a", mods=False, seq_kv=N
     from .codegen.targets import resolve
 
     return resolve(target).default_schedule(head_dim, mods, seq_kv)
+
+
+def default_backward_schedule(head_dim: int, target: str = "sm90a"):
+    """The built-in :class:`BackwardSchedule` for head dim 64, 128 or 256 (only ``target="sm90a"`` has them;
+    raises ScheduleError otherwise). A design: no backward kernel is generated from it yet."""
+    from .dsl.presets import default_backward_schedule as _default
+
+    return _default(head_dim, target)
+
+
+def plan_backward(schedule, target: str = "sm90a"):
+    """Check a :class:`BackwardSchedule`'s shared-memory and register budgets on ``target`` and return its
+    :class:`b200c.codegen.backward_plan.BackwardPlan` (``.describe()`` prints it); raises ScheduleError /
+    ResourceError (see b200c.codegen.backward_plan.plan_backward)."""
+    from .codegen.backward_plan import plan_backward as _plan
+
+    return _plan(schedule, target)
 
 
 # The entry points that need torch live in b200c.runtime and are imported on first use
@@ -124,6 +145,9 @@ __all__ = [
     "plan",
     "generate",
     "default_schedule",
+    "BackwardSchedule",
+    "default_backward_schedule",
+    "plan_backward",
     "attention",
     "attention_varlen",
     "attention_with_kvcache",

@@ -21,6 +21,7 @@ target record names its family (``Target.presets``: ``"b200"`` or ``"hopper"``).
 """
 from __future__ import annotations
 
+from .backward_schedule import BackwardSchedule
 from .schedule import Schedule
 
 D128 = Schedule(
@@ -249,3 +250,41 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     if short is not None and not mods:
         return short
     return preset
+
+
+# The built-in backward schedules on sm_90a, per head dim, after FlashAttention-3's sm90 BF16 tiles
+# (hopper/flash_bwd_launch_template.h: kBlockM x kBlockN 128 x 128 at head dim 64, 64 x 128 at 128 for causal
+# calls (80 x 128 dense), 64 x 80 at 256 with one Q/dO stage; two MMA warpgroups) and b200c's register split of
+# the forward's three-warpgroup kernels (240 / 24: exactly the launch allocation). At head dim 256 b200c's plan
+# keeps P, dS and the visit's FP32 dQ tile in shared memory (b200c/codegen/backward_plan.py), which at 80 keys
+# needs 233,472 B of tiles (limit 232,448): 64 keys
+SM90_BACKWARD = {
+    64: BackwardSchedule(name="hopper_backward_d64", head_dim=64, block_m=128, block_n=128),
+    128: BackwardSchedule(name="hopper_backward_d128", head_dim=128, block_m=64, block_n=128),
+    256: BackwardSchedule(name="hopper_backward_d256", head_dim=256, block_m=64, block_n=64, q_stages=1),
+}
+
+
+def default_backward_schedule(head_dim: int, target: str = "sm90a") -> BackwardSchedule:
+    """The built-in backward schedule for head dim 64, 128 or 256 on ``target``.
+
+    Args:
+        head_dim: D of the inputs (an int: 64, 128 or 256).
+        target: ``"sm90a"`` (H100 / H200). sm_100a has no built-in backward schedule yet.
+
+    Returns:
+        A validated :class:`BackwardSchedule` (:data:`SM90_BACKWARD`).
+
+    Raises:
+        ScheduleError: another head dim, or a target without a built-in backward schedule.
+    """
+    from ..errors import ScheduleError
+
+    if target != "sm90a":
+        raise ScheduleError(f"no built-in backward schedule for target {target!r}; only 'sm90a' has one so far "
+                            "(b200c's kernels are forward-only: the backward is designed, not generated)")
+    if isinstance(head_dim, bool) or head_dim not in SM90_BACKWARD:
+        raise ScheduleError(f"no built-in backward schedule for head dim {head_dim!r}; use 64, 128 or 256")
+    return SM90_BACKWARD[int(head_dim)].validate()
+
+

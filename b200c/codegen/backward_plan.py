@@ -1,0 +1,117 @@
+"""The budgets of a backward schedule on a target (issue 31): shared memory regions, accumulator registers
+and the register pool, checked before any kernel exists so that a schedule that cannot fit is refused by
+name. No backward kernel is generated yet; this is the plan its code generator will print.
+
+sm_90a layout (FlashAttention-3's sm90 backward, docs/backward.md): one producer warpgroup (a TMA warp
+loading K, V once per work item and Q, dO, LSE, D per visit; a warp writing dQ) and ``mma_warpgroups``
+consumer warpgroups. Shared memory per CTA:
+
+* ``k``, ``v``: the work item's K/V tile, ``block_n x D`` BF16 each, loaded once per item;
+* ``q``, ``do``: ``q_stages`` tiles of ``block_m x D`` BF16 each (the ring the producer fills ahead);
+* ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE and D = rowsum(dO * O));
+* ``p``, ``ds``: ``block_m x block_n`` BF16 each: P for dV += P^T dO and dS for dK += dS^T Q and
+  dQ = dS K (both GEMMs read them from shared memory, one of them transposed);
+* ``dq``: ``block_m x D`` FP32: the visit's dQ, which the dQ warp adds into the global FP32 dQ buffer
+  (TMA reduce-add);
+* ``barriers``: 8 B each: full/empty per Q stage and per K/V tile, dQ ready/free.
+
+Registers per consumer thread (FP32 accumulators, split evenly over the consumer warpgroups' threads):
+dK and dV (``2 x block_n x D``) live for the whole work item; S and dP (``2 x block_m x block_n``) live
+until dS is written; dQ (``block_m x D``) after that, so the peak is dK + dV + max(S + dP, dQ). The rest
+(addresses, indices, the softmax's per-row values) must fit in what is left of ``consumer_regs``:
+:data:`RESERVED_REGS`, a budget, not ptxas's count (the generated kernel's spill check will be the judge).
+"""
+from __future__ import annotations
+
+import msgspec
+
+from . import hardware
+
+RESERVED_REGS = 16  # per consumer thread beyond the accumulators: pointers, loop state, per-row LSE and D
+BARRIER_BYTES = 8
+
+
+class BackwardPlan(msgspec.Struct, frozen=True):
+    """The checked budgets of one backward schedule on one target.
+
+    Attributes:
+        name, target: the schedule's name and the target (``"sm90a"``).
+        threads: threads per CTA (128 per warpgroup, producer included).
+        smem: ``(region, bytes)`` per shared-memory region, in layout order (1024-byte aligned tiles).
+        smem_bytes: their sum with the alignment padding, bytes.
+        acc_regs: peak FP32 accumulator registers per consumer thread.
+        acc_parts: ``(name, registers per consumer thread)``: dK + dV, S + dP, dQ.
+        reg_pool: ``(producer + consumer warpgroups' setmaxnreg budgets) x 128`` against the launch allocation.
+    """
+
+    name: str
+    target: str
+    threads: int
+    smem: tuple
+    smem_bytes: int
+    acc_regs: int
+    acc_parts: tuple
+    reg_pool: tuple
+
+    def describe(self) -> str:
+        """A few lines for ``--emit plan``-style printing."""
+        lines = [f"backward plan {self.name!r} on {self.target}: {self.threads} threads",
+                 "  SMEM " + ", ".join(f"{n} {b} B" for n, b in self.smem) + f": {self.smem_bytes} B",
+                 "  accumulators per consumer thread: " + ", ".join(f"{n} {r}" for n, r in self.acc_parts)
+                 + f" (peak {self.acc_regs})",
+                 f"  register pool: {self.reg_pool[0]} of {self.reg_pool[1]}"]
+        return "\n".join(lines)
+
+
+def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
+    """Validate ``schedule`` (a :class:`b200c.dsl.backward_schedule.BackwardSchedule`) and check its budgets on
+    ``target``.
+
+    Raises:
+        ScheduleError: an invalid knob, or a target with no backward design yet (only ``"sm90a"``).
+        ResourceError: shared memory, the consumers' registers or the register pool exceeded, naming the
+            regions or accumulators and what to change.
+    """
+    from ..errors import ResourceError, ScheduleError
+
+    s = schedule.validate()
+    if target != "sm90a":
+        raise ScheduleError(f"backward schedule {s.name!r}: target {target!r} has no backward design yet; "
+                            "use 'sm90a'")
+    limits = hardware.SM90
+    d, m, n, st = s.head_dim, s.block_m, s.block_n, s.q_stages
+    regions = (("k", n * d * 2), ("v", n * d * 2), ("q", st * m * d * 2), ("do", st * m * d * 2),
+               ("p", m * n * 2), ("ds", m * n * 2), ("dq", m * d * 4), ("lse", st * m * 4), ("dpsum", st * m * 4))
+    off = 0
+    for _, size in regions:
+        off = -(-off // 1024) * 1024 + size  # tiles start on 1024 B (128B swizzle atoms)
+    barriers = BARRIER_BYTES * (2 * st + 2 + 2)
+    smem_bytes = -(-off // 8) * 8 + barriers + limits.smem_align_slack
+    smem = regions + (("barriers", barriers),)
+    if smem_bytes > limits.smem_bytes:
+        biggest = sorted(regions, key=lambda r: -r[1])[:3]
+        raise ResourceError(
+            f"backward schedule {s.name!r} needs {smem_bytes} B of shared memory on sm90a (limit "
+            f"{limits.smem_bytes}): largest regions {', '.join(f'{a} {b} B' for a, b in biggest)}; lower block_m, "
+            "block_n or q_stages")
+    threads_per_wg = 128 * s.mma_warpgroups
+    parts = (("dK + dV", 2 * n * d // threads_per_wg), ("S + dP", 2 * m * n // threads_per_wg),
+             ("dQ", m * d // threads_per_wg))
+    acc = parts[0][1] + max(parts[1][1], parts[2][1])
+    if acc + RESERVED_REGS > s.consumer_regs:
+        raise ResourceError(
+            f"backward schedule {s.name!r}: the consumers' accumulators need {acc} registers per thread "
+            f"({', '.join(f'{a} {b}' for a, b in parts)}) plus {RESERVED_REGS} for the rest, over consumer_regs = "
+            f"{s.consumer_regs}; lower block_n (dK, dV) or block_m (S, dP, dQ), or add a consumer warpgroup")
+    threads = 128 * (s.mma_warpgroups + 1)
+    pool = limits.setmaxnreg_pool(threads)
+    used = 128 * (s.producer_regs + s.mma_warpgroups * s.consumer_regs)
+    if used > pool:
+        raise ResourceError(
+            f"backward schedule {s.name!r}: setmaxnreg budgets take {used} registers (128 x ({s.producer_regs} + "
+            f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
+            "lower consumer_regs or producer_regs")
+    return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool))
+
+
+__all__ = ["BackwardPlan", "plan_backward", "RESERVED_REGS"]

@@ -1,0 +1,88 @@
+"""Issue 31: the backward's schedule knobs, their validation, the built-in sm90a backward schedules and their
+budget plan (no backward kernel is generated yet). Expected byte and register counts are worked out by hand
+in the comments, from the tile shapes."""
+from __future__ import annotations
+
+import pytest
+
+import b200c
+from b200c.dsl.backward_schedule import BackwardSchedule
+from b200c.errors import ResourceError, ScheduleError
+
+
+def test_the_built_in_backward_schedules_fit_their_budgets():
+    plans = {d: b200c.plan_backward(b200c.default_backward_schedule(d)) for d in (64, 128, 256)}
+    # head dim 128, 64 x 128 tiles, 2 Q/dO stages: k, v 128x128x2 = 32768 each; q, do 2 x 64x128x2 = 32768
+    # each; p, ds 64x128x2 = 16384 each; dq 64x128x4 = 32768 -> 196608; lse 2x64x4 = 512 (then padded to the
+    # next 1024) and dpsum 512 -> 198144; 8 barriers of 8 B -> 198208; + 1024 B of base realignment -> 199232
+    assert plans[128].smem_bytes == 199232
+    # head dim 64, 128 x 128: k, v 16384 each; q, do, p, ds, dq 32768 each -> 196608; lse, dpsum 1024 each ->
+    # 198656; 64 B of barriers, 1024 slack -> 199744
+    assert plans[64].smem_bytes == 199744
+    # head dim 256, 64 x 64, 1 stage: k, v, q, do 32768 each; p, ds 8192 each; dq 65536 -> 212992; lse, dpsum
+    # 256 each (one padded to 1024) -> 214272; 6 barriers 48 B, 1024 slack -> 215344
+    assert plans[256].smem_bytes == 215344
+    # accumulators per consumer thread (256 threads in two warpgroups): dK + dV = 2 x block_n x D / 256
+    assert dict(plans[128].acc_parts) == {"dK + dV": 128, "S + dP": 64, "dQ": 32}
+    assert dict(plans[64].acc_parts) == {"dK + dV": 64, "S + dP": 128, "dQ": 32}
+    assert dict(plans[256].acc_parts) == {"dK + dV": 128, "S + dP": 32, "dQ": 64}
+    assert {p.acc_regs for p in plans.values()} == {192}
+    assert all(p.reg_pool == (128 * (24 + 2 * 240), 384 * 168) and p.threads == 384 for p in plans.values())
+    assert "SMEM k 32768 B" in plans[128].describe()
+
+
+def test_fa3_tiles_fit_where_the_plan_keeps_their_layout():
+    """FlashAttention-3's sm90 tiles at head dim 64 and 128 (causal 64 x 128, dense 80 x 128) fit; its 64 x 80
+    at head dim 256 does not in b200c's layout (P, dS and an FP32 dQ tile in shared memory: 233,472 B of tiles)."""
+    for d, m, n in ((64, 128, 128), (128, 64, 128), (128, 80, 128)):
+        b200c.plan_backward(BackwardSchedule(head_dim=d, block_m=m, block_n=n))
+    with pytest.raises(ResourceError, match=r"shared memory on sm90a \(limit 232448\): largest regions dq 65536 B"):
+        b200c.plan_backward(BackwardSchedule(head_dim=256, block_m=64, block_n=80, q_stages=1))
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(head_dim=96), "head_dim = 96"),
+    (dict(block_m=72), "block_m = 72; use a multiple of 16"),
+    (dict(block_n=272), "block_n = 272"),
+    (dict(block_n=True), "block_n must be an int"),
+    (dict(q_stages=3), "q_stages = 3"),
+    (dict(mma_warpgroups=4), "mma_warpgroups = 4"),
+    (dict(head_dim=64, block_n=48, mma_warpgroups=2), "do not split over 2 warpgroups"),
+    (dict(dq_reduction="ordered"), "dq_reduction = 'ordered'"),
+    (dict(consumer_regs=244), "consumer_regs = 244"),
+    (dict(producer_regs=16), "producer_regs = 16"),
+    (dict(persistent=1), "persistent must be a bool"),
+])
+def test_invalid_knobs_are_refused_by_name(changes, words):
+    with pytest.raises(ScheduleError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        BackwardSchedule().replace(**changes).validate()
+
+
+def test_budgets_are_refused_with_what_to_change():
+    # 128 x 128 at head dim 128, 2 stages: 32768 x 2 (k, v) + 65536 x 2 (q, do) + 32768 x 2 (p, ds) + 65536 (dq)
+    with pytest.raises(ResourceError, match="lower block_m, block_n or q_stages"):
+        b200c.plan_backward(BackwardSchedule(block_m=128, block_n=128))
+    # block_n 256 at head dim 128: dK + dV = 2 x 256 x 128 / 256 = 256 registers per thread; S + dP = 2 x 16 x 256 / 256
+    # = 32, dQ = 16 x 128 / 256 = 8: 256 + max(32, 8) = 288
+    with pytest.raises(ResourceError, match=r"need 288 registers per thread \(dK \+ dV 256, S \+ dP 32, dQ 8\)"):
+        b200c.plan_backward(BackwardSchedule(block_m=16, block_n=256))
+    # 128 x (24 + 2 x 248) = 66560 > 384 x 168 = 64512
+    with pytest.raises(ResourceError, match="take 66560 registers"):
+        b200c.plan_backward(BackwardSchedule(consumer_regs=248))
+    with pytest.raises(ScheduleError, match="no backward design yet"):
+        b200c.plan_backward(BackwardSchedule(), "sm100a")
+
+
+def test_default_backward_schedule_refusals_and_json():
+    with pytest.raises(ScheduleError, match="only 'sm90a'"):
+        b200c.default_backward_schedule(128, target="sm100a")
+    with pytest.raises(ScheduleError, match="head dim 80"):
+        b200c.default_backward_schedule(80)
+    with pytest.raises(ScheduleError, match="head dim True"):
+        b200c.default_backward_schedule(True)
+    s = b200c.default_backward_schedule(256).replace(dq_reduction="deterministic", persistent=True)
+    assert BackwardSchedule.from_json(s.to_json()) == s
+    with pytest.raises(ScheduleError, match="did you mean 'block_n'"):
+        s.replace(blockn=64)
+    with pytest.raises(ScheduleError, match="no field 'kv_stages'"):
+        BackwardSchedule.from_json('{"kv_stages": 2}')
