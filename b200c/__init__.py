@@ -10,6 +10,8 @@ Public API:
                              the backward's schedule, its built-in ones and its budget plan (no backward
                              kernel is generated yet: b200c's kernels are forward-only)
     generate(schedule, target="sm100a")  CUDA source + launch info (b200c.codegen); target "sm90a": Hopper
+    kernel_source(head_dim, target="sm90a", *, schedule=None, score_mod=None, mask_mod=None)
+                             the CUDA a call with those mods runs (no GPU needed)
     attention(q, k, v, *, schedule, ...)  like flash_attn_func (b200c.runtime)
     attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule, ...)
                              like flash_attn_varlen_func
@@ -84,6 +86,45 @@ def default_schedule(head_dim: int, target: str = "sm100a", mods=False, seq_kv=N
     return resolve(target).default_schedule(head_dim, mods, seq_kv)
 
 
+def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_mod=None, mask_mod=None) -> str:
+    """The CUDA source of the kernel ``b200c.attention(q, k, v, schedule=schedule, score_mod=score_mod,
+    mask_mod=mask_mod)`` runs for inputs of head dim ``head_dim`` on ``target``, without a GPU.
+
+    Args:
+        head_dim: D of the inputs: 64, 128 or 256.
+        target: ``"sm90a"`` (H100/H200, the default), ``"sm100a"`` or ``"emulate"``.
+        schedule: a Schedule or schedule file; None: the built-in one a call without a schedule runs
+            (:func:`default_schedule` with these mods: the mods presets where the mods need them).
+        score_mod, mask_mod: as :func:`b200c.attention` (traced here, as a call traces them; needs torch).
+            The kernel is the one of calls whose B, H and sequence lengths are below 2^21 (nearly every
+            call: their index math is specialised) and whose captured tensors have the strides the
+            functions see here.
+
+    Returns:
+        str: the generated CUDA source.
+
+    Raises:
+        ScheduleError: a function cannot be traced, an unsupported head dim, an invalid schedule.
+        ResourceError, TargetError: as :func:`generate`.
+    """
+    import msgspec
+
+    from .codegen import generate as _generate
+    from .dsl.loader import load_schedule_file as _load
+
+    mods = None
+    if score_mod is not None or mask_mod is not None:
+        from .dsl.mods import trace_mods
+
+        mods, _ = trace_mods(score_mod=score_mod, mask_mod=mask_mod)
+        mods = msgspec.structs.replace(mods, small_indices=True)
+    if schedule is None:
+        schedule = default_schedule(head_dim, target, mods=mods if mods is not None else False)
+    else:
+        schedule = (_load(schedule) if not isinstance(schedule, Schedule) else schedule).replace(head_dim=head_dim)
+    return _generate(schedule, target, mods=mods).source
+
+
 def default_backward_schedule(head_dim: int, target: str = "sm90a"):
     """The built-in :class:`BackwardSchedule` for head dim 64, 128 or 256 (only ``target="sm90a"`` has them;
     raises ScheduleError otherwise). A design: no backward kernel is generated from it yet."""
@@ -145,6 +186,7 @@ __all__ = [
     "plan",
     "generate",
     "default_schedule",
+    "kernel_source",
     "BackwardSchedule",
     "default_backward_schedule",
     "plan_backward",

@@ -78,6 +78,56 @@ def _did_you_mean(message: str, options) -> str:
 _argv: list = []  # the arguments main() parses (for _Parser.error)
 
 
+def _shape(text: str) -> tuple:
+    """``B,H,H_kv,S_q,S_kv`` of ``--shape`` (argparse type)."""
+    parts = text.split(",")
+    try:
+        vals = tuple(int(x) for x in parts)
+    except ValueError:
+        vals = ()
+    if len(vals) != 5 or min(vals) < 1 or vals[1] % vals[2]:
+        raise argparse.ArgumentTypeError(f"{text!r}: write B,H,H_kv,S_q,S_kv as five integers >= 1 with H a multiple "
+                                         "of H_kv, e.g. 1,32,8,1,32768")
+    return vals
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be an integer >= 1")
+    return n
+
+
+_DEFAULT_SMS = {"sm90a": 132, "emulate": 132, "sm100a": 148}  # H100 SXM / H200; B200
+
+
+def _split_choice(schedule, target: str, shape: tuple, causal: bool, sms) -> str:
+    """One line: the split count the runtime gives a call of ``shape`` with this schedule's kernel."""
+    import types
+
+    from .codegen import generate
+    from .runtime import launcher
+    from .runtime.inputs import Problem
+    from .runtime.split_kv import kv_tiles, splits_for
+
+    b, h, h_kv, s_q, s_kv = shape
+    sms = sms or _DEFAULT_SMS.get(target, 132)
+    info = generate(schedule, target).launch
+    folded = s_q == 1 and h > h_kv  # launcher.fold_gqa: a decoding step's query heads become rows of its K/V head
+    heads, rows, causal_run = (h_kv, h // h_kv, False) if folded else (h, s_q, causal)
+    lk = types.SimpleNamespace(built=types.SimpleNamespace(launch=info), num_sms=sms)
+    pack = launcher.packing(lk, Problem(b, heads, h_kv, rows, s_kv, info.head_dim), causal_run)
+    items = info.num_work_items(b, heads, rows, pack)
+    n = splits_for(info, items, rows, s_kv, causal_run, sms) if info.kv_splits != 1 else 1
+    fold = f"; its {h // h_kv} query heads per K/V head run as rows (a decoding step)" if folded else ""
+    return (f"split-KV for B={b} H={h} H_kv={h_kv} S_q={s_q} S_kv={s_kv}{' causal' if causal else ''} on {sms} SMs: "
+            f"{n} split{'s' if n != 1 else ''} per work item ({items} work items of up to {kv_tiles(info, s_kv)} K/V "
+            f"tiles{fold})")
+
+
 def _jobs(text: str) -> int:
     try:
         n = int(text)
@@ -182,6 +232,12 @@ def _compile(args) -> int:
     from .codegen.targets import AUTO, schedule_target
     from .dsl.loader import load_with_dependencies
 
+    if args.shape is None and (args.causal or args.sms is not None):
+        raise UsageError("--causal and --sms go with --shape B,H,H_kv,S_q,S_kv")
+    if args.shape is not None and args.emit != "plan":
+        raise UsageError("--shape prints the split-KV choice under the plan: use it with --emit plan")
+    if args.file == "default" and not Path(args.file).exists():
+        return _compile_default(args)
     if Path(args.file).is_file():
         _check_schedule_paths([args.file], one=True)  # a missing file or a folder: the loader's own message
     to_stdout = args.output in (None, "-") if args.emit in ("plan", "ir", "cu") else args.output == "-"
@@ -201,7 +257,11 @@ def _compile(args) -> int:
     if args.emit == "plan":
         from .codegen import make_plan
 
-        return _write(str(make_plan(schedule, args.target)), out)
+        text = str(make_plan(schedule, args.target))
+        if args.shape is not None:
+            text = (text.rstrip("\n") + "\n" + _split_choice(schedule, args.target, args.shape, args.causal, args.sms)
+                    + "\n")
+        return _write(text, out)
     if args.emit == "ir":
         from .codegen import lower
 
@@ -276,6 +336,38 @@ def _traced_mods(args):
         named = " / ".join(o for o, v in (("--score-mod", args.score_mod), ("--mask-mod", args.mask_mod)) if v)
         raise UsageError(f"{named}: {e}") from None
     return msgspec.structs.replace(mods, small_indices=True)
+
+
+def _compile_default(args) -> int:
+    """``b200c compile default``: the built-in schedule's plan, IR or CUDA (with the mods of --score-mod /
+    --mask-mod: the schedule and kernel a call with them runs, b200c.kernel_source)."""
+    from . import default_schedule
+    from .codegen import generate
+    from .codegen.targets import AUTO
+
+    if args.emit in ("ptx", "cubin"):
+        raise UsageError("'default' prints the plan, IR or CUDA (--emit plan|ir|cu); for ptx/cubin, compile a "
+                         "schedule file")
+    target = "sm90a" if args.target == AUTO else args.target
+    mods = _traced_mods(args)
+    if mods is not None and args.emit in ("plan", "ir"):
+        raise UsageError(f"--score-mod / --mask-mod change the kernel's source, not its {args.emit}; use --emit cu")
+    schedule = default_schedule(args.head_dim, target, mods=mods if mods is not None else False)
+    out = None if args.output in (None, "-") else _output_path(args.output)
+    if out is not None:
+        _writable(out)
+    if args.emit == "plan":
+        from .codegen import make_plan
+
+        text = str(make_plan(schedule, target))
+        if args.shape is not None:
+            text = text.rstrip("\n") + "\n" + _split_choice(schedule, target, args.shape, args.causal, args.sms) + "\n"
+        return _write(text, out)
+    if args.emit == "ir":
+        from .codegen import lower
+
+        return _write(lower(schedule, target=target).text(), out)
+    return _write(generate(schedule, target, mods=mods).source, out)
 
 
 def _write(text: str, out: Path | None) -> int:
@@ -358,7 +450,11 @@ def make_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="emit the plan, IR, CUDA, PTX or cubin of one schedule file",
                        description="Emit the plan, IR, CUDA, PTX or cubin of one schedule file.",
                        epilog=EXIT_STATUS_PLAIN, formatter_class=fmt)
-    c.add_argument("file", help="schedule file (Python defining a module-level `schedule`)")
+    c.add_argument("file", help="schedule file (Python defining a module-level `schedule`), or 'default': the "
+                                "built-in schedule b200c.attention(schedule=None) runs (with --score-mod / "
+                                "--mask-mod: for those mods) at --head-dim on --target (auto: sm90a)")
+    c.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=128,
+                   help="with 'default': the inputs' head dim (default 128)")
     c.add_argument("-o", "--output", metavar="OUT",
                    help="output file, '-' for stdout (default: stdout for plan/ir/cu, FILE's stem + .ptx/.cubin "
                         "in the current folder for ptx/cubin)")
@@ -374,6 +470,13 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("--mask-mod", metavar="FILE.py:FUNC",
                    help="compile a mask_mod into the kernel: FILE.py:FUNCTION or MODULE:FUNCTION, "
                         "mask_mod(b, h, q_idx, kv_idx) -> bool (needs torch)")
+    c.add_argument("--shape", metavar="B,H,H_kv,S_q,S_kv", type=_shape,
+                   help="with --emit plan: also print how many split-KV splits a call of this shape takes "
+                        "(b200c.runtime.split_kv.splits_for, as the runtime decides it; needs torch)")
+    c.add_argument("--causal", action="store_true", help="with --shape: a causal call")
+    c.add_argument("--sms", type=_positive, default=None,
+                   help="with --shape: the GPU's SM count (default 132 for sm90a and emulate: H100/H200; 148 for "
+                        "sm100a: B200)")
     c.set_defaults(func=_compile)
     k = sub.add_parser("check", help="validate, emit and compile schedules for their target; print a resource "
                                         "table and each warp role's steady-state loop",

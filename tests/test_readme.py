@@ -72,7 +72,9 @@ def test_setup_commands_are_kept_word_for_word():
 
 def test_readme_reads_in_ten_minutes_and_cites_no_history():
     words = len(README.split())
-    assert words <= 2500, f"README has {words} words (about 230 a minute: keep it under ten minutes)"
+    # ten minutes at about 240 words a minute (the stage table's paths are skimmed; a new user's trial read
+    # 2,454 words in about 10 minutes skimming it, 11-12 reading closely)
+    assert words <= 2400, f"README has {words} words (about 240 a minute: keep it under ten minutes)"
     hashes = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", README) if re.search(r"\d", w) and re.search(r"[a-f]", w)]
     assert hashes == [], f"commit hashes belong in docs/: {hashes}"
     assert "shared" not in README.replace("shared memory", "")

@@ -33,8 +33,9 @@ def add_parser(sub, func) -> None:
                                    "flushed before each, every b200c result checked against FP32 attention first; "
                                    "a table on stdout, optionally CSV/JSON/Markdown/PNG and Perfetto traces.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("files", nargs="+", help="schedule files; 'default': the built-in schedule of the target for "
-                                            "each shape's head dim (b200c.attention(schedule=None))")
+    b.add_argument("files", nargs="*", help="schedule files; 'default': the built-in schedule of the target for "
+                                            "each shape's head dim (b200c.attention(schedule=None)); none with "
+                                            "--decode (it times the built-in schedules)")
     b.add_argument("--shapes", default="blog", help="comma list of BxH[/Hkv]xS[:Skv][xD][c] (c: causal), "
                                                     "varlen:L1+L2+...xH[/Hkv][xD][c], 'blog' (8x16x4096, 4x16x8192, "
                                                     "2x16x16384; default) or 'hopper' (the Hopper table)")
@@ -52,7 +53,7 @@ def add_parser(sub, func) -> None:
                                                     "first shape and write DIR/<name>.trace.json (+ .png)")
     b.add_argument("--profile-ctas", type=int, default=2, help="CTAs recorded in a profile (default 2)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
-    b.add_argument("--decode", metavar="CASES", help="the decode table instead (files: 'default'): one attention "
+    b.add_argument("--decode", metavar="CASES", help="the decode table instead (no files needed): one attention "
                                                      "step per case, BxH/Hkv:S_kv[xD][qN][pP] or 'default', as GB/s "
                                                      "next to cuDNN, FlashAttention-2 and the copy bandwidth "
                                                      "(b200c/bench/decode.py)")
@@ -94,7 +95,7 @@ def run_bench(args, *, timer=None, device=None) -> int:
     """
     import datetime
 
-    from ..errors import TargetError
+    from ..errors import ScheduleError, TargetError
     from . import report
     from .device import current_device
     from .run import measure
@@ -103,7 +104,12 @@ def run_bench(args, *, timer=None, device=None) -> int:
     if getattr(args, "decode", None):
         from . import decode
 
-        cases = decode.parse_cases(args.decode)
+        cases = decode.parse_cases(args.decode)  # a bad case is refused before anything needs a GPU
+        if args.files and args.files != ["default"]:
+            raise ScheduleError(f"--decode times the built-in schedules: give no schedule files (got "
+                                f"{' '.join(args.files)})")
+        if device is None:
+            current_device()  # no CUDA GPU: UnsupportedDeviceError (one line from the CLI), not a traceback
         rows = decode.measure(cases, iters=args.iters, warmup=args.warmup, target=args.target)
         table = decode.markdown(rows)
         print(table)
@@ -114,6 +120,8 @@ def run_bench(args, *, timer=None, device=None) -> int:
 
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return 0
+    if not args.files:
+        raise ScheduleError("b200c bench needs schedule files or 'default' (the built-in schedules), or --decode")
     schedules, shapes = validate_args(args)
     dev = device if device is not None else current_device()
     rows = measure(schedules, shapes, dev, target=args.target, timer=timer or time_ms, warmup=args.warmup,
