@@ -48,6 +48,7 @@ def test_fa3_tiles_fit_where_the_plan_keeps_their_layout():
     (dict(q_stages=3), "q_stages = 3"),
     (dict(mma_warpgroups=4), "mma_warpgroups = 4"),
     (dict(head_dim=64, block_n=48, mma_warpgroups=2), "do not split over 2 warpgroups"),
+    (dict(head_dim=64, block_n=32, mma_warpgroups=2), "64-row M blocks"),  # wgmma's M is 64 per warpgroup
     (dict(dq_reduction="ordered"), "dq_reduction = 'ordered'"),
     (dict(consumer_regs=244), "consumer_regs = 244"),
     (dict(producer_regs=16), "producer_regs = 16"),
@@ -78,8 +79,13 @@ def test_default_backward_schedule_refusals_and_json():
         b200c.default_backward_schedule(128, target="sm100a")
     with pytest.raises(ScheduleError, match="head dim 80"):
         b200c.default_backward_schedule(80)
-    with pytest.raises(ScheduleError, match="head dim True"):
-        b200c.default_backward_schedule(True)
+    for bad in (True, 128.0, [1], "128"):
+        with pytest.raises(ScheduleError, match="use the int 64, 128 or 256"):
+            b200c.default_backward_schedule(bad)
+    with pytest.raises(ScheduleError, match="takes a BackwardSchedule"):
+        b200c.plan_backward(b200c.default_schedule(128, target="sm90a"))
+    with pytest.raises(ScheduleError, match="an object of knobs, got list"):
+        BackwardSchedule.from_json("[1, 2]")
     s = b200c.default_backward_schedule(256).replace(dq_reduction="deterministic", persistent=True)
     assert BackwardSchedule.from_json(s.to_json()) == s
     with pytest.raises(ScheduleError, match="did you mean 'block_n'"):

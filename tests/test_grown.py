@@ -122,3 +122,126 @@ def test_mod_calls_grow_and_empty_caches_take_the_full_path(monkeypatch):
         out = b200c.attention(q, torch.zeros(2, 8, 0, 128).bfloat16(), torch.zeros(2, 8, 0, 128).bfloat16(),
                               target="sm90a")
         assert not out.any()
+
+
+def _compare(fd, call):
+    """The launches of ``call`` from the grown path and from the full path on the same tensors."""
+    got = _launches(fd, call)
+    entries, families = dict(launcher._entries), dict(grown._families)
+    launcher._entries.clear(), grown.clear()
+    want = _launches(fd, call)
+    launcher._entries.clear(), launcher._entries.update(entries)
+    grown.clear(), grown._families.update(families)
+    return got, want
+
+
+@pytest.mark.parametrize("target", ["sm90a", "sm100a"])
+def test_split_causal_lse_and_packed_heads_grow_alike(monkeypatch, target):
+    """Split-KV decoding (and its merge launch), causal with the LSE, and packed GQA heads: every grown launch
+    equals the full path's, parameter for parameter."""
+    full_calls = _counting_full_path(monkeypatch)
+    g = torch.Generator().manual_seed(2)
+    with fake_driver.install(target=target) as fd:
+        for (B, H, HK, S_q, L0), causal, lse in (((1, 8, 8, 1, 40000), False, False), ((1, 32, 8, 1, 30000), False, True),
+                                                 ((2, 8, 2, 64, 700), True, True), ((1, 16, 2, 2, 5000), True, False)):
+            first = len(full_calls)
+            for step in range(3):
+                q = torch.randn(B, H, S_q, 128, generator=g).bfloat16()
+                k = torch.randn(B, HK, L0 + step, 128, generator=g).bfloat16()
+                v = torch.randn(B, HK, L0 + step, 128, generator=g).bfloat16()
+                got, want = _compare(fd, lambda: b200c.attention(q, k, v, causal=causal, return_lse=lse, target=target))
+                assert got and _no_out(got) == _no_out(want), (B, H, HK, S_q, L0, step)
+            assert len(full_calls) - first == 1 + 3, (B, H, HK, S_q, L0)  # the first call, then the comparisons
+        splits = [x.params.get("num_splits", 1) for x in fd.launches]
+        assert max(splits) > 1 and any(x.params.get("pack_heads") == 1 for x in fd.launches)
+
+
+def test_other_families_take_the_full_path(monkeypatch):
+    """A call that differs in more than S_kv, the K/V strides and the pointers (q's shape or strides, the
+    options, the layout, the head dim) is built by the full path."""
+    full_calls = _counting_full_path(monkeypatch)
+    with fake_driver.install(target="sm90a"):
+        k = torch.randn(1, 8, 100, 128).bfloat16()
+        q = torch.randn(1, 8, 4, 128).bfloat16()
+        b200c.attention(q, k, k, target="sm90a")
+        calls = (lambda: b200c.attention(torch.randn(1, 8, 5, 128).bfloat16(), k, k, target="sm90a"),
+                 lambda: b200c.attention(torch.randn(1, 4, 8, 128).bfloat16().transpose(1, 2), k, k, target="sm90a"),
+                 lambda: b200c.attention(q, k, k, causal=True, target="sm90a"),
+                 lambda: b200c.attention(q, k, k, return_lse=True, target="sm90a"),
+                 lambda: b200c.attention(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), layout="bshd",
+                                         target="sm90a"))
+        for n, call in enumerate(calls, 2):
+            call()
+            assert len(full_calls) == n, n
+
+
+def test_template_eviction_is_bounded_and_safe_under_threads():
+    import threading
+
+    grown.clear()
+    fams = [("fam", i) for i in range(3 * grown.MAX_FAMILIES)]
+    errors = []
+
+    def note_all(part):
+        try:
+            for f in part:
+                grown.note(f, object())
+                if f[1] % 17 == 0:
+                    grown.clear()
+        except Exception as e:  # noqa: BLE001 - the test reports any
+            errors.append(e)
+
+    threads = [threading.Thread(target=note_all, args=(fams[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(grown._families) <= grown.MAX_FAMILIES
+    grown.clear()
+    for f in fams[: grown.MAX_FAMILIES]:
+        grown.note(f, object())
+    grown.note(fams[0], object())  # noted again: now the most recent
+    grown.note(fams[-1], object())  # evicts the least recent, fams[1]
+    assert fams[0] in grown._families and fams[1] not in grown._families and len(grown._families) == grown.MAX_FAMILIES
+    grown.clear()
+
+
+def test_a_generate_like_pattern_launches_alike_with_and_without_templates(monkeypatch):
+    """Two prefills with a causal bool mask and 12 decoding steps with a (1, 1, 1, S_kv) mask on 4 layers, K/V
+    grown by torch.cat (what transformers' cache and masks give): the same launches (kernel, grid, every
+    parameter but pointers and tensor maps) and the same block-mask computations with and without templates."""
+    from b200c.runtime import block_mask
+
+    computed = []
+    ranges = block_mask.tensor_ranges
+    monkeypatch.setattr(block_mask, "tensor_ranges", lambda *a, **kw: computed.append(1) or ranges(*a, **kw))
+
+    def pattern():
+        rows = []
+        with fake_driver.install() as fd:
+            g = torch.Generator().manual_seed(0)
+            for _ in range(2):
+                mask = torch.ones(256, 256, dtype=torch.bool).tril()[None, None]
+                ks = [torch.randn(1, 8, 256, 128, generator=g).bfloat16() for _ in range(4)]
+                for i in range(4):
+                    b200c.scaled_dot_product_attention(torch.randn(1, 8, 256, 128, generator=g).bfloat16(), ks[i],
+                                                       ks[i], attn_mask=mask)
+                for step in range(12):
+                    mask = torch.ones(1, 1, 1, 257 + step, dtype=torch.bool)
+                    for i in range(4):
+                        ks[i] = torch.cat([ks[i], torch.randn(1, 8, 1, 128, generator=g).bfloat16()], 2)
+                        b200c.scaled_dot_product_attention(torch.randn(1, 8, 1, 128, generator=g).bfloat16(), ks[i],
+                                                           ks[i], attn_mask=mask)
+            for L in fd.launches:
+                rows.append((L.kernel.name, L.grid, tuple(sorted((k, v) for k, v in L.params.items()
+                                                                  if k not in ("out", "lse", "o_part", "lse_part",
+                                                                               "kv_ranges")
+                                                                  and not k.startswith(("cap", "tmap"))))))
+        return rows
+
+    with_templates, n_with = pattern(), len(computed)
+    monkeypatch.setattr(grown, "regrown", lambda *a, **kw: None)
+    computed.clear()
+    without, n_without = pattern(), len(computed)
+    assert len(with_templates) == 2 * 4 * 13 and with_templates == without
+    assert n_with == n_without == 2 * 13  # one block mask per mask tensor (shared by the 4 layers)

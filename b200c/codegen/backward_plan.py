@@ -8,17 +8,18 @@ consumer warpgroups. Shared memory per CTA:
 
 * ``k``, ``v``: the work item's K/V tile, ``block_n x D`` BF16 each, loaded once per item;
 * ``q``, ``do``: ``q_stages`` tiles of ``block_m x D`` BF16 each (the ring the producer fills ahead);
-* ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE and D = rowsum(dO * O));
 * ``p``, ``ds``: ``block_m x block_n`` BF16 each: P for dV += P^T dO and dS for dK += dS^T Q and
   dQ = dS K (both GEMMs read them from shared memory, one of them transposed);
 * ``dq``: ``block_m x D`` FP32: the visit's dQ, which the dQ warp adds into the global FP32 dQ buffer
   (TMA reduce-add);
+* ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE and D = rowsum(dO * O));
 * ``barriers``: 8 B each: full/empty per Q stage and per K/V tile, dQ ready/free.
 
 Registers per consumer thread (FP32 accumulators, split evenly over the consumer warpgroups' threads):
 dK and dV (``2 x block_n x D``) live for the whole work item; S and dP (``2 x block_m x block_n``) live
 until dS is written; dQ (``block_m x D``) after that, so the peak is dK + dV + max(S + dP, dQ). The rest
-(addresses, indices, the softmax's per-row values) must fit in what is left of ``consumer_regs``:
+(addresses, indices, the softmax's per-row values) must fit in what is left of ``consumer_regs``
+(counts rounded up where the split is uneven):
 :data:`RESERVED_REGS`, a budget, not ptxas's count (the generated kernel's spill check will be the judge).
 """
 from __future__ import annotations
@@ -74,6 +75,11 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     """
     from ..errors import ResourceError, ScheduleError
 
+    from ..dsl.backward_schedule import BackwardSchedule
+
+    if not isinstance(schedule, BackwardSchedule):
+        raise ScheduleError(f"plan_backward takes a BackwardSchedule (b200c.default_backward_schedule(head_dim)), got "
+                            f"{type(schedule).__name__}")
     s = schedule.validate()
     if target != "sm90a":
         raise ScheduleError(f"backward schedule {s.name!r}: target {target!r} has no backward design yet; "
@@ -94,15 +100,16 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"backward schedule {s.name!r} needs {smem_bytes} B of shared memory on sm90a (limit "
             f"{limits.smem_bytes}): largest regions {', '.join(f'{a} {b} B' for a, b in biggest)}; lower block_m, "
             "block_n or q_stages")
-    threads_per_wg = 128 * s.mma_warpgroups
-    parts = (("dK + dV", 2 * n * d // threads_per_wg), ("S + dP", 2 * m * n // threads_per_wg),
-             ("dQ", m * d // threads_per_wg))
+    consumer_threads = 128 * s.mma_warpgroups
+    parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", -(-2 * m * n // consumer_threads)),
+             ("dQ", -(-m * d // consumer_threads)))  # rounded up: an uneven split leaves some threads one more
     acc = parts[0][1] + max(parts[1][1], parts[2][1])
     if acc + RESERVED_REGS > s.consumer_regs:
         raise ResourceError(
             f"backward schedule {s.name!r}: the consumers' accumulators need {acc} registers per thread "
             f"({', '.join(f'{a} {b}' for a, b in parts)}) plus {RESERVED_REGS} for the rest, over consumer_regs = "
-            f"{s.consumer_regs}; lower block_n (dK, dV) or block_m (S, dP, dQ), or add a consumer warpgroup")
+            f"{s.consumer_regs}; lower block_n (dK, dV) or block_m (S, dP, dQ), or add a consumer warpgroup (three "
+            "consumer warpgroups leave each at most 160 registers: lower consumer_regs with it)")
     threads = 128 * (s.mma_warpgroups + 1)
     pool = limits.setmaxnreg_pool(threads)
     used = 128 * (s.producer_regs + s.mma_warpgroups * s.consumer_regs)

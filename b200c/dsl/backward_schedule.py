@@ -92,11 +92,11 @@ class BackwardSchedule:
         if not 1 <= self.mma_warpgroups <= 3:
             fail(f"mma_warpgroups = {self.mma_warpgroups}; use 1, 2 or 3 (plus one producer warpgroup: at most "
                  "4 warpgroups per CTA)")
-        if self.block_n % (16 * self.mma_warpgroups) and self.head_dim % (64 * self.mma_warpgroups):
-            # dK, dV (block_n x D) are split over the warpgroups along the keys, or (FA3's dKV_swapAB, its
-            # 64 x 80 tiles at head dim 256) computed transposed and split along D in wgmma's 64-row atoms
-            fail(f"dK and dV ({self.block_n} x {self.head_dim}) do not split over {self.mma_warpgroups} warpgroups: "
-                 f"block_n must be a multiple of {16 * self.mma_warpgroups} or head_dim of {64 * self.mma_warpgroups}")
+        if self.block_n % (64 * self.mma_warpgroups) and self.head_dim % (64 * self.mma_warpgroups):
+            # dK, dV (block_n x D) are the M side of their wgmmas (M = 64 per warpgroup): split along the keys
+            # (keys as M), or computed transposed (FA3's dKV_swapAB: D as M, its 64 x 80 tiles at head dim 256)
+            fail(f"dK and dV ({self.block_n} x {self.head_dim}) do not split over {self.mma_warpgroups} warpgroups in "
+                 f"wgmma's 64-row M blocks: block_n or head_dim must be a multiple of {64 * self.mma_warpgroups}")
         if self.dq_reduction not in DQ_REDUCTIONS:
             fail(f"dq_reduction = {self.dq_reduction!r}; use one of {', '.join(map(repr, DQ_REDUCTIONS))}")
         for knob in ("consumer_regs", "producer_regs"):
@@ -119,6 +119,10 @@ class BackwardSchedule:
             ScheduleError: unknown field names.
         """
         data = json.loads(text)
+        if not isinstance(data, dict):
+            from ..errors import ScheduleError
+
+            raise ScheduleError(f"a backward schedule's JSON is an object of knobs, got {type(data).__name__}")
         _check_names(data)
         return cls(**data)
 

@@ -283,8 +283,8 @@ def default_backward_schedule(head_dim: int, target: str = "sm90a") -> BackwardS
     if target != "sm90a":
         raise ScheduleError(f"no built-in backward schedule for target {target!r}; only 'sm90a' has one so far "
                             "(b200c's kernels are forward-only: the backward is designed, not generated)")
-    if isinstance(head_dim, bool) or head_dim not in SM90_BACKWARD:
-        raise ScheduleError(f"no built-in backward schedule for head dim {head_dim!r}; use 64, 128 or 256")
-    return SM90_BACKWARD[int(head_dim)].validate()
+    if type(head_dim) is not int or head_dim not in SM90_BACKWARD:
+        raise ScheduleError(f"no built-in backward schedule for head dim {head_dim!r}; use the int 64, 128 or 256")
+    return SM90_BACKWARD[head_dim].validate()
 
 

@@ -4,8 +4,8 @@ its K/V strides and the data pointers gets its entry from that one without the f
 A decoding step through transformers' cache (``torch.cat`` of one new key per step) calls attention with
 new K and V tensors every step, one row longer than the last: each call misses the entry cache
 (:mod:`b200c.runtime.launcher`), and the full miss (validation of every rule, the kernel lookup, the split
-count, the head packing, two parameter blocks) cost about 280 us of host time on the H200 against a cached
-call's 85 us (the decode section of the docs). Calls of one *family* agree on everything but those
+count, the head packing, two parameter blocks) cost 430-436 us of host time on the H200 against 64-142 us
+for a cached call (docs/decode.md, "Generation"). Calls of one *family* agree on everything but those
 values: the kernel token, target, layout, options, q's shape, strides, dtype and device, and K/V's shape
 but for S_kv, dtypes and devices (:func:`family_key`). For such a miss, :func:`regrown` re-checks what can
 differ (the layout rules of q, k and v, S_kv of k against v) with the same checks the full path runs;
@@ -32,13 +32,19 @@ def family_key(key: tuple, layout: str, q, k, v) -> tuple:
     sd = 2 if layout == "bhsd" else 1
     ks, vs = tuple(k.shape), tuple(v.shape)
     return (key[0], key[1], layout, key[3], key[4], q.shape, q.stride(), ks[:sd] + ks[sd + 1:],
-            vs[:sd] + vs[sd + 1:], q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device())
+            vs[:sd] + vs[sd + 1:], q.dtype, k.dtype, v.dtype, q.device, k.device, v.device)  # devices with their type
 
 
 def note(fam: tuple, e) -> None:
-    """Make entry ``e`` (its ``values`` and ``base`` set) the template of family ``fam``."""
-    if fam not in _families and len(_families) >= MAX_FAMILIES:
-        _families.pop(next(iter(_families)))
+    """Make entry ``e`` (its ``values`` and ``base`` set) the template of family ``fam``, the most recent one
+    (the least recently noted family goes when :data:`MAX_FAMILIES` are held). Safe under threads: another
+    thread's eviction or :func:`clear` in between costs at most a template."""
+    _families.pop(fam, None)
+    if len(_families) >= MAX_FAMILIES:
+        try:
+            _families.pop(next(iter(_families)), None)
+        except (StopIteration, RuntimeError):  # emptied, or changed size while read, by another thread
+            pass
     _families[fam] = e
 
 

@@ -58,12 +58,12 @@ except ImportError:  # a torch without it: the public call
 
 
 def clear() -> None:
-    """Forget every cached launch entry, tensor map and grown-cache template (kernels stay loaded)."""
-    from . import grown
-
+    """Forget every cached launch entry, tensor map, grown-cache template and the tensor-map encoder's
+    constant arguments (kernels stay loaded)."""
     _entries.clear()
     _maps.clear()
     grown.clear()
+    driver._encode_args.clear()
 
 
 def pack_heads(q_stages: int, heads: int, heads_kv: int, seq_q: int, causal: bool, varlen: bool,
@@ -167,6 +167,10 @@ class Entry:
         lse_shape: shape of the LSE to allocate per call, None when not requested.
         device: CUDA device ordinal; torch_device: the same as a torch.device.
         block_params: the :class:`~b200c.runtime.params.ParamBlock`.
+        split: the :class:`~b200c.runtime.split_kv.SplitLaunch` of a split-KV entry, else None.
+        values, base: what a grown K/V cache's entries are made from (:mod:`b200c.runtime.grown`): the
+            parameter values by name and (the loaded kernel before the split choice, its token); None for
+            entries of other paths (varlen, the KV-cache call).
     """
 
     __slots__ = ("lk", "device", "torch_device", "grid", "block", "smem", "default_scale", "block_params",
