@@ -443,7 +443,7 @@ def _encode_constants(cu, box_inner: int, rows: int, swizzle: str, l2: str) -> t
         return hit[1]
     u32 = cu.cuuint32_t
     hit = (cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-           (u32(box_inner), u32(rows), u32(1), u32(1)), (u32(1),) * 4,  # tuples: shared by every call
+           [u32(box_inner), u32(rows), u32(1), u32(1)], [u32(1)] * 4,  # lists, as the H200 ran them; never mutated
            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
            getattr(cu.CUtensorMapSwizzle, _SWIZZLE[swizzle]), getattr(cu.CUtensorMapL2promotion, _L2[l2]),
            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
