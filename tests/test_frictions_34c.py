@@ -71,7 +71,7 @@ def test_plan_shape_refusals():
     assert r.returncode == 2 and "use it with --emit plan" in r.stderr, r.stderr
 
 
-def test_kernel_source_is_the_kernel_a_call_with_those_mods_loads(monkeypatch):
+def test_kernel_source_is_the_kernel_a_call_with_those_mods_loads():
     """Issue 34 item 2: b200c.kernel_source (and ``b200c compile default --score-mod ...``) print the CUDA the
     runtime builds for a call with those mods (the stand-in driver records what the call loads)."""
     import b200c
@@ -89,10 +89,13 @@ def test_kernel_source_is_the_kernel_a_call_with_those_mods_loads(monkeypatch):
     for d, kw in cases:
         with fake_driver.install(target="sm90a"):
             loaded = []
-            load = op.kernel_for_generated
-            monkeypatch.setattr(op, "kernel_for_generated", lambda g, *a: loaded.append(g.source) or load(g, *a))
-            q = torch.randn(1, 16, 512, d, dtype=torch.bfloat16)
-            b200c.attention(q, q, q, target="sm90a", **kw)
+            load = op.kernel_for_generated  # the stand-in's loader, restored before install() restores the real one
+            op.kernel_for_generated = lambda g, *a: loaded.append(g.source) or load(g, *a)
+            try:
+                q = torch.randn(1, 16, 512, d, dtype=torch.bfloat16)
+                b200c.attention(q, q, q, target="sm90a", **kw)
+            finally:
+                op.kernel_for_generated = load
         assert loaded and loaded[-1] == b200c.kernel_source(d, "sm90a", **kw), (d, kw)
     r = _cli("compile", "default", "--score-mod", "examples/mods/my_mods.py:my_bias", "--mask-mod",
              "examples/mods/my_mods.py:local")
