@@ -54,6 +54,12 @@ def main(argv=None) -> int:
     ap.add_argument("--pad", type=int, default=0,
                     help="right-pad the last sequence by this many tokens (a padded batch: masked attention calls)")
     a = ap.parse_args(argv)
+    from harness import missing
+
+    why = missing("transformers")
+    if why:
+        print(f"decoder.py: {why}", file=sys.stderr)
+        return 2
     from harness import compare
 
     _, forward = build(a.layers, "cuda", a.batch, a.seq, pad=a.pad)

@@ -12,6 +12,7 @@ and how many greedy tokens agree with torch's.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 
@@ -64,6 +65,12 @@ def main(argv=None) -> int:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--runs", type=int, default=2, help="timed rounds (median), after one warm-up round")
     a = ap.parse_args(argv)
+    from harness import missing
+
+    why = missing("transformers")
+    if why:
+        print(f"generate.py: {why}", file=sys.stderr)
+        return 2
     import statistics
 
     import torch

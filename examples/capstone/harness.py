@@ -10,6 +10,21 @@ from __future__ import annotations
 import statistics
 
 
+def missing(*modules: str):
+    """Why a capstone script cannot run here (a module of the ``[capstone]`` extra not installed, or no CUDA
+    GPU), as one line; None when it can."""
+    import importlib.util
+
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    if absent:
+        return f"needs {' and '.join(absent)}, not installed: pip install -e \".[capstone]\""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU (an H100/H200: the drop-in runs b200c's Hopper kernels there); none is visible"
+    return None
+
+
 def rel_dist(a, b) -> float:
     """||a - b|| / ||b|| in FP32."""
     a, b = a.float(), b.float()

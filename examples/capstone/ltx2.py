@@ -61,6 +61,12 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=4, help="of the model's 48 (default 4)")
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args(argv)
+    from harness import missing
+
+    why = missing("diffusers")
+    if why:
+        print(f"ltx2.py: {why}", file=sys.stderr)
+        return 2
     from harness import compare
 
     _, forward = build(a.layers, "cuda")

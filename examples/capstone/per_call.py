@@ -80,6 +80,12 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--pad", type=int, default=0, help="decoder: right-pad the last sequence (masked calls)")
     a = ap.parse_args(argv)
+    from harness import missing
+
+    why = missing("diffusers" if a.model == "ltx2" else "transformers")
+    if why:
+        print(f"per_call.py: {why}", file=sys.stderr)
+        return 2
     import torch
     import torch.nn.functional as F
 
