@@ -149,6 +149,16 @@ def issue_order_per_stage(s) -> None:
         )
 
 
+def _leads(s) -> bool:
+    """Whether the issue order runs QK one K/V tile ahead of PV (softmax of tile i+1 beside PV(i))."""
+    if s.issue_order is None:
+        return False
+    try:
+        return bool(parse_issue_order(s.issue_order, s.q_stages, s.kv_tokens, 8, p_aliases_s=False).lead)
+    except Exception:  # noqa: BLE001 - the real parse reports it
+        return False
+
+
 def kv_ring(s) -> None:
     """A leading order (QK one K/V tile ahead of PV) holds two ring tokens at once."""
     if not s.warp_specialized or s.issue_order is None or s.kv_stages >= 2:
@@ -171,11 +181,20 @@ def consumer_registers(s) -> None:
     per thread plus about 32 for the softmax state and addresses: ``0.75 x block_n + head_dim/2 + 32``,
     rounded up to 8 (measured with nvcc 13.0 at head dim 128: block_n=128 spilled 32 B at 184 and none at
     192; block_n=176 192 B at 216, none at 224; block_n=192 96 B at 232, none at 240; found by the
-    schedule-space sweep)."""
+    schedule-space sweep); 8 more per 64 columns of S when a leading issue order (softmax beside the
+    previous PV) rescales O after every tile (``rescale_threshold=None``)."""
     if (not s.warp_specialized or s.block_n % 16 or s.head_dim not in MAX_BLOCK_N
             or not (16 <= s.block_n <= MAX_BLOCK_N[s.head_dim])):
         return
     need = -(-(3 * s.block_n // 4 + s.head_dim // 2 + 32) // 8) * 8
+    if s.rescale_threshold is None and _leads(s):
+        # softmax(i+1) beside PV(i) (FA3's intra-warpgroup overlap) with O rescaled after every tile (no lazy
+        # rescale: h06-h08): 8 more per 64 columns of S (measured with nvcc 13.0 by the schedule-space sweep,
+        # seed 22, and a grid around it: h06 / h07 / h08 spilled 8-24 B at the base rule for block_n 128 and
+        # 176, h08 12 B at block_n 64 and head dim 128; none 8 per 64 columns higher, where a budget is left: at
+        # block_n 176 and head dim 128 h06 and h07 spilled 16 / 48 B even at 240; h03-h05, one tile at a time,
+        # and h09-h11, lazy rescale, at the base rule: none)
+        need += 8 * -(-s.block_n // 64)
     if s.softmax_regs is not None:
         have, what = s.softmax_regs, f"softmax_regs={s.softmax_regs}"
     else:

@@ -204,18 +204,41 @@ def softmax_s_registers(s) -> None:
 
 
 def softmax_cache_registers(s) -> None:
-    """Every S column cached (s_cache_cols = block_n) beside the half-software exp2 (its polynomial
-    constants) leaves the 192-register softmax no room for the K/V ring's phase-bit array in the
-    warps' shared code (measured: 8 B of spills with phase_tracking='array', none with 'bitmask' or
-    112 cached columns or sw_exp2_per16=4)."""
+    """More than 4 of every 16 P columns through the software exp2 (its polynomial constants) leave the
+    192-register softmax no room for the K/V ring's phase-bit array in the warps' shared code (measured with
+    nvcc 13.0: every S column cached, 8 B with phase_tracking='array', none with 'bitmask' or
+    sw_exp2_per16=4; found again by the schedule-space sweep, seed 22: stage 16 (96 cached columns) spilled
+    8 / 44 B at sw_exp2_per16 6 / 8 without its persistent loop, 48 B at 8 with it, stage 15 48 B at 8;
+    stages 17 and 18, 'bitmask', none)."""
     if not (s.warp_specialized and s.correction_warps and s.softmax_regs is not None) or not _valid_otherwise(s):
         return
-    if (s.softmax_regs <= 192 and s.s_cache_cols >= s.block_n and s.sw_exp2_per16 > 4
-            and s.phase_tracking == "array"):
+    if s.softmax_regs <= 192 and s.sw_exp2_per16 > 4 and s.phase_tracking == "array":
+        cached = f"s_cache_cols={s.s_cache_cols} with " if s.s_cache_cols >= s.block_n else ""
         raise ScheduleError(
-            f"s_cache_cols={s.s_cache_cols} with sw_exp2_per16={s.sw_exp2_per16}, phase_tracking='array' and "
-            f"softmax_regs={s.softmax_regs}: on {_WHERE} the softmax warps spill; set phase_tracking='bitmask' "
-            f"(minor 17), s_cache_cols <= {s.block_n - 16} or sw_exp2_per16 <= 4"
+            f"{cached}sw_exp2_per16={s.sw_exp2_per16}, phase_tracking='array' and softmax_regs={s.softmax_regs}: "
+            f"on {_WHERE} the softmax warps spill; set phase_tracking='bitmask' (minor 17) or sw_exp2_per16 <= 4"
+        )
+
+
+# sw_exp2_per16 above which one Q stage with setmaxnreg budgets spills (its polynomial constants beside the
+# one softmax warpgroup's S and O registers), per head dim; measured with nvcc 13.0 by the schedule-space
+# sweep (seed 21) and around it: q_stages=1 at sw_exp2_per16 6 / 8 spilled 16 / 16 B at stage 18, 76 / 64 B at
+# stage 12, 128 / 112 B at stage 14, and at head dim 256 (hdim256) 0 / 76 B; 4 (and 6 at 256) spilled nowhere,
+# nor did stages 9 and 11 (no budgets)
+ONE_Q_STAGE_SW_EXP2 = {64: 4, 128: 4, 256: 6}
+
+
+def one_q_stage_software_exp2(s) -> None:
+    """One Q stage with register budgets takes at most 4 of every 16 P columns through the software exp2
+    (6 at head dim 256); more spills (:data:`ONE_Q_STAGE_SW_EXP2`)."""
+    if s.q_stages != 1 or s.softmax_regs is None or not _valid_otherwise(s):
+        return
+    limit = ONE_Q_STAGE_SW_EXP2.get(s.head_dim)
+    if limit is not None and s.sw_exp2_per16 > limit:
+        raise ScheduleError(
+            f"sw_exp2_per16={s.sw_exp2_per16} with q_stages=1 and softmax_regs={s.softmax_regs} at head dim "
+            f"{s.head_dim}: on {_WHERE} the one softmax warpgroup spills (measured 16-128 B); set sw_exp2_per16 <= "
+            f"{limit}" + (", or q_stages=2" if s.head_dim != 256 else "")
         )
 
 
@@ -248,4 +271,4 @@ def register_minimums(s) -> None:
 
 
 RULES = (tile_shape, p_storage, pingpong, correction_pv_order, default_registers, softmax_o_registers,
-         softmax_s_registers, softmax_cache_registers, register_minimums)
+         softmax_s_registers, softmax_cache_registers, one_q_stage_software_exp2, register_minimums)
