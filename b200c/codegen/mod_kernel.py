@@ -149,6 +149,39 @@ def template_args(mods) -> dict:
     }
 
 
+BLOCK_MASK_KERNEL_NAME = "b200c_block_mask_ranges"
+BLOCK_MASK_MAX_THREADS = 1024  # its __launch_bounds__; one warp per K/V tile in flight
+BLOCK_MASK_MAX_TILES = 48 * 1024  # its dynamic shared memory: one byte per K/V tile, within the default 48 KiB
+
+
+def block_mask_params() -> tuple:
+    """Entry parameters of ``b200c_block_mask_ranges`` (``templates/work.cuh.j2``), the kernel every module
+    with a block mask holds: the block mask of a boolean mask tensor (torch SDPA's ``attn_mask``) in one
+    launch, launched by :mod:`b200c.runtime.mask_ranges`."""
+    return (
+        Param("mask", "ptr", "the bool mask, one byte per entry, broadcastable to (B, H, S_q, S_kv)"),
+        Param("stride_b", "i64", "element stride of the mask over B (0: broadcast)"),
+        Param("stride_h", "i64", "element stride over H (0: broadcast)"),
+        Param("stride_q", "i64", "element stride over S_q (0: broadcast)"),
+        Param("stride_k", "i64", "element stride over S_kv (0: broadcast)"),
+        Param("ranges", "i32_ptr", "out: (kv_lo, full_lo, full_hi, kv_hi) per work item, int32 (items, 4)"),
+        Param("batch", "i32", "B"),
+        Param("head_groups", "i32", "work items over H: H / heads_per_item"),
+        Param("q_groups", "i32", "work items over S_q"),
+        Param("lead_b", "i32", "CTAs over B: B, or 1 where the mask broadcasts B"),
+        Param("lead_h", "i32", "CTAs over the head groups: head_groups, or 1 where the mask broadcasts H"),
+        Param("lead_g", "i32", "CTAs over the Q groups: q_groups, or 1 where the mask broadcasts S_q"),
+        Param("heads_per_item", "i32", "query heads of one work item (GQA packing: q_stages, else 1)"),
+        Param("rows_per_item", "i32", "query rows of one work item"),
+        Param("mask_heads", "i32", "the mask's extent over H (1 or H)"),
+        Param("mask_rows", "i32", "the mask's extent over S_q (1 or S_q)"),
+        Param("seq_q", "i32", "S_q"),
+        Param("seq_kv", "i32", "S_kv"),
+        Param("n_kv", "i32", "K/V tiles: ceil(S_kv / BLOCK_N)"),
+        Param("vec16", "i32", "1: keys contiguous and every row 16-byte aligned (16 keys per load), else 0"),
+    )
+
+
 def kv_col0(plan, tile: str = "j") -> str:
     """C expression of the first key column (in the sequence) of K/V tile number ``tile`` (visit order)
     of the work item: with a block mask or split-KV the visit order maps to tiles through ``kv_tile``."""
@@ -163,4 +196,4 @@ def kv_row(plan, tile: str = "j") -> str:
 
 
 __all__ = ["block_sparse", "has_score_mod", "has_mods", "params", "ctx_fields", "ctx_init", "functions",
-           "template_args", "kv_row", "kv_col0", "ModSet"]
+           "template_args", "kv_row", "kv_col0", "ModSet", "BLOCK_MASK_KERNEL_NAME", "block_mask_params"]

@@ -265,6 +265,18 @@ def kv_ranges(mask_fn: Callable, work: WorkDecomposition, *, batch: int, heads: 
     return out.contiguous()
 
 
+def check_mask_tensor(mask: torch.Tensor, want: tuple) -> None:
+    """The rule of :func:`tensor_ranges`'s ``mask``: bool, 4-D, each dimension 1 or ``want``'s
+    (B, H, S_q, S_kv).
+
+    Raises:
+        LaunchError: any other tensor.
+    """
+    if mask.dtype != torch.bool or mask.dim() != 4 or any(m not in (1, w) for m, w in zip(mask.shape, want)):
+        raise LaunchError(f"mask of dtype {mask.dtype} and shape {tuple(mask.shape)}: tensor_ranges takes a 4-D "
+                          f"bool tensor broadcastable to (B, H, S_q, S_kv) = {tuple(want)}")
+
+
 def tensor_ranges(mask: torch.Tensor, work: WorkDecomposition, *, batch: int, heads: int, seq_q: int,
                   seq_kv: int, pack_heads: bool = False) -> torch.Tensor:
     """:func:`kv_ranges` of a boolean mask given as a tensor (torch SDPA's ``attn_mask``: True where the
@@ -285,10 +297,7 @@ def tensor_ranges(mask: torch.Tensor, work: WorkDecomposition, *, batch: int, he
     Raises:
         LaunchError: a mask that is not a 4-D bool tensor broadcastable to (B, H, S_q, S_kv).
     """
-    want = (batch, heads, seq_q, seq_kv)
-    if mask.dtype != torch.bool or mask.dim() != 4 or any(m not in (1, w) for m, w in zip(mask.shape, want)):
-        raise LaunchError(f"mask of dtype {mask.dtype} and shape {tuple(mask.shape)}: tensor_ranges takes a 4-D "
-                          f"bool tensor broadcastable to (B, H, S_q, S_kv) = {want}")
+    check_mask_tensor(mask, (batch, heads, seq_q, seq_kv))
     bm, bn, qs = work.block_m, work.block_n, work.q_stages
     num_items = work.num_work(batch, heads, seq_q, pack_heads)
     device = mask.device
@@ -549,5 +558,5 @@ def block_counts(ranges: torch.Tensor) -> dict:
     return {"items": int(r.shape[0]), "visited": visited, "full": full, "partial": visited - full}
 
 
-__all__ = ["kv_ranges", "tensor_ranges", "block_counts", "cached_kv_ranges", "BlockMaskCache", "CHUNK_ELEMS", "EMPTY_RANGE",
+__all__ = ["kv_ranges", "tensor_ranges", "check_mask_tensor", "block_counts", "cached_kv_ranges", "BlockMaskCache", "CHUNK_ELEMS", "EMPTY_RANGE",
            "MASK_ARGS"]

@@ -229,6 +229,7 @@ class LoadedKernel:
     emu_masks: tuple | None = None  # (device pointer, slot count) of the TMEM alloc masks
     _keep: list = field(default_factory=list, repr=False)
     combine: object = None  # split-KV builds: the module's b200c_attention_combine (b200c/codegen/work.py)
+    block_mask: object = None  # builds with a block mask: b200c_block_mask_ranges (b200c/codegen/mod_kernel.py)
 
 
 def load(built: BuiltKernel, device: int) -> LoadedKernel:
@@ -321,6 +322,11 @@ def _load_in(built: BuiltKernel, device: int, dev, ctx) -> LoadedKernel:
 
         lk.combine = _check(cu.cuModuleGetFunction(module, COMBINE_KERNEL_NAME.encode()),
                             f"cuModuleGetFunction({COMBINE_KERNEL_NAME})")
+    if ("kv_ranges", "i32_ptr") in launch.params:  # a block mask: the module's kernel for mask tensors
+        from ..codegen.mod_kernel import BLOCK_MASK_KERNEL_NAME
+
+        lk.block_mask = _check(cu.cuModuleGetFunction(module, BLOCK_MASK_KERNEL_NAME.encode()),
+                               f"cuModuleGetFunction({BLOCK_MASK_KERNEL_NAME})")
     if target.emulator_threads:
         _wire_emulator(lk)
     elif target.bounded_waits == "debug":

@@ -132,7 +132,8 @@ class ModCall:
 
     def ranges(self, entry, causal: bool, cu_seqlens=None, check_seqlens: bool = True) -> torch.Tensor:
         """The block mask of this call (:func:`b200c.runtime.block_mask.kv_ranges`), cached."""
-        from .block_mask import _CACHE, cached_kv_ranges, kv_ranges, tensor_ranges
+        from . import mask_ranges
+        from .block_mask import _CACHE, cached_kv_ranges, check_mask_tensor, kv_ranges, tensor_ranges
 
         p = entry.problem
         info = entry.lk.built.launch
@@ -148,8 +149,14 @@ class ModCall:
 
         def compute():
             if self.mask_tensor is not None and cu_seqlens is None and not causal:
-                ranges = tensor_ranges(self.mask_tensor, work, batch=p.batch, heads=p.heads, seq_q=p.seq_q,
-                                       seq_kv=p.seq_kv, pack_heads=entry.pack_heads)
+                check_mask_tensor(self.mask_tensor, (p.batch, p.heads, p.seq_q, p.seq_kv))
+                if (work.num_work(p.batch, p.heads, p.seq_q, entry.pack_heads) > 0
+                        and mask_ranges.usable(entry.lk, work, p.seq_kv, device)):  # one launch
+                    ranges = mask_ranges.launch(entry.lk, self.mask_tensor, work, batch=p.batch, heads=p.heads,
+                                                seq_q=p.seq_q, seq_kv=p.seq_kv, pack_heads=entry.pack_heads)
+                else:
+                    ranges = tensor_ranges(self.mask_tensor, work, batch=p.batch, heads=p.heads, seq_q=p.seq_q,
+                                           seq_kv=p.seq_kv, pack_heads=entry.pack_heads)
             else:
                 ranges = kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv,
                                    seq_q=p.seq_q, seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
