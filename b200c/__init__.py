@@ -128,9 +128,9 @@ def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_
 def default_backward_schedule(head_dim: int, target: str = "sm90a"):
     """The built-in :class:`BackwardSchedule` for head dim 64, 128 or 256 (only ``target="sm90a"`` has them;
     raises ScheduleError otherwise). A design: no backward kernel is generated from it yet."""
-    from .dsl.presets import default_backward_schedule as _default
+    from .codegen.targets import resolve
 
-    return _default(head_dim, target)
+    return resolve(target).default_backward_schedule(head_dim)
 
 
 def plan_backward(schedule, target: str = "sm90a"):

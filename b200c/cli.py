@@ -101,9 +101,6 @@ def _positive(text: str) -> int:
     return n
 
 
-_DEFAULT_SMS = {"sm90a": 132, "emulate": 132, "sm100a": 148}  # H100 SXM / H200; B200
-
-
 def _split_choice(schedule, target: str, shape: tuple, causal: bool, sms) -> str:
     """One line: the split count the runtime gives a call of ``shape`` with this schedule's kernel."""
     import types
@@ -114,7 +111,9 @@ def _split_choice(schedule, target: str, shape: tuple, causal: bool, sms) -> str
     from .runtime.split_kv import kv_tiles, splits_for
 
     b, h, h_kv, s_q, s_kv = shape
-    sms = sms or _DEFAULT_SMS.get(target, 132)
+    from .codegen.targets import resolve
+
+    sms = sms or resolve(target).num_sms  # the target's devices (H100 SXM / H200: 132; B200: 148)
     info = generate(schedule, target).launch
     folded = s_q == 1 and h > h_kv  # launcher.fold_gqa: a decoding step's query heads become rows of its K/V head
     heads, rows, causal_run = (h_kv, h // h_kv, False) if folded else (h, s_q, causal)
@@ -272,8 +271,10 @@ def _compile(args) -> int:
     import tempfile
 
     from .nvcc import compile_cuda
+    from .toolchain import find_nvcc
 
     arch = args.target.arch
+    find_nvcc()  # a missing nvcc is the error before any temporary folder exists (none is left behind)
     work = Path(tempfile.mkdtemp(prefix="b200c_"))
     target = work / f"kernel.{args.emit}" if out is None else out
     res = compile_cuda(kernel.source, target, fmt=args.emit, target=args.target, keep_source=work / "kernel.cu")
@@ -343,12 +344,12 @@ def _compile_default(args) -> int:
     --mask-mod: the schedule and kernel a call with them runs, b200c.kernel_source)."""
     from . import default_schedule
     from .codegen import generate
-    from .codegen.targets import AUTO
+    from .codegen.targets import AUTO, default_target
 
     if args.emit in ("ptx", "cubin"):
         raise UsageError("'default' prints the plan, IR or CUDA (--emit plan|ir|cu); for ptx/cubin, compile a "
                          "schedule file")
-    target = "sm90a" if args.target == AUTO else args.target
+    target = default_target() if args.target == AUTO else args.target
     mods = _traced_mods(args)
     if mods is not None and args.emit in ("plan", "ir"):
         raise UsageError(f"--score-mod / --mask-mod change the kernel's source, not its {args.emit}; use --emit cu")

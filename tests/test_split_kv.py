@@ -1,14 +1,15 @@
 """Split-KV (flash-decoding) in the shared work decomposition, on the CPU: the splits of every work
 item visit its K/V tiles exactly once with the same whole/masked split, an empty split sees nothing,
-the split count rule, and the merge by log-sum-exp in a host model of the kernels (each split's
-softmax computed from the decomposition's own masks with torch in FP64, merged as the combine kernel
-does) against attention computed directly."""
+the split count rule, and the host model of a split launch (b200c/codegen/split_model.py: each split's
+softmax from the decomposition's own masks in FP64, merged by its copy of the combine kernel's rule)
+against attention over the unsplit keys computed directly here."""
 import math
 import random
 
 import pytest
 import torch
 
+from b200c.codegen.split_model import merge, split_partials
 from b200c.codegen.work import MAX_SPLITS, WorkDecomposition, choose_splits
 
 BLOCK_M, BLOCK_N = 64, 128
@@ -107,37 +108,10 @@ def test_choose_splits_rule():
 
 
 def _host_split_attention(q, k, v, scale, causal, num_splits, block_n=BLOCK_N):
-    """Host model of a split-KV launch for one (sequence, head): each split's O / l and LSE over its
-    tiles (masks from the decomposition's col_limit), then the combine kernel's merge."""
-    s_q, s_kv = q.shape[0], k.shape[0]
-    d = WorkDecomposition(s_q if s_q > 0 else 1, block_n, 1, split_kv=True)
-    parts = []
-    for s in range(num_splits):
-        item = d.item(s, batch=1, heads=1, heads_kv=1, seq_q=s_q, seq_kv=s_kv, causal=causal, num_splits=num_splits)
-        cols, mask = [], []
-        for vv in range(item.n_kv):
-            tile = d.tile_of_visit(item, vv)
-            for c in range(block_n):
-                key = tile * block_n + c
-                cols.append(min(key, s_kv - 1))
-                mask.append([c < d.col_limit(item, r, vv, causal) for r in range(s_q)])
-        idx = torch.tensor(cols)
-        m = torch.tensor(mask).T  # (s_q, keys)
-        sc = (q @ k[idx].T) * scale
-        sc = sc.masked_fill(~m, -math.inf)
-        lse = torch.logsumexp(sc, dim=-1)
-        p = torch.exp(sc - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[:, None])
-        o = p @ v[idx]
-        parts.append((torch.where(torch.isinf(lse)[:, None], torch.zeros_like(o), o), lse))
-    lses = torch.stack([p[1] for p in parts])
-    mx = lses.max(dim=0).values
-    base = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
-    w = torch.exp(lses - base)
-    total = w.sum(0)
-    out = sum(w[i][:, None] * parts[i][0] for i in range(num_splits))
-    out = torch.where(total[:, None] == 0, torch.zeros_like(out), out / total[:, None])
-    lse = torch.where(total == 0, torch.full_like(total, -math.inf), base + torch.log(total))
-    return out, lse
+    """The host model of a split-KV launch (b200c/codegen/split_model.py): the splits' partials, then the
+    combine kernel's merge."""
+    o_part, lse_part = split_partials(q, k, v, scale, causal, num_splits, block_n)
+    return merge(o_part, lse_part)
 
 
 @pytest.mark.parametrize("s_q,s_kv,causal", [(1, 1000, False), (4, 777, True), (3, 2, True), (2, 300, False)])
@@ -169,6 +143,31 @@ def test_rows_that_see_no_key_give_zero_and_minus_inf():
     assert torch.equal(out[:2], torch.zeros(2, 64, dtype=torch.float64))
     assert lse[:2].tolist() == [-math.inf, -math.inf]
     assert torch.isfinite(lse[2:]).all()
+
+
+def test_merge_with_a_sink_is_attention_with_one_more_logit():
+    """A sink joins the merge as one more logit whose value is 0: FP64 attention over [keys, sink]."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(3, 64, generator=g, dtype=torch.float64)
+    k = torch.randn(500, 64, generator=g, dtype=torch.float64)
+    v = torch.randn(500, 64, generator=g, dtype=torch.float64)
+    sink = torch.tensor(1.5, dtype=torch.float64)
+    sc = torch.cat([(q @ k.T) * 0.125, sink.expand(3, 1)], 1)
+    ref = torch.softmax(sc, -1)[:, :-1] @ v
+    o_part, lse_part = split_partials(q, k, v, 0.125, False, 3)
+    out, lse = merge(o_part, lse_part, sink.expand(3))
+    assert torch.allclose(out, ref, atol=1e-12) and torch.allclose(lse, torch.logsumexp(sc, -1), atol=1e-12)
+
+
+def test_merge_drops_empty_splits_and_keeps_nan():
+    o = torch.tensor([[[1.0, 2.0]], [[float("nan"), 7.0]], [[3.0, 4.0]]], dtype=torch.float64)
+    lse = torch.tensor([[0.0], [-math.inf], [math.log(3.0)]], dtype=torch.float64)
+    out, l = merge(o, lse)  # the empty split's NaN O is not read; weights 1 and 3
+    assert out.tolist() == [[(1 + 9) / 4, (2 + 12) / 4]] and abs(l.item() - math.log(4.0)) < 1e-15
+    out, l = merge(o, torch.tensor([[0.0], [float("nan")], [0.0]], dtype=torch.float64))
+    assert torch.isnan(out).all() and torch.isnan(l).all()
+    out, l = merge(o, torch.full((3, 1), -math.inf, dtype=torch.float64))
+    assert out.tolist() == [[0.0, 0.0]] and l.tolist() == [-math.inf]
 
 
 def test_split_build_only_where_asked(tmp_path):

@@ -85,15 +85,21 @@ def test_emulation_target_splits_too():
 
 
 def test_paged_rows_math():
+    """paged_rows against the paged layout itself: a cache whose physical row r holds the value r, read
+    by walking each sequence's table page after page (the logical sequence), gives the rows expected."""
     g = torch.Generator().manual_seed(0)
-    for page in (16, 64, 256):
-        table = torch.randperm(40, generator=g)[:12].to(torch.int32).reshape(3, 4)
+    for page in (16, 48, 64, 256):
+        blocks = 40
+        table = torch.randperm(blocks, generator=g)[:12].to(torch.int32).reshape(3, 4)
         pos = torch.randint(0, 4 * page, (3, 7), generator=g)
+        physical = list(range(blocks * page))  # row r of the cache holds r
+        pages = [physical[i * page:(i + 1) * page] for i in range(blocks)]
         rows = paged_rows(table, pos, page)
         for b in range(3):
-            for i in range(7):
-                p = int(pos[b, i])
-                assert int(rows[b, i]) == int(table[b, p // page]) * page + p % page
+            logical = []
+            for block in table[b].tolist():
+                logical.extend(pages[block])
+            assert rows[b].tolist() == [logical[p] for p in pos[b].tolist()]
 
 
 def test_kvcache_appends_in_place_and_passes_the_lengths():

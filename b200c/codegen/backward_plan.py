@@ -80,10 +80,13 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     if not isinstance(schedule, BackwardSchedule):
         raise ScheduleError(f"plan_backward takes a BackwardSchedule (b200c.default_backward_schedule(head_dim)), got "
                             f"{type(schedule).__name__}")
+    from .targets import REGISTRY, resolve
+
     s = schedule.validate()
-    if target != "sm90a":
-        raise ScheduleError(f"backward schedule {s.name!r}: target {target!r} has no backward design yet; "
-                            "use 'sm90a'")
+    t = resolve(target)
+    if not t.backward:
+        have = ", ".join(repr(x.name) for x in REGISTRY if x.backward)
+        raise ScheduleError(f"backward schedule {s.name!r}: target {t.name!r} has no backward design yet; use {have}")
     limits = hardware.SM90
     d, m, n, st = s.head_dim, s.block_m, s.block_n, s.q_stages
     regions = (("k", n * d * 2), ("v", n * d * 2), ("q", st * m * d * 2), ("do", st * m * d * 2),

@@ -335,18 +335,5 @@ def choose_splits(items: int, kv_tiles: int, num_sms: int, persistent: bool = Fa
     return next(n for n in range(1, cap + 1) if eff(n) >= 0.95 * best)
 
 
-def split_table(d: WorkDecomposition, num_sms: int, shapes) -> list:
-    """Rows ``(B, H, H_kv, S_q, S_kv, items, splits, CTAs)`` of :func:`choose_splits` for ``shapes``
-    ``(B, H, H_kv, S_q, S_kv)`` (``--emit plan --shape``): what a call of each shape launches."""
-    rows = []
-    for b, h, h_kv, s_q, s_kv in shapes:
-        pack = d.q_stages > 1 and (h // h_kv) % d.q_stages == 0 and (-(-s_q // d.block_m)) % d.q_stages != 0
-        items = d.num_work(b, h, s_q, pack)
-        tiles = -(-s_kv // d.block_n)
-        n = choose_splits(items, tiles, num_sms) if d.split_kv else 1
-        rows.append((b, h, h_kv, s_q, s_kv, items, n, items * n))
-    return rows
-
-
 __all__ = ["WorkItem", "WorkDecomposition", "ORDERS", "decomposition", "template_args", "params", "combine_params",
-           "choose_splits", "split_table", "COMBINE_KERNEL_NAME", "MAX_SPLITS"]
+           "choose_splits", "COMBINE_KERNEL_NAME", "MAX_SPLITS"]

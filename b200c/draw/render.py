@@ -84,8 +84,11 @@ def render(timeline, output, fmt: str | None = None) -> None:
 def stage_label(stage: int, backend: str) -> str:
     """The title's name of a schedule's stage: ``"blog stage 7"`` (the blog's B200 progression,
     examples/NN_*.py) or, for the Hopper backend (``backend="sm90"``), ``"Hopper step h07"`` (the
-    Hopper progression, examples/hopper/hNN_*.py: the blog has no such stage)."""
-    return f"Hopper step h{stage:02d}" if backend == "sm90" else f"blog stage {stage}"
+    Hopper progression, examples/hopper/hNN_*.py: the blog has no such stage): the
+    :attr:`~b200c.codegen.targets.Target.stage_format` of the backend's target record."""
+    from ..codegen.targets import for_backend
+
+    return for_backend(backend).stage_label(stage)
 
 
 def _lane_y(t) -> dict:

@@ -265,26 +265,31 @@ SM90_BACKWARD = {
 }
 
 
-def default_backward_schedule(head_dim: int, target: str = "sm90a") -> BackwardSchedule:
-    """The built-in backward schedule for head dim 64, 128 or 256 on ``target``.
+BACKWARD_FAMILIES = {"hopper": SM90_BACKWARD}
+
+
+def default_backward_schedule(head_dim: int, family: str = "hopper") -> BackwardSchedule:
+    """The built-in backward schedule of ``family`` (a target's ``backward`` field,
+    :attr:`b200c.codegen.targets.Target.backward`) for head dim 64, 128 or 256.
 
     Args:
         head_dim: D of the inputs (an int: 64, 128 or 256).
-        target: ``"sm90a"`` (H100 / H200). sm_100a has no built-in backward schedule yet.
+        family: a key of :data:`BACKWARD_FAMILIES` (``"hopper"``: sm_90a, H100 / H200).
 
     Returns:
-        A validated :class:`BackwardSchedule` (:data:`SM90_BACKWARD`).
+        A validated :class:`BackwardSchedule` (:data:`SM90_BACKWARD` for ``"hopper"``).
 
     Raises:
-        ScheduleError: another head dim, or a target without a built-in backward schedule.
+        ScheduleError: another head dim, or a family without built-in backward schedules.
     """
     from ..errors import ScheduleError
 
-    if target != "sm90a":
-        raise ScheduleError(f"no built-in backward schedule for target {target!r}; only 'sm90a' has one so far "
-                            "(b200c's kernels are forward-only: the backward is designed, not generated)")
-    if type(head_dim) is not int or head_dim not in SM90_BACKWARD:
-        raise ScheduleError(f"no built-in backward schedule for head dim {head_dim!r}; use the int 64, 128 or 256")
-    return SM90_BACKWARD[head_dim].validate()
-
-
+    table = BACKWARD_FAMILIES.get(family)
+    if table is None:
+        raise ScheduleError(f"no built-in backward schedules in family {family!r}; families: "
+                            f"{', '.join(map(repr, BACKWARD_FAMILIES))}")
+    if type(head_dim) is not int or head_dim not in table:
+        *most, last = sorted(table)
+        raise ScheduleError(f"no built-in backward schedule for head dim {head_dim!r}; use the int "
+                            f"{', '.join(map(str, most))} or {last}")
+    return table[head_dim].validate()

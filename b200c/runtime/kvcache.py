@@ -125,6 +125,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
 
     Raises:
         LaunchError: a tensor or argument rule is broken (names it, the rule and the value).
+        BackwardNotSupportedError: with grad mode on, q, a cache or a new k / v requires grad (the step
+            is forward-only: its output would carry no gradient).
         ScheduleError / ResourceError / BuildError / UnsupportedDeviceError: as :func:`b200c.attention`.
 
     torch.compile: traced as the custom op ``torch.ops.b200c.attention_with_kvcache`` (the caches marked as
@@ -139,6 +141,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
 
     if not isinstance(q, _Tensor):
         raise LaunchError(f"q must be a torch.Tensor, got {type(q).__name__}")
+    _check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
     _check_cache(q, k_cache, v_cache, block_table)
     if (k is None) != (v is None):
         raise LaunchError("pass both k and v (the new tokens) or neither")
@@ -165,6 +168,24 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     out, lse = _attend(q, k_cache, v_cache, k, v, lengths, block_table, base, scale, target, causal, return_lse,
                        num_splits)
     return (out, lse) if return_lse else out
+
+
+def _check_no_grad(**tensors) -> None:
+    """A KV-cache step is forward-only: with grad mode on, an input that requires grad would get no gradient.
+
+    Raises:
+        BackwardNotSupportedError: naming the first such input.
+    """
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if isinstance(t, _Tensor) and t.requires_grad:
+            from ..errors import BackwardNotSupportedError
+
+            raise BackwardNotSupportedError(
+                f"attention_with_kvcache is forward-only and {name} requires grad: its output would carry no "
+                "gradient; call it under torch.no_grad() / torch.inference_mode() or pass detached tensors "
+                "(b200c.attention's backward is not implemented yet either)")
 
 
 def _attend(q, k_cache, v_cache, k, v, lengths, block_table, base: str, scale, target: str, causal: bool,

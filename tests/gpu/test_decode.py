@@ -108,6 +108,48 @@ def test_default_decode_splits_and_matches(env):
     assert not _check(sweep, out, lse, q, k, v, False)
 
 
+def test_combine_kernel_merges_as_the_host_model(env, monkeypatch):
+    """The combine kernel against b200c.codegen.split_model.merge of the very partials the split kernels
+    wrote (the workspace kept from the call): the merged O within one BF16 rounding (plus FP32 sums),
+    the LSE within FP32 rounding, rows of empty splits included (4 query rows, causal, 9 splits of a
+    short sequence: the last splits of the first rows see no key)."""
+    import b200c
+    import torch
+
+    from b200c.codegen.split_model import merge
+    from b200c.runtime.split_kv import SplitLaunch
+
+    kept = []
+    workspace = SplitLaunch.workspace
+
+    def keep(self, empty):
+        parts = workspace(self, empty)
+        kept.append(parts)
+        return parts
+
+    monkeypatch.setattr(SplitLaunch, "workspace", keep)
+    _, targets = env
+    for target in targets:
+        for (b, h, h_kv, s_q, s_kv, causal, d, n) in [(2, 8, 8, 4, 3001, True, 128, 5), (1, 32, 8, 1, 9000, False, 64, 16),
+                                                      (1, 4, 4, 4, 1200, True, 256, 9)]:
+            kept.clear()
+            q = _rand(b, h, s_q, d, scale=3.0, seed=21)
+            k, v = _rand(b, h_kv, s_kv, d, seed=22), _rand(b, h_kv, s_kv, d, seed=23)
+            out, lse = b200c.attention(q, k, v, schedule=_schedule(target, d, n), causal=causal, return_lse=True,
+                                       target=target)
+            torch.cuda.synchronize()
+            assert len(kept) == 1, (target, "one split launch expected", len(kept))
+            o_part, lse_part = kept[0]
+            assert o_part.shape == (n, b * h * s_q, d)  # rows (b, h, s) in order: (b, h_kv, group) at S_q 1
+            want, want_lse = merge(o_part.double(), lse_part.double())
+            got, got_lse = out.reshape(-1, d).double(), lse.reshape(-1).double()
+            assert ((got - want).abs() <= 2 ** -8 * want.abs() + 1e-6 * want.abs().max()).all(), (target, s_q, d)
+            assert torch.equal(torch.isinf(got_lse), torch.isinf(want_lse)), (target, s_q, d)
+            fin = ~torch.isinf(want_lse)
+            assert ((got_lse - want_lse)[fin].abs() <= 1e-5 * want_lse[fin].abs().clamp_min(1.0)).all(), (target, d)
+            assert (lse_part == -math.inf).any() or n < 9, "the case meant to hold an empty split has none"
+
+
 def test_varlen_and_mods_with_splits(env):
     import b200c
     import torch

@@ -56,3 +56,24 @@ def test_sdpa_flash_path_runs_b200c():
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert len(calls) == n  # torch's own kernel again
+
+
+def test_readme_training_snippet_is_served_by_b200c():
+    """The README's provider snippet, as written (it is exempt from the CPU README test's served-call check:
+    on the CPU torch's SDPA never reaches the flash provider): its forward runs b200c's kernel (the profiler
+    names it), its backward gives gradients (torch's flash backward on b200c's O and LSE)."""
+    if torch.cuda.get_device_capability() != (9, 0) or not torch_flash.available():
+        pytest.skip("needs a compute capability 9.0 GPU and a torch with register_flash_attention_impl")
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", readme, flags=re.S | re.M)
+                if "activate_flash_attention_impl" in b]
+    ns: dict = {"torch": torch}  # the README's blocks share one namespace: its first block imports torch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        exec(compile(block, "README.md", "exec"), ns)
+        torch.cuda.synchronize()
+    kernels = {e.name for e in prof.events()}
+    assert any(n.startswith("b200c_attention") for n in kernels), sorted(kernels)[:20]
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in (ns["qg"], ns["kg"], ns["vg"]))
