@@ -17,7 +17,8 @@ class Party(msgspec.Struct, frozen=True):
     Attributes:
         role: warp-role name (``load``, ``mma``, ``softmax``, ``correction``, ``cta``).
         how: ``"warp"`` (each warp of the role arrives once: ``__syncwarp`` +
-            lane 0), ``"thread"`` (one elected thread), ``"expect_tx"`` (one
+            lane 0), ``"thread"`` (each arriving thread once: one elected thread, or
+            every thread of the role), ``"expect_tx"`` (one
             thread's ``arrive.expect_tx`` whose TMA copies complete the bytes),
             ``"commit"`` (``tcgen05.commit``: the hardware arrives once the
             issuer's earlier MMAs completed).

@@ -63,6 +63,16 @@ def nan_max(s) -> bool:
     return exp_mode(s) == "ex2" and s.sw_exp2_per16 > 0
 
 
+def nan_rescale(candidate: str, factor: str) -> str:
+    """C expression of the rebase's rescale factor ``factor`` made NaN when the new running max ``candidate``
+    is NaN or infinite (``candidate * 0`` is NaN then, a signed zero otherwise: one FFMA). With the software
+    exp2 (:func:`nan_max`) the P pass's pair polynomial turns a NaN exponent into FLT_MAX (it skips the scalar
+    polynomial's NaN-keeping FMA: 8 FFMA2 per K/V tile in the blog's stages), and a NaN exponent reaches a
+    column only when the row's max is NaN or +inf; the factor multiplies the rowsum (and ``row_adj``), so the
+    row's rowsum, O and LSE are NaN as torch's FP32 softmax gives."""
+    return f"fmaf({candidate}, 0.f, {factor})"
+
+
 def max_fn(nan: bool, three: bool = False) -> str:
     """The device max of the row max: ``fmaxf``/``fmax3`` or their ``max.NaN`` forms."""
     return ("fmax3_nan" if nan else "fmax3") if three else ("fmax_nan" if nan else "fmaxf")
@@ -117,23 +127,44 @@ def exp_scale(use: str, scale: str) -> str:
     return f"{huge_test(use)} ? pow2_floor({scale}) : {scale}"
 
 
-def huge_lines(use: str, scale: str, ref: str, carried: bool = False) -> list:
-    """C lines declaring ``exp_sc`` / ``exp_neg``, P's exponent ``fmaf(s, exp_sc, exp_neg)`` for a row whose
-    running max in exponent units is ``use`` (0 when the row has no key yet), whose reference score (the raw
-    score that max was taken from) is ``ref``, at the exponent scale ``scale`` (see the module docstring:
-    rows with ``|use| >= HUGE_MAX`` take ``pow2_floor(scale)``). A NaN max keeps ``-use`` (NaN reaches P).
-    ``carried``: only assign ``exp_neg`` (a variable the caller keeps across tiles, 0 before the row's first
-    key); the caller then forms ``exp_sc`` from the same test."""
+def carried_exp_scale(use: str, scale: str) -> str:
+    """C expression of P's exponent scale kept across tiles with ch.11's threshold (the tcgen05 softmax) for a
+    new running max ``use`` in the units of the old scale: ``scale``, or for a huge row (``|use| >= HUGE_MAX``)
+    the power of two just above ``pow2_floor(scale)``, ``2 * pow2_floor(scale) >= scale``: products with it are
+    exact (see :func:`huge_lines`), and the row's addend ``-ref * exp_sc`` then has ``|addend| >= HUGE_MAX``
+    while a row that is not huge keeps ``|addend| < HUGE_MAX`` (in either units a huge max stays huge), so the
+    addend alone tells which scale it is in (:func:`carried_row_max`). The larger scale only sharpens P below
+    the max, where both give P < 2^-64 (scores there are at least 64 exponent units apart)."""
+    return f"{huge_test(use)} ? 2.f * pow2_floor({scale}) : {scale}"
+
+
+def carried_row_max(neg: str, scale: str) -> str:
+    """C expression of the running max in log2 units of ``scale`` from the carried addend ``neg`` (see
+    :func:`carried_exp_scale`): ``-neg``, or for a huge row ``-neg * scale / (2 * pow2_floor(scale))``
+    (exact: ``pow2_ratio``); ``neg = +inf`` (no key) gives -inf, NaN stays NaN."""
+    return f"{huge_test(neg)} ? -{neg} * (0.5f * pow2_ratio({scale})) : -{neg}"
+
+
+def huge_lines(use: str, scale: str, ref: str, carried=None, no_key=None) -> list:
+    """C lines setting ``exp_sc`` / ``exp_neg``, P's exponent ``fmaf(s, exp_sc, exp_neg)`` for a row whose
+    running max in exponent units is ``use`` (0 when the row has no key yet), ``ref * scale`` rounded, where
+    ``ref`` is the raw score that max was taken from, at the exponent scale ``scale`` (see the module
+    docstring: rows with ``|use| >= HUGE_MAX`` take ``pow2_floor(scale)``). ``-ref * exp_sc`` is ``-use``
+    for a row that is not huge, NaN for a NaN max.
+
+    ``carried``: the name of the caller's value holding :func:`exp_scale` of the new max (computed before the
+    rebase's branch); then only assign the caller's ``exp_sc`` / ``exp_neg`` (kept across tiles) inside a
+    rebase, where the new max is ``ref * exp_sc`` rounded.
+    Otherwise declare both; ``no_key``: a C condition under which the row has seen no key yet (``exp_neg``
+    0, not ``-(-inf)``)."""
     head = [f"// |max| >= 2^30: P from the power-of-two scale at or below {scale}, exact at the max (FP32 logits of",
             "// 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max "
             "rounded)"]
     if carried:
-        return head + [f"exp_neg = {huge_test(use)} ? -{ref} * pow2_floor({scale}) : -{use};"]
-    return head + [
-        f"const bool huge = {huge_test(use)};",
-        f"const float exp_sc = huge ? pow2_floor({scale}) : {scale};",
-        f"const float exp_neg = huge ? -{ref} * pow2_floor({scale}) : -{use};",
-    ]
+        return head + [f"exp_sc = {carried};", f"exp_neg = -{ref} * {carried};"]
+    neg = f"-{ref} * exp_sc"
+    return head + [f"const float exp_sc = {exp_scale(use, scale)};",
+                   f"const float exp_neg = {f'{no_key} ? 0.f : ' if no_key else ''}{neg};"]
 
 
 def lse_natural(max_log2: str, rowsum: str) -> str:
@@ -143,5 +174,5 @@ def lse_natural(max_log2: str, rowsum: str) -> str:
     return f"({max_log2} + lg2_approx_ftz({rowsum})) * 0.6931471805599453f"
 
 
-__all__ = ["HUGE_MAX", "exp_scale", "huge_lines", "huge_test", "lse_natural", "EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
+__all__ = ["nan_rescale", "carried_exp_scale", "carried_row_max", "HUGE_MAX", "exp_scale", "huge_lines", "huge_test", "lse_natural", "EX2", "exp_mode", "exp_ranges", "sw_from", "nan_max", "max_fn", "top_p_rounding", "top_p_sw_from",
            "c_float", "rebase_test"]

@@ -36,8 +36,9 @@ def splits_for(info, items: int, seq_q: int, seq_kv: int, causal: bool, num_sms:
 
 
 def split_token(token):
-    """The kernel token of a schedule's split-KV build (``kv_splits=0``: the count per call), or None
-    where the token names no schedule (a GeneratedKernel: it runs as generated)."""
+    """The kernel token of a schedule's split-KV build (:meth:`b200c.Schedule.split_build`: ``kv_splits=0``,
+    the count per call), or None where the token names no schedule (a GeneratedKernel: it runs as
+    generated)."""
     if isinstance(token, str):
         return _split_json(token)
     if isinstance(token, tuple) and len(token) == 2 and isinstance(token[0], str):
@@ -49,7 +50,7 @@ def split_token(token):
 def _split_json(schedule_json: str) -> str:
     from ..dsl import Schedule
 
-    return Schedule.from_json(schedule_json).replace(kv_splits=0).to_json()
+    return Schedule.from_json(schedule_json).split_build().to_json()
 
 
 class SplitLaunch:

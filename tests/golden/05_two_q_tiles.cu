@@ -66,14 +66,16 @@
 // mask, B200C_WAIT_SPIN_MASK), the hang report, named barriers, elect.sync, the
 // 4-D TMA load, and the softmax math with its special-value rules:
 //
-//   NaN rule (both backends, every exp2 column): exp2 of NaN is NaN, exp2 of
-//   -inf is 0. ex2.approx.ftz does this in hardware; the software polynomial
-//   exp2_poly below does it too (its exponent add alone would turn NaN into
-//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). So a NaN
-//   score, or a +inf score (s - max = inf - inf = NaN), makes its P NaN in
-//   whichever column it lands, hence the row's rowsum and O NaN, as torch's
-//   FP32 softmax gives; a -inf score gives P = 0; a row with no finite score
-//   (all -inf) is handled by the kernels (O = 0, LSE = -inf).
+//   NaN rule (both backends): a NaN score, or a +inf score (s - max =
+//   inf - inf = NaN), makes the row's rowsum, O and LSE NaN, as torch's FP32
+//   softmax gives; a -inf score gives P = 0; a row with no finite score (all
+//   -inf) is handled by the kernels (O = 0, LSE = -inf). ex2.approx.ftz gives
+//   exp2(NaN) = NaN and exp2(-inf) = 0 in hardware; the software polynomial
+//   exp2_poly below does too (its exponent add alone would turn NaN into
+//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). The sm_100a
+//   P pass's pair form (b200c_ptx.cuh's exp2_poly_x2) skips that FMA: there
+//   the rebase makes the rescale factor NaN for a NaN or +inf max, which is
+//   when a NaN exponent reaches a column (softmax_rules.nan_rescale).
 // ---------------------------------------------------------------------------
 #ifndef B200C_COMMON_CUH
 #define B200C_COMMON_CUH
@@ -271,6 +273,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
 // reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
 __device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
+// x / pow2_floor(x) (x finite, positive, normal), exactly: x's significand in [1, 2)
+__device__ __forceinline__ float pow2_ratio(float x) {
+  return __uint_as_float((__float_as_uint(x) & 0x007FFFFFu) | 0x3F800000u);
+}
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
@@ -364,6 +370,15 @@ namespace b200c {
 constexpr int kEmulatorThreads = 0;
 
 // ---- packed FP32 pairs (PTX 9.7.3, sm_100+) ------------------------------
+// a * (b, b) + (c, c): fma_f32x2 of a scalar pair built inside the asm, so ptxas reads b and c as the
+// broadcast scalar operands of FFMA2 (R.F32) instead of copying them into register pairs (P's
+// scale-and-subtract: 2 to 4 moves per K/V tile fewer in the stage 18 softmax loop, measured)
+__device__ __forceinline__ float2 fma_f32x2_bc(float2 a, float b, float c) {
+  uint64_t d;
+  asm("{\n\t.reg .b64 bb, cc;\n\tmov.b64 bb, {%2, %2};\n\tmov.b64 cc, {%3, %3};\n\tfma.rn.f32x2 %0, %1, bb, cc;\n\t}"
+      : "=l"(d) : "l"(*reinterpret_cast<uint64_t*>(&a)), "f"(b), "f"(c));
+  return *reinterpret_cast<float2*>(&d);
+}
 __device__ __forceinline__ float2 fma_f32x2(float2 a, float2 b, float2 c) {
   uint64_t d;
   asm("fma.rn.f32x2 %0, %1, %2, %3;" : "=l"(d)
@@ -564,8 +579,13 @@ __device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[
 
 namespace b200c {
 // ---- software exp2 of a pair on the FMA pipes: b200c_common.cuh's exp2_poly (its comment gives the
-// method and the NaN rule), step for step on f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100), so either
-// lane equals exp2_poly of that input bit for bit
+// method), step for step on f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100), so either lane equals
+// exp2_poly of that input bit for bit, except for a NaN input: without exp2_poly's last FMA (one FFMA2 per
+// pair, 8 per K/V tile in the P pass of the blog's stages) a NaN becomes FLT_MAX here. The P pass never
+// needs it: a NaN exponent s * scale + neg reaches a column only when the row's running max is NaN (then
+// every column is NaN, the ex2.approx ones too: at least 8 of every 16 take it) or +inf (a +inf score:
+// inf - inf in its own column), and both rebase with a rescale factor that the rebase makes NaN
+// (softmax_rules.nan_rescale), so the rowsum, O and the LSE are NaN as torch's FP32 softmax gives
 __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   x = make_float2(fmax_nan(x.x, kExp2PolyMin), fmax_nan(x.y, kExp2PolyMin));
   const float2 magic = make_float2(kExp2PolyMagic, kExp2PolyMagic);
@@ -574,8 +594,18 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   float2 p = fma_f32x2(make_float2(kExp2PolyC3, kExp2PolyC3), f, make_float2(kExp2PolyC2, kExp2PolyC2));
   p = fma_f32x2(p, f, make_float2(kExp2PolyC1, kExp2PolyC1));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
-  const float2 y = make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));
-  return fma_f32x2(x, make_float2(0.f, 0.f), y);             // NaN in, NaN out
+  return make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));  // NaN in, FLT_MAX out (above)
+}
+// exp2_poly without its NaN-carrying FMA (NaN in, FLT_MAX out), for the same reason: the exp2 of the column
+// holding a tile's largest score (top-P rounding), NaN only where the row's rowsum is made NaN anyway
+__device__ __forceinline__ float exp2_poly_bare(float x) {
+  x = fmax_nan(x, kExp2PolyMin);
+  const float r = __fadd_rd(x, kExp2PolyMagic);
+  const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));
+  float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
+  p = __fmaf_rn(p, f, kExp2PolyC1);
+  p = __fmaf_rn(p, f, 1.f);
+  return exp2_poly_join(p, r);
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH
@@ -616,7 +646,7 @@ __host__ __device__ constexpr uint32_t TMEM_O(int q) { return 256u + (uint32_t)q
 [[maybe_unused]] constexpr uint32_t BAR_KV_FULL = 1;  // arrivals 1: load warp (arrive.expect_tx) + TMA; waited by mma warp
 [[maybe_unused]] constexpr uint32_t BAR_KV_EMPTY = 2;  // arrivals 1: tcgen05.commit after the token's last consumer; waited by load warp
 [[maybe_unused]] constexpr uint32_t BAR_S_FULL = 3;  // [2] arrivals 1: tcgen05.commit after QqK; waited by softmax warps of q
-[[maybe_unused]] constexpr uint32_t BAR_P_READY = 5;  // [2] arrivals 4: softmax warps (P ready); waited by mma warp
+[[maybe_unused]] constexpr uint32_t BAR_P_READY = 5;  // [2] arrivals 128: softmax warps (P ready); waited by mma warp
 [[maybe_unused]] constexpr uint32_t BAR_PV_DONE = 7;  // [2] arrivals 1: tcgen05.commit after PqV; waited by softmax warps of q
 [[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 9;
 
@@ -782,17 +812,16 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
       }
       // running rowmax in natural-log units; rescale old rowsum/O by exp(old - new) (blog ch.1 §B)
-      const float m_new = fmaxf(row_max, tile_max * c.softmax_scale);
+      row_ref = fmaxf(row_ref, tile_max);  // the raw score the running max comes from
+      const float m_new = row_ref * c.softmax_scale;  // = max(row_max, tile_max * scale): the rounded product is monotone (scale > 0)
       const float rescale = __expf(row_max - m_new);
       row_sum *= rescale;
 
-      row_ref = fmaxf(row_ref, tile_max);  // the raw score the running max comes from
       row_max = m_new;
       // |max| >= 2^30: P from the power-of-two scale at or below c.softmax_scale, exact at the max (FP32 logits of
       // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
-      const bool huge = fabsf(row_max) >= 1073741824.0f;
-      const float exp_sc = huge ? pow2_floor(c.softmax_scale) : c.softmax_scale;
-      const float exp_neg = huge ? -row_ref * pow2_floor(c.softmax_scale) : -row_max;
+      const float exp_sc = fabsf(row_max) >= 1073741824.0f ? pow2_floor(c.softmax_scale) : c.softmax_scale;
+      const float exp_neg = -row_ref * exp_sc;
       if (j > 0) {
         {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
           #pragma unroll
@@ -842,8 +871,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_wait_st();
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + q));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_READY + q));
     }
     const int row_in_seq = q_tile_of(c, w, q) * BLOCK_M + (int)row;
     #pragma unroll 1
@@ -865,18 +893,17 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         for (int k = 0; k < 8; ++k) tile_max = fmaxf(tile_max, s[k]);
       }
       // running rowmax in natural-log units; rescale old rowsum/O by exp(old - new) (blog ch.1 §B)
-      const float m_new = fmaxf(row_max, tile_max * c.softmax_scale);
+      row_ref = fmaxf(row_ref, tile_max);  // the raw score the running max comes from
+      const float m_new = row_ref * c.softmax_scale;  // = max(row_max, tile_max * scale): the rounded product is monotone (scale > 0)
       const float rescale = m_new == -INFINITY ? 1.f : __expf(row_max - m_new);  // no key seen yet: nothing to rescale
       row_sum *= rescale;
 
-      row_ref = fmaxf(row_ref, tile_max);  // the raw score the running max comes from
       row_max = m_new;
       const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
       // |max| >= 2^30: P from the power-of-two scale at or below c.softmax_scale, exact at the max (FP32 logits of
       // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
-      const bool huge = fabsf(max_use) >= 1073741824.0f;
-      const float exp_sc = huge ? pow2_floor(c.softmax_scale) : c.softmax_scale;
-      const float exp_neg = huge ? -row_ref * pow2_floor(c.softmax_scale) : -max_use;
+      const float exp_sc = fabsf(max_use) >= 1073741824.0f ? pow2_floor(c.softmax_scale) : c.softmax_scale;
+      const float exp_neg = row_max == -INFINITY ? 0.f : -row_ref * exp_sc;
       if (j > 0) {
         {  // O *= rescale: old O into the new rowmax basis (blog ch.1 §B)
           #pragma unroll
@@ -926,8 +953,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_wait_st();
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_READY + q));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_READY + q));
     }
     mbar_wait(c.bar(BAR_PV_DONE + q), pv_done_ph, 102, w.n_kv, work);  // wait site 102
     pv_done_ph ^= 1u;
@@ -1127,7 +1153,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
     for (uint32_t i = 0; i < 1; ++i) mbar_init(c.bar(BAR_KV_FULL + i), 1);
     for (uint32_t i = 0; i < 1; ++i) mbar_init(c.bar(BAR_KV_EMPTY + i), 1);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_S_FULL + i), 1);
-    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_P_READY + i), 4);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_P_READY + i), 128);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_PV_DONE + i), 1);
     fence_mbarrier_init();
     prefetch_tensormap(&tmap_q);

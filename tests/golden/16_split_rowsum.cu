@@ -86,14 +86,16 @@
 // mask, B200C_WAIT_SPIN_MASK), the hang report, named barriers, elect.sync, the
 // 4-D TMA load, and the softmax math with its special-value rules:
 //
-//   NaN rule (both backends, every exp2 column): exp2 of NaN is NaN, exp2 of
-//   -inf is 0. ex2.approx.ftz does this in hardware; the software polynomial
-//   exp2_poly below does it too (its exponent add alone would turn NaN into
-//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). So a NaN
-//   score, or a +inf score (s - max = inf - inf = NaN), makes its P NaN in
-//   whichever column it lands, hence the row's rowsum and O NaN, as torch's
-//   FP32 softmax gives; a -inf score gives P = 0; a row with no finite score
-//   (all -inf) is handled by the kernels (O = 0, LSE = -inf).
+//   NaN rule (both backends): a NaN score, or a +inf score (s - max =
+//   inf - inf = NaN), makes the row's rowsum, O and LSE NaN, as torch's FP32
+//   softmax gives; a -inf score gives P = 0; a row with no finite score (all
+//   -inf) is handled by the kernels (O = 0, LSE = -inf). ex2.approx.ftz gives
+//   exp2(NaN) = NaN and exp2(-inf) = 0 in hardware; the software polynomial
+//   exp2_poly below does too (its exponent add alone would turn NaN into
+//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). The sm_100a
+//   P pass's pair form (b200c_ptx.cuh's exp2_poly_x2) skips that FMA: there
+//   the rebase makes the rescale factor NaN for a NaN or +inf max, which is
+//   when a NaN exponent reaches a column (softmax_rules.nan_rescale).
 // ---------------------------------------------------------------------------
 #ifndef B200C_COMMON_CUH
 #define B200C_COMMON_CUH
@@ -291,6 +293,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
 // reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
 __device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
+// x / pow2_floor(x) (x finite, positive, normal), exactly: x's significand in [1, 2)
+__device__ __forceinline__ float pow2_ratio(float x) {
+  return __uint_as_float((__float_as_uint(x) & 0x007FFFFFu) | 0x3F800000u);
+}
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes
@@ -384,6 +390,15 @@ namespace b200c {
 constexpr int kEmulatorThreads = 0;
 
 // ---- packed FP32 pairs (PTX 9.7.3, sm_100+) ------------------------------
+// a * (b, b) + (c, c): fma_f32x2 of a scalar pair built inside the asm, so ptxas reads b and c as the
+// broadcast scalar operands of FFMA2 (R.F32) instead of copying them into register pairs (P's
+// scale-and-subtract: 2 to 4 moves per K/V tile fewer in the stage 18 softmax loop, measured)
+__device__ __forceinline__ float2 fma_f32x2_bc(float2 a, float b, float c) {
+  uint64_t d;
+  asm("{\n\t.reg .b64 bb, cc;\n\tmov.b64 bb, {%2, %2};\n\tmov.b64 cc, {%3, %3};\n\tfma.rn.f32x2 %0, %1, bb, cc;\n\t}"
+      : "=l"(d) : "l"(*reinterpret_cast<uint64_t*>(&a)), "f"(b), "f"(c));
+  return *reinterpret_cast<float2*>(&d);
+}
 __device__ __forceinline__ float2 fma_f32x2(float2 a, float2 b, float2 c) {
   uint64_t d;
   asm("fma.rn.f32x2 %0, %1, %2, %3;" : "=l"(d)
@@ -584,8 +599,13 @@ __device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[
 
 namespace b200c {
 // ---- software exp2 of a pair on the FMA pipes: b200c_common.cuh's exp2_poly (its comment gives the
-// method and the NaN rule), step for step on f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100), so either
-// lane equals exp2_poly of that input bit for bit
+// method), step for step on f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100), so either lane equals
+// exp2_poly of that input bit for bit, except for a NaN input: without exp2_poly's last FMA (one FFMA2 per
+// pair, 8 per K/V tile in the P pass of the blog's stages) a NaN becomes FLT_MAX here. The P pass never
+// needs it: a NaN exponent s * scale + neg reaches a column only when the row's running max is NaN (then
+// every column is NaN, the ex2.approx ones too: at least 8 of every 16 take it) or +inf (a +inf score:
+// inf - inf in its own column), and both rebase with a rescale factor that the rebase makes NaN
+// (softmax_rules.nan_rescale), so the rowsum, O and the LSE are NaN as torch's FP32 softmax gives
 __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   x = make_float2(fmax_nan(x.x, kExp2PolyMin), fmax_nan(x.y, kExp2PolyMin));
   const float2 magic = make_float2(kExp2PolyMagic, kExp2PolyMagic);
@@ -594,8 +614,18 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   float2 p = fma_f32x2(make_float2(kExp2PolyC3, kExp2PolyC3), f, make_float2(kExp2PolyC2, kExp2PolyC2));
   p = fma_f32x2(p, f, make_float2(kExp2PolyC1, kExp2PolyC1));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
-  const float2 y = make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));
-  return fma_f32x2(x, make_float2(0.f, 0.f), y);             // NaN in, NaN out
+  return make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));  // NaN in, FLT_MAX out (above)
+}
+// exp2_poly without its NaN-carrying FMA (NaN in, FLT_MAX out), for the same reason: the exp2 of the column
+// holding a tile's largest score (top-P rounding), NaN only where the row's rowsum is made NaN anyway
+__device__ __forceinline__ float exp2_poly_bare(float x) {
+  x = fmax_nan(x, kExp2PolyMin);
+  const float r = __fadd_rd(x, kExp2PolyMagic);
+  const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));
+  float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
+  p = __fmaf_rn(p, f, kExp2PolyC1);
+  p = __fmaf_rn(p, f, 1.f);
+  return exp2_poly_join(p, r);
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH
@@ -640,12 +670,12 @@ __host__ __device__ constexpr uint32_t TMEM_O(int q) { return 256u + (uint32_t)q
 [[maybe_unused]] constexpr uint32_t BAR_KV_FULL = 2;  // [3] arrivals 1: load warp (arrive.expect_tx) + TMA; waited by mma warp
 [[maybe_unused]] constexpr uint32_t BAR_KV_EMPTY = 5;  // [3] arrivals 1: tcgen05.commit after the token's last consumer; waited by load warp
 [[maybe_unused]] constexpr uint32_t BAR_S_FULL = 8;  // [2] arrivals 1: tcgen05.commit after QqK; waited by softmax warps of q
-[[maybe_unused]] constexpr uint32_t BAR_P_HI_READY = 10;  // [2] arrivals 8: softmax warps (high P columns) + correction warps (O safe); waited by mma warp
-[[maybe_unused]] constexpr uint32_t BAR_P_LO_READY = 12;  // [2] arrivals 4: softmax warps (low P columns); waited by mma warp
+[[maybe_unused]] constexpr uint32_t BAR_P_HI_READY = 10;  // [2] arrivals 256: softmax warps (high P columns) + correction warps (O safe); waited by mma warp
+[[maybe_unused]] constexpr uint32_t BAR_P_LO_READY = 12;  // [2] arrivals 128: softmax warps (low P columns); waited by mma warp
 [[maybe_unused]] constexpr uint32_t BAR_PV_DONE = 14;  // [2] arrivals 1: tcgen05.commit after PqV; waited by correction warps
-[[maybe_unused]] constexpr uint32_t BAR_STATS_READY = 16;  // [2] arrivals 4: softmax warps of q (rescale factors); waited by correction warps
-[[maybe_unused]] constexpr uint32_t BAR_ROWSUM_READY = 18;  // [2] arrivals 4: softmax warps of q (final rowsums); waited by correction warps (epilogue)
-[[maybe_unused]] constexpr uint32_t BAR_ROWSUM_FREE = 20;  // [2] arrivals 4: correction warps after the epilogue read the rowsum; waited by softmax warps of q (before publishing the next rowsum)
+[[maybe_unused]] constexpr uint32_t BAR_STATS_READY = 16;  // [2] arrivals 128: softmax warps of q (rescale factors); waited by correction warps
+[[maybe_unused]] constexpr uint32_t BAR_ROWSUM_READY = 18;  // [2] arrivals 128: softmax warps of q (final rowsums); waited by correction warps (epilogue)
+[[maybe_unused]] constexpr uint32_t BAR_ROWSUM_FREE = 20;  // [2] arrivals 128: correction warps after the epilogue read the rowsum; waited by softmax warps of q (before publishing the next rowsum)
 [[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 22;
 
 // TMA boxes: 2 slices of 64 columns x 128 rows per tile (swizzle 128B, blog ch.3)
@@ -799,8 +829,8 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
   for (int work = blockIdx.x; work < c.num_work(); work += gridDim.x) {
     const WorkItem w = decode_work(c, work);
     if (!w.valid) continue;  // a shorter varlen sequence: every role skips the item
-    float row_max = -INFINITY;
-    float exp_neg = 0.f;
+    float exp_neg = INFINITY;
+    float exp_sc = c.scale_log2();
     float row_sum = 0.f;
     float row_adj = 0.f;
     float s_cache[96] = {};
@@ -833,27 +863,25 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       for (int k = 1; k < 3; ++k) mx[0] = fmax_nan(mx[0], mx[k]);
       const float sw_max = mx[3];  // the largest score of the software-exp2 columns
       const float tile_max = fmax_nan(mx[0], sw_max);
-      // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
-      const float m_cand = fmax_nan(row_max, tile_max * c.scale_log2());  // a NaN row max stays NaN
-      const bool rebase = !((m_cand - row_max) < 8.0f);  // NaN rebases: NaN reaches the rowsum and O
+      // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units); the running max is -exp_neg
+      const float m_cand = fmax_nan(-exp_neg, tile_max * exp_sc);  // a NaN row max stays NaN
+      const bool rebase = !((m_cand + exp_neg) < 8.0f);  // NaN rebases: NaN reaches the rowsum and O
+      const float sc_new = fabsf(m_cand) >= 1073741824.0f ? 2.f * pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
       float rescale = 1.f;
       if (rebase) {
-        rescale = ex2_approx_ftz(row_max - m_cand);
+        // a NaN or +inf max: NaN rescale, so NaN reaches the rowsum (softmax_rules.nan_rescale)
+        rescale = fmaf(m_cand, 0.f, ex2_approx_ftz(-exp_neg - m_cand));
         row_sum *= rescale;
 
         row_adj *= rescale;
-        row_max = m_cand;
         // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
         // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
-        exp_neg = fabsf(m_cand) >= 1073741824.0f ? -tile_max * pow2_floor(c.scale_log2()) : -m_cand;
+        exp_sc = sc_new;
+        exp_neg = -tile_max * sc_new;
       }
-      const float exp_sc = fabsf(row_max) >= 1073741824.0f ? pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
-      const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per fma.rn.f32x2
-      const float2 neg_max2 = make_float2(exp_neg, exp_neg);
       // blog ch.12: the correction warps rescale O with the published factor
-      c.stats(q, 0)[row] = j > 0 ? rescale : 1.f;  // this tile's O rescale factor for the correction warps (1 on tile 0: O is not written yet)
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_STATS_READY + q));  // one arrival per warp
+      c.stats(q, 0)[row] = rescale;  // this tile's O rescale factor for the correction warps (they skip tile 0's: O is not written yet)
+      mbar_arrive(c.bar(BAR_STATS_READY + q));
       float2 rs_ab = make_float2(0.f, 0.f);
       float2 rs_c2 = make_float2(0.f, 0.f);
       {  // pass 2 over S columns [32, 128) (published first, blog ch.13): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
@@ -868,13 +896,13 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
           for (int g = 0; g < 32; g += 16) {
             #pragma unroll
             for (int k = g + 0; k < g + 14; k += 2) {
-              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, exp_neg);  // s * scale_log2 - max, two columns per fma.rn.f32x2
               p[k] = ex2_approx_ftz(x.x);
               p[k + 1] = ex2_approx_ftz(x.y);
             }
             #pragma unroll
             for (int k = g + 14; k < g + 16; k += 2) {  // blog ch.9: the last 2 of every 16 columns on the FMA pipes (software exp2)
-              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, exp_neg);  // s * scale_log2 - max, two columns per fma.rn.f32x2
               const float2 e = exp2_poly_x2(x);
               p[k] = e.x;
               p[k + 1] = e.y;
@@ -890,8 +918,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_wait_st();
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_HI_READY + q));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_HI_READY + q));
       {  // pass 2 over S columns [0, 32) (the rest): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
         {  // columns re-read from TMEM
           const int c0 = 0;
@@ -903,13 +930,13 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
           for (int g = 0; g < 32; g += 16) {
             #pragma unroll
             for (int k = g + 0; k < g + 14; k += 2) {
-              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, exp_neg);  // s * scale_log2 - max, two columns per fma.rn.f32x2
               p[k] = ex2_approx_ftz(x.x);
               p[k + 1] = ex2_approx_ftz(x.y);
             }
             #pragma unroll
             for (int k = g + 14; k < g + 16; k += 2) {  // blog ch.9: the last 2 of every 16 columns on the FMA pipes (software exp2)
-              const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+              const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, exp_neg);  // s * scale_log2 - max, two columns per fma.rn.f32x2
               const float2 e = exp2_poly_x2(x);
               p[k] = e.x;
               p[k + 1] = e.y;
@@ -925,8 +952,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_wait_st();
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_LO_READY + q));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_LO_READY + q));
       const float2 rs_all = add_f32x2(rs_ab, rs_c2);
       row_sum = row_sum + (rs_all.x + rs_all.y);
       // the tile's largest P entered PV rounded to BF16: O's normaliser takes that rounding too (rowsum='fp32' with
@@ -935,7 +961,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       const float x_top = fmaf(tile_max, exp_sc, exp_neg);
       // the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): the
       // polynomial and ex2.approx may round to different BF16 values
-      const float p_top = select_ge(sw_max, tile_max, exp2_poly(x_top), ex2_approx_ftz(x_top));
+      const float p_top = select_ge(sw_max, tile_max, exp2_poly_bare(x_top), ex2_approx_ftz(x_top));
       row_adj += bf16_round(p_top) - p_top;  // kept apart: O is normalised by row_sum + row_adj, the LSE uses row_sum
     }
     const int row_in_seq = q_tile_of(c, w, q) * BLOCK_M + (int)row;
@@ -967,29 +993,27 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       for (int k = 1; k < 3; ++k) mx[0] = fmax_nan(mx[0], mx[k]);
       const float sw_max = mx[3];  // the largest score of the software-exp2 columns
       const float tile_max = fmax_nan(mx[0], sw_max);
-      // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units)
-      const float m_cand = fmax_nan(row_max, tile_max * c.scale_log2());  // a NaN row max stays NaN
-      // a NaN row max rebases (NaN reaches the rowsum and O); a row with no key yet (-inf - -inf) does not
-      const bool rebase = (m_cand - row_max) >= 8.0f || m_cand != m_cand;
+      // blog ch.11: keep the old rowmax unless the tile max exceeds it by >= 8.0 (log2 units); the running max is -exp_neg
+      const float m_cand = fmax_nan(-exp_neg, tile_max * exp_sc);  // a NaN row max stays NaN
+      // a NaN row max rebases (NaN reaches the rowsum and O); a row with no key yet (-inf + inf) does not
+      const bool rebase = (m_cand + exp_neg) >= 8.0f || m_cand != m_cand;
+      const float sc_new = fabsf(m_cand) >= 1073741824.0f ? 2.f * pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
       float rescale = 1.f;
       if (rebase) {
-        rescale = ex2_approx_ftz(row_max - m_cand);
+        // a NaN or +inf max: NaN rescale, so NaN reaches the rowsum (softmax_rules.nan_rescale)
+        rescale = fmaf(m_cand, 0.f, ex2_approx_ftz(-exp_neg - m_cand));
         row_sum *= rescale;
 
         row_adj *= rescale;
-        row_max = m_cand;
         // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
         // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
-        exp_neg = fabsf(m_cand) >= 1073741824.0f ? -tile_max * pow2_floor(c.scale_log2()) : -m_cand;
+        exp_sc = sc_new;
+        exp_neg = -tile_max * sc_new;
       }
-      const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys gets P = 0, not NaN
-      const float exp_sc = fabsf(max_use) >= 1073741824.0f ? pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
-      const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per fma.rn.f32x2
-      const float2 neg_max2 = make_float2(exp_neg, exp_neg);
+      const float neg_use = exp_neg == INFINITY ? 0.f : exp_neg;  // masked tiles: a row without keys gets P = 0, not NaN
       // blog ch.12: the correction warps rescale O with the published factor
-      c.stats(q, 0)[row] = j > 0 ? rescale : 1.f;  // this tile's O rescale factor for the correction warps (1 on tile 0: O is not written yet)
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_STATS_READY + q));  // one arrival per warp
+      c.stats(q, 0)[row] = rescale;  // this tile's O rescale factor for the correction warps (they skip tile 0's: O is not written yet)
+      mbar_arrive(c.bar(BAR_STATS_READY + q));
       float2 rs_c2 = make_float2(0.f, 0.f);
       {  // pass 2 over S columns [32, 128) (published first, blog ch.13): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
         tmem_wait_ld();  // minor 15: the one deferred wait for pass 1's loads, before P overwrites S columns
@@ -1003,13 +1027,13 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
           float p[16];
           #pragma unroll
           for (int k = 0; k < 14; k += 2) {
-            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, neg_use);  // s * scale_log2 - max, two columns per fma.rn.f32x2
             p[k] = ex2_approx_ftz(x.x);
             p[k + 1] = ex2_approx_ftz(x.y);
           }
           #pragma unroll
           for (int k = 14; k < 16; k += 2) {  // blog ch.9: software exp2 on the FMA pipes
-            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, neg_use);  // s * scale_log2 - max, two columns per fma.rn.f32x2
             const float2 e = exp2_poly_x2(x);
             p[k] = e.x;
             p[k + 1] = e.y;
@@ -1024,8 +1048,7 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_wait_st();
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_HI_READY + q));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_HI_READY + q));
       {  // pass 2 over S columns [0, 32) (the rest): P = exp2(S * scale_log2 - rowmax), rowsum += P, high to low (blog ch.10)
         #pragma unroll
         for (int c0 = 16; c0 >= 0; c0 -= 16) {  // columns re-read from TMEM
@@ -1037,13 +1060,13 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
           float p[16];
           #pragma unroll
           for (int k = 0; k < 14; k += 2) {
-            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, neg_use);  // s * scale_log2 - max, two columns per fma.rn.f32x2
             p[k] = ex2_approx_ftz(x.x);
             p[k + 1] = ex2_approx_ftz(x.y);
           }
           #pragma unroll
           for (int k = 14; k < 16; k += 2) {  // blog ch.9: software exp2 on the FMA pipes
-            const float2 x = fma_f32x2(make_float2(s[k], s[k + 1]), scale2, neg_max2);
+            const float2 x = fma_f32x2_bc(make_float2(s[k], s[k + 1]), exp_sc, neg_use);  // s * scale_log2 - max, two columns per fma.rn.f32x2
             const float2 e = exp2_poly_x2(x);
             p[k] = e.x;
             p[k + 1] = e.y;
@@ -1058,26 +1081,26 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
         tmem_wait_st();
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_LO_READY + q));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_LO_READY + q));
       row_sum = row_sum + (rs_c2.x + rs_c2.y);
       // the tile's largest P entered PV rounded to BF16: O's normaliser takes that rounding too (rowsum='fp32' with
       // the ch.11 threshold, where P reaches 2^8); same fma + exp2 as the P pass, so the same value. After the P pass:
       // the register cache is free by then (computed before it, stage 15 spilled, measured)
-      const float x_top = fmaf(tile_max, exp_sc, exp_neg);
+      const float x_top = fmaf(tile_max, exp_sc, neg_use);
       // the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): the
       // polynomial and ex2.approx may round to different BF16 values
-      const float p_top = select_ge(sw_max, tile_max, exp2_poly(x_top), ex2_approx_ftz(x_top));
+      const float p_top = select_ge(sw_max, tile_max, exp2_poly_bare(x_top), ex2_approx_ftz(x_top));
       row_adj += bf16_round(p_top) - p_top;  // kept apart: O is normalised by row_sum + row_adj, the LSE uses row_sum
     }
+    // the running max in log2 units of the scale (-inf: no key; softmax_rules.carried_row_max)
+    const float row_max = fabsf(exp_neg) >= 1073741824.0f ? -exp_neg * (0.5f * pow2_ratio(c.scale_log2())) : -exp_neg;
     // blog ch.14: the correction warps have read the previous work item's rowsum
     mbar_wait(c.bar(BAR_ROWSUM_FREE + q), rowsum_free_ph, 102, w.n_kv, work);  // wait site 102
     rowsum_free_ph ^= 1u;
     c.stats(q, 1)[row] = row_sum + row_adj;  // final rowsum with the top-P BF16 roundings: O's normaliser
     // final row max for the LSE, shifted so that m + lg2(row_sum + row_adj) = row max + lg2(exact FP32 rowsum)
     c.stats(q, 2)[row] = row_adj == 0.f ? row_max : row_max + lg2_approx_ftz(row_sum / (row_sum + row_adj));
-    __syncwarp();
-    if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_READY + q));  // one arrival per warp
+    mbar_arrive(c.bar(BAR_ROWSUM_READY + q));
   }
 }
 // ==== end section: role softmax ====
@@ -1103,8 +1126,9 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
       tcgen05_fence_after();
       {  // O0 *= the factor published by the softmax warps (blog ch.12)
         const float rescale = c.stats(0, 0)[row];
-        // the O pass is warp-collective: skip it when no row of this warp changed its rowmax (blog ch.11)
-        if (__any_sync(0xffffffffu, rescale != 1.f)) {
+        // the O pass is warp-collective: skip it when no row of this warp changed its rowmax (blog ch.11), and on K/V tile 0
+        // (O is not written yet; the softmax warps publish every tile's factor as it is, one select per tile fewer there)
+        if (j > 0 && __any_sync(0xffffffffu, rescale != 1.f)) {
           const float2 rescale2 = make_float2(rescale, rescale);
           #pragma unroll
           for (int c0 = 0; c0 < 128; c0 += 32) {  // 1 x32 load(s)
@@ -1127,15 +1151,15 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_HI_READY + 0));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_HI_READY + 0));
       mbar_wait(c.bar(BAR_STATS_READY + 1), stats_ph[1], 201, j, work);  // wait site 201
       stats_ph[1] ^= 1u;
       tcgen05_fence_after();
       {  // O1 *= the factor published by the softmax warps (blog ch.12)
         const float rescale = c.stats(1, 0)[row];
-        // the O pass is warp-collective: skip it when no row of this warp changed its rowmax (blog ch.11)
-        if (__any_sync(0xffffffffu, rescale != 1.f)) {
+        // the O pass is warp-collective: skip it when no row of this warp changed its rowmax (blog ch.11), and on K/V tile 0
+        // (O is not written yet; the softmax warps publish every tile's factor as it is, one select per tile fewer there)
+        if (j > 0 && __any_sync(0xffffffffu, rescale != 1.f)) {
           const float2 rescale2 = make_float2(rescale, rescale);
           #pragma unroll
           for (int c0 = 0; c0 < 128; c0 += 32) {  // 1 x32 load(s)
@@ -1158,8 +1182,7 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
       tcgen05_fence_before();
-      __syncwarp();
-      if (lane_id() == 0) mbar_arrive(c.bar(BAR_P_HI_READY + 1));  // one arrival per warp
+      mbar_arrive(c.bar(BAR_P_HI_READY + 1));
     }
     mbar_wait(c.bar(BAR_ROWSUM_READY + 0), rowsum_ph[0], 202, w.n_kv, work);  // wait site 202
     rowsum_ph[0] ^= 1u;
@@ -1196,8 +1219,7 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
     }
-    __syncwarp();
-    if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_FREE + 0));  // one arrival per warp
+    mbar_arrive(c.bar(BAR_ROWSUM_FREE + 0));
     mbar_wait(c.bar(BAR_ROWSUM_READY + 1), rowsum_ph[1], 204, w.n_kv, work);  // wait site 204
     rowsum_ph[1] ^= 1u;
     mbar_wait(c.bar(BAR_PV_DONE + 1), pv_done_ph[1], 205, w.n_kv, work);  // wait site 205
@@ -1233,8 +1255,7 @@ __device__ __forceinline__ void role_correction(const Ctx& c) {
         }
       }
     }
-    __syncwarp();
-    if (lane_id() == 0) mbar_arrive(c.bar(BAR_ROWSUM_FREE + 1));  // one arrival per warp
+    mbar_arrive(c.bar(BAR_ROWSUM_FREE + 1));
   }
 }
 // ==== end section: role correction ====
@@ -1532,12 +1553,12 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
     for (uint32_t i = 0; i < 3; ++i) mbar_init(c.bar(BAR_KV_FULL + i), 1);
     for (uint32_t i = 0; i < 3; ++i) mbar_init(c.bar(BAR_KV_EMPTY + i), 1);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_S_FULL + i), 1);
-    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_P_HI_READY + i), 8);
-    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_P_LO_READY + i), 4);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_P_HI_READY + i), 256);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_P_LO_READY + i), 128);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_PV_DONE + i), 1);
-    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_STATS_READY + i), 4);
-    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_ROWSUM_READY + i), 4);
-    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_ROWSUM_FREE + i), 4);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_STATS_READY + i), 128);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_ROWSUM_READY + i), 128);
+    for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_ROWSUM_FREE + i), 128);
     fence_mbarrier_init();
     prefetch_tensormap(&tmap_q);
     prefetch_tensormap(&tmap_k);

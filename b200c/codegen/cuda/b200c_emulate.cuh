@@ -86,6 +86,9 @@ constexpr int kEmulatorThreads = 32;
 __device__ __forceinline__ float2 fma_f32x2(float2 a, float2 b, float2 c) {
   return make_float2(__fmaf_rn(a.x, b.x, c.x), __fmaf_rn(a.y, b.y, c.y));
 }
+__device__ __forceinline__ float2 fma_f32x2_bc(float2 a, float b, float c) {  // a * (b, b) + (c, c)
+  return make_float2(__fmaf_rn(a.x, b, c), __fmaf_rn(a.y, b, c));
+}
 __device__ __forceinline__ float2 add_f32x2(float2 a, float2 b) {
   return make_float2(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y));
 }

@@ -49,6 +49,15 @@ namespace b200c {
 constexpr int kEmulatorThreads = 0;
 
 // ---- packed FP32 pairs (PTX 9.7.3, sm_100+) ------------------------------
+// a * (b, b) + (c, c): fma_f32x2 of a scalar pair built inside the asm, so ptxas reads b and c as the
+// broadcast scalar operands of FFMA2 (R.F32) instead of copying them into register pairs (P's
+// scale-and-subtract: 2 to 4 moves per K/V tile fewer in the stage 18 softmax loop, measured)
+__device__ __forceinline__ float2 fma_f32x2_bc(float2 a, float b, float c) {
+  uint64_t d;
+  asm("{\n\t.reg .b64 bb, cc;\n\tmov.b64 bb, {%2, %2};\n\tmov.b64 cc, {%3, %3};\n\tfma.rn.f32x2 %0, %1, bb, cc;\n\t}"
+      : "=l"(d) : "l"(*reinterpret_cast<uint64_t*>(&a)), "f"(b), "f"(c));
+  return *reinterpret_cast<float2*>(&d);
+}
 __device__ __forceinline__ float2 fma_f32x2(float2 a, float2 b, float2 c) {
   uint64_t d;
   asm("fma.rn.f32x2 %0, %1, %2, %3;" : "=l"(d)
@@ -249,8 +258,13 @@ __device__ __forceinline__ void tmem_st_x32(uint32_t taddr, const uint32_t (&r)[
 
 namespace b200c {
 // ---- software exp2 of a pair on the FMA pipes: b200c_common.cuh's exp2_poly (its comment gives the
-// method and the NaN rule), step for step on f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100), so either
-// lane equals exp2_poly of that input bit for bit
+// method), step for step on f32x2 pairs (FADD2.RM, FADD2, FFMA2 on sm_100), so either lane equals
+// exp2_poly of that input bit for bit, except for a NaN input: without exp2_poly's last FMA (one FFMA2 per
+// pair, 8 per K/V tile in the P pass of the blog's stages) a NaN becomes FLT_MAX here. The P pass never
+// needs it: a NaN exponent s * scale + neg reaches a column only when the row's running max is NaN (then
+// every column is NaN, the ex2.approx ones too: at least 8 of every 16 take it) or +inf (a +inf score:
+// inf - inf in its own column), and both rebase with a rescale factor that the rebase makes NaN
+// (softmax_rules.nan_rescale), so the rowsum, O and the LSE are NaN as torch's FP32 softmax gives
 __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   x = make_float2(fmax_nan(x.x, kExp2PolyMin), fmax_nan(x.y, kExp2PolyMin));
   const float2 magic = make_float2(kExp2PolyMagic, kExp2PolyMagic);
@@ -259,8 +273,18 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   float2 p = fma_f32x2(make_float2(kExp2PolyC3, kExp2PolyC3), f, make_float2(kExp2PolyC2, kExp2PolyC2));
   p = fma_f32x2(p, f, make_float2(kExp2PolyC1, kExp2PolyC1));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
-  const float2 y = make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));
-  return fma_f32x2(x, make_float2(0.f, 0.f), y);             // NaN in, NaN out
+  return make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));  // NaN in, FLT_MAX out (above)
+}
+// exp2_poly without its NaN-carrying FMA (NaN in, FLT_MAX out), for the same reason: the exp2 of the column
+// holding a tile's largest score (top-P rounding), NaN only where the row's rowsum is made NaN anyway
+__device__ __forceinline__ float exp2_poly_bare(float x) {
+  x = fmax_nan(x, kExp2PolyMin);
+  const float r = __fadd_rd(x, kExp2PolyMagic);
+  const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));
+  float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
+  p = __fmaf_rn(p, f, kExp2PolyC1);
+  p = __fmaf_rn(p, f, 1.f);
+  return exp2_poly_join(p, r);
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH

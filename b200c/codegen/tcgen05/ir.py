@@ -212,6 +212,7 @@ class ExpScores(Node):
     packed: bool
     group: int = 16
     max_var: str = "row_max"
+    neg: str = "exp_neg"  # P's addend: exp_neg, or in masked tiles with ch.11's threshold neg_use (0 without a key)
 
     def describe(self) -> str:
         parts = ", ".join(f"[{lo},{hi}) {kind}" for lo, hi, kind in self.ranges)

@@ -140,9 +140,9 @@ def default_registers(s) -> None:
         (s.s_load_cols > 8, f"s_load_cols={s.s_load_cols} (measured 12-228 B of spills at stages 5-11)"),
         (s.deferred_s_wait, "deferred_s_wait=True, which keeps every S column of the tile in flight "
                             "(measured 12-228 B)"),
-        (s.persistent and s.exp2 == "ex2.approx.ftz",
-         "persistent=True with exp2='ex2.approx.ftz', whose work loop keeps the work item live across the "
-         "softmax's K/V loop (measured 20-200 B at stages 8-11)"),
+        (s.persistent,
+         "persistent=True, whose work loop keeps the work item live across the softmax's K/V loop (measured "
+         "20 B at stages 5-7 with exp2='expf', 20-200 B at stages 8-11)"),
     ):
         if bad:
             raise ScheduleError(f"{what}: on {_WHERE} {where}, too few for the softmax warps; {fix}")
@@ -190,16 +190,20 @@ def softmax_s_registers(s) -> None:
     (``s_load_cols=32``, or ``deferred_s_wait`` waiting once for the whole tile) leave the
     non-persistent softmax (stages 12-13, and 15 without its persistent loop) one register short
     unless the rowsum is split (measured: 8 B of spills in each of those 5 cases, none in the 8
-    with ``split_rowsum=True`` or a persistent loop)."""
+    with ``split_rowsum=True`` or a persistent loop), and since issue 47's softmax (P's scale carried
+    across tiles) the split rowsum is enough only beside ``phase_tracking='bitmask'`` (stage 16 without
+    its persistent loop: 8 B at every ``sw_exp2_per16`` with 'array', none with 'bitmask')."""
     if not (s.warp_specialized and s.correction_warps and s.softmax_regs is not None) or not _valid_otherwise(s):
         return
     wide = s.s_load_cols >= 32 or s.deferred_s_wait
-    if s.softmax_regs <= 192 and wide and not s.persistent and not s.split_rowsum:
+    if s.softmax_regs <= 192 and wide and not s.persistent and (not s.split_rowsum or s.phase_tracking == "array"):
         what = "deferred_s_wait=True" if s.deferred_s_wait else f"s_load_cols={s.s_load_cols}"
         raise ScheduleError(
-            f"{what} with softmax_regs={s.softmax_regs}, split_rowsum=False and persistent=False: on {_WHERE} the "
-            f"softmax warps spill with 32 or more S registers in flight at this budget; set split_rowsum=True "
-            f"(minor 16), or s_load_cols <= 16 with deferred_s_wait=False"
+            f"{what} with softmax_regs={s.softmax_regs}, split_rowsum={s.split_rowsum}, "
+            f"phase_tracking={s.phase_tracking!r} and persistent=False: on {_WHERE} the softmax warps spill with 32 "
+            f"or more S registers in flight at this budget; set split_rowsum=True (minor 16) with "
+            f"phase_tracking='bitmask' (minor 17), persistent=True (ch.14), or s_load_cols <= 16 with "
+            f"deferred_s_wait=False"
         )
 
 
@@ -242,6 +246,25 @@ def one_q_stage_software_exp2(s) -> None:
         )
 
 
+def split_kv_registers(s) -> None:
+    """A split-KV build (``kv_splits`` 0 or 2..128) at a softmax budget of 192 registers or less: its
+    epilogue's values leave the softmax no room for more than :data:`b200c.dsl.schedule.SPLIT_S_CACHE_COLS`
+    register-cached S columns (measured with nvcc 13.0: 20-32 B of spills at 96 for the blog's stages 15-18,
+    the head-dim 64 variant, fa4_knobs and sw_exp2_4of16; none at 64 or 80). The runtime's split build of
+    a ``kv_splits=None`` schedule caps them itself (:meth:`b200c.Schedule.split_build`)."""
+    from ...dsl.schedule import SPLIT_S_CACHE_COLS
+
+    if s.kv_splits in (None, 1) or s.softmax_regs is None or s.softmax_regs > 192 or not _valid_otherwise(s):
+        return
+    if s.s_cache_cols > SPLIT_S_CACHE_COLS:
+        raise ScheduleError(
+            f"kv_splits={s.kv_splits} (a split-KV build) with s_cache_cols={s.s_cache_cols} at "
+            f"softmax_regs={s.softmax_regs}: on {_WHERE} the split epilogue's values leave the softmax warps room "
+            f"for at most {SPLIT_S_CACHE_COLS} register-cached S columns (measured 20-32 B of spills at 96); set "
+            f"s_cache_cols <= {SPLIT_S_CACHE_COLS}, or kv_splits=None (the runtime's split build, "
+            f"Schedule.split_build(), caps them itself)")
+
+
 def register_minimums(s) -> None:
     """setmaxnreg budgets below what the roles need spill; so does a two-slot K/V ring beside two
     Q stages and correction warps at head dim 128 (the MMA warp at 48 registers)."""
@@ -271,4 +294,4 @@ def register_minimums(s) -> None:
 
 
 RULES = (tile_shape, p_storage, pingpong, correction_pv_order, default_registers, softmax_o_registers,
-         softmax_s_registers, softmax_cache_registers, one_q_stage_software_exp2, register_minimums)
+         softmax_s_registers, softmax_cache_registers, one_q_stage_software_exp2, split_kv_registers, register_minimums)

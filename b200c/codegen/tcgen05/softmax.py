@@ -10,7 +10,7 @@ import msgspec
 
 from .. import softmax_rules as rules
 from ..mod_kernel import block_sparse, has_score_mod, kv_col0
-from ..ir import Assign, Decl, Scope
+from ..ir import Assign, Comment, Decl, Scope
 from . import softmax_text
 from .ir import (ColumnLoop, Epilogue, ExpScores, PackP, Rebase, RescaleO, RowmaxPass, RowsumAdd, ScoresFromCache,
                  ScoresFromTmem, StoreP, TmemWait, TopPRound)
@@ -110,6 +110,25 @@ def rebase(lw, mask: bool = False, carried: tuple = ()) -> Rebase:
     top = top_p_rounding(lw)
     return _with_code(Rebase(exp_mode(lw), s.rescale_threshold, packed(lw) and exp_mode(lw) == "ex2", top, mask,
                              rowsum_pairs=carried, nan=nan_max(lw)), softmax_text.rebase)
+
+
+def running_max(lw) -> list:
+    """With ch.11's threshold the row keeps P's scale and addend instead of its max (see
+    :func:`b200c.codegen.tcgen05.softmax_text.rebase`): after the K/V loops, the declaration of ``row_max``
+    (log2 units of the scale) that the rowmax publication and the epilogue read. Empty otherwise."""
+    if lw.s.rescale_threshold is None:
+        return []
+    return [Comment("the running max in log2 units of the scale (-inf: no key; softmax_rules.carried_row_max)"),
+            Decl("const float", "row_max", rules.carried_row_max("exp_neg", "c.scale_log2()"))]
+
+
+def carried_decls(lw) -> list:
+    """The per-row softmax state declared at the start of a work item (before its K/V loops)."""
+    if lw.s.rescale_threshold is None:
+        # P's exponent for rows whose max reaches 2^30 (softmax_rules.huge_lines): the raw score row_max comes from
+        return [Decl("float", "row_max", "-INFINITY"), Decl("float", "row_ref", "-INFINITY")]
+    # with ch.11's threshold P's scale and addend, changed only on a rebase (the running max is -exp_neg)
+    return [Decl("float", "exp_neg", "INFINITY"), Decl("float", "exp_sc", "c.scale_log2()")]
 
 
 def top_p_round(lw, mask: bool = False) -> list:
@@ -253,7 +272,8 @@ def _p_part(lw, q: str, lo: int, hi: int, part: str, first: bool, accs: dict, ma
         name, typ = acc
         accs[name] = typ
         return (source, ExpScores(w, mode, ranges, pk and mode == "ex2", group,
-                                  "max_use" if mask or guarded else "row_max"),
+                                  "max_use" if mask or guarded else "row_max",
+                                  "neg_use" if (mask or guarded) and s.rescale_threshold is not None else "exp_neg"),
                 PackP(w),
                 RowsumAdd(w, s.rowsum, name, typ, pk), store)
 

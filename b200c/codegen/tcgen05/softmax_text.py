@@ -15,59 +15,75 @@ def rebase(n) -> tuple:
                for i, a in enumerate(n.rowsum_pairs)] if n.rowsum_pairs
               else ["row_sum *= rescale;", ""])  # the blank line the template this replaced printed (goldens)
     no_key = "  // no key seen yet: nothing to rescale"
+    raw = ["row_ref = {}(row_ref, tile_max);  // the raw score the running max comes from"]
+    monotone = "  // = max(row_max, tile_max * scale): the rounded product is monotone (scale > 0)"
     if n.mode == "expf":
         out.append("// running rowmax in natural-log units; rescale old rowsum/O by exp(old - new) (blog ch.1 §B)")
-        out.append("const float m_new = fmaxf(row_max, tile_max * c.softmax_scale);")
+        out.append(raw[0].format("fmaxf"))
+        out.append("const float m_new = row_ref * c.softmax_scale;" + monotone)
         out.append("const float rescale = m_new == -INFINITY ? 1.f : __expf(row_max - m_new);" + no_key if n.mask else
                    "const float rescale = __expf(row_max - m_new);")
         out += rowsum
-        out.append("row_ref = fmaxf(row_ref, tile_max);  // the raw score the running max comes from")
         out.append("row_max = m_new;")
     elif n.threshold is None:
         out.append("// rowmax kept in log2 units (scale folded with log2(e)); ex2.approx.ftz without the __expf "
                    "wrapper (blog ch.8)")
-        out.append(f"const float m_new = {rules.max_fn(n.nan)}(row_max, tile_max * c.scale_log2());"
-                   + ("  // a NaN row max stays NaN" if n.nan else ""))
-        out.append("const float rescale = m_new == -INFINITY ? 1.f : ex2_approx_ftz(row_max - m_new);" + no_key
-                   if n.mask else "const float rescale = ex2_approx_ftz(row_max - m_new);")
+        out.append(raw[0].format(rules.max_fn(n.nan)) + ("; a NaN max stays NaN" if n.nan else ""))
+        out.append("const float m_new = row_ref * c.scale_log2();" + monotone)
+        factor = "ex2_approx_ftz(row_max - m_new)"
+        if n.nan:  # a NaN or +inf max makes the rowsum NaN here (the pair polynomial does not keep NaN)
+            factor = rules.nan_rescale("m_new", factor)
+        out.append(f"const float rescale = m_new == -INFINITY ? 1.f : {factor};" + no_key
+                   if n.mask else f"const float rescale = {factor};")
         out += rowsum
-        out.append(f"row_ref = {rules.max_fn(n.nan)}(row_ref, tile_max);  // the raw score the running max comes from")
         out.append("row_max = m_new;")
     else:
+        # with ch.11's threshold the running max changes only on a rebase: the row carries P's scale and addend
+        # (exp_sc, exp_neg) and no max of its own: the max is -exp_neg in units of exp_sc (the scale, or for a
+        # huge row a power of two, softmax_rules.carried_exp_scale), +inf before the row's first key; after the
+        # K/V loops row_max comes from exp_neg alone (softmax_rules.carried_row_max). A separate max, or exp_sc
+        # read after the loops, cost a register: the stage 18 preset's split-KV builds and stages 15-16 spilled
+        # 20-44 B, measured
         thr = f"{float(n.threshold)!r}"
-        out.append(f"// blog ch.11: keep the old rowmax unless the tile max exceeds it by >= {thr} (log2 units)")
-        out.append(f"const float m_cand = {rules.max_fn(n.nan)}(row_max, tile_max * c.scale_log2());"
+        out.append(f"// blog ch.11: keep the old rowmax unless the tile max exceeds it by >= {thr} (log2 units); the "
+                   "running max is -exp_neg")
+        out.append(f"const float m_cand = {rules.max_fn(n.nan)}(-exp_neg, tile_max * exp_sc);"
                    + ("  // a NaN row max stays NaN" if n.nan else ""))
-        test = rules.rebase_test("(m_cand - row_max)", "m_cand", n.threshold, n.nan, n.mask)
+        test = rules.rebase_test("(m_cand + exp_neg)", "m_cand", n.threshold, n.nan, n.mask)
         if n.nan and n.mask:
-            out.append("// a NaN row max rebases (NaN reaches the rowsum and O); a row with no key yet (-inf - -inf) "
+            out.append("// a NaN row max rebases (NaN reaches the rowsum and O); a row with no key yet (-inf + inf) "
                        "does not")
             out.append(f"const bool rebase = {test};")
         elif n.nan:
             out.append(f"const bool rebase = {test};  // NaN rebases: NaN reaches the rowsum and O")
         else:
             out.append(f"const bool rebase = {test};")
-        out += ["float rescale = 1.f;", "if (rebase) {", "  rescale = ex2_approx_ftz(row_max - m_cand);"]
+        factor = "ex2_approx_ftz(-exp_neg - m_cand)"
+        # P's scale for a new max, before the branch (inside it ptxas turned the rebase into a branch: +5
+        # instructions in the stage 18 softmax loop, measured)
+        # (m_cand in exp_sc units; softmax_rules.carried_exp_scale)
+        out.append(f"const float sc_new = {rules.carried_exp_scale('m_cand', 'c.scale_log2()')};  // see exp_neg")
+        out += ["float rescale = 1.f;", "if (rebase) {"]
+        if n.nan:
+            out.append("  // a NaN or +inf max: NaN rescale, so NaN reaches the rowsum (softmax_rules.nan_rescale)")
+            factor = rules.nan_rescale("m_cand", factor)
+        out.append(f"  rescale = {factor};")
         out += ["  " + line if line else "" for line in rowsum]
         if n.top_p_rounding:
             out.append("  row_adj *= rescale;")
-        out += ["  row_max = m_cand;"]
-        # P's addend changes only here: carried across tiles (exp_neg, 0 while the row has no key) instead of the
-        # raw reference score (one register less in the P pass: the split-KV build spilled 24 B more, measured)
-        out += ["  " + line for line in rules.huge_lines("m_cand", "c.scale_log2()", "tile_max", carried=True)]
+        out += ["  " + line for line in rules.huge_lines("m_cand", "c.scale_log2()", "tile_max", carried="sc_new")]
         out += ["}"]
+        if n.mask:
+            out.append("const float neg_use = exp_neg == INFINITY ? 0.f : exp_neg;  // masked tiles: a row without "
+                       "keys gets P = 0, not NaN")
+        return tuple(out)
     if n.mask:
         out.append("const float max_use = row_max == -INFINITY ? 0.f : row_max;  // masked tiles: a row without keys "
                    "gets P = 0, not NaN")
     use = "max_use" if n.mask else "row_max"
     if n.threshold is None:
-        out += rules.huge_lines(use, "c.softmax_scale" if n.mode == "expf" else "c.scale_log2()", "row_ref")
-    else:
-        out.append(f"const float exp_sc = {rules.exp_scale(use, 'c.scale_log2()')};  // see exp_neg")
-    if n.packed:
-        out.append("const float2 scale2 = make_float2(exp_sc, exp_sc);  // s * scale_log2 - max, two columns per "
-                   "fma.rn.f32x2")
-        out.append("const float2 neg_max2 = make_float2(exp_neg, exp_neg);")
+        out += rules.huge_lines(use, "c.softmax_scale" if n.mode == "expf" else "c.scale_log2()", "row_ref",
+                                no_key="row_max == -INFINITY" if n.mask else None)
     return tuple(out)
 
 
@@ -79,13 +95,13 @@ def top_p_round(n) -> tuple:
         f"// the ch.11 threshold, where P reaches 2^{n.threshold:g}); same fma + exp2 as the P pass, so the same "
         "value. After the P pass:",
         "// the register cache is free by then (computed before it, stage 15 spilled, measured)",
-        "const float x_top = fmaf(tile_max, exp_sc, exp_neg);",
+        f"const float x_top = fmaf(tile_max, exp_sc, {'neg_use' if n.mask else 'exp_neg'});",
     ]
     if n.top_sw:
         out += ["// the exp2 of the column holding the largest score (the polynomial's when sw_max reaches tile_max): "
                 "the",
                 "// polynomial and ex2.approx may round to different BF16 values",
-                "const float p_top = select_ge(sw_max, tile_max, exp2_poly(x_top), ex2_approx_ftz(x_top));"]
+                "const float p_top = select_ge(sw_max, tile_max, exp2_poly_bare(x_top), ex2_approx_ftz(x_top));"]
     else:
         out.append("const float p_top = ex2_approx_ftz(x_top);")
     out.append("row_adj += bf16_round(p_top) - p_top;  // kept apart: O is normalised by row_sum + row_adj, the LSE "

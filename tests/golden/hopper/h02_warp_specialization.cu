@@ -71,14 +71,16 @@
 // mask, B200C_WAIT_SPIN_MASK), the hang report, named barriers, elect.sync, the
 // 4-D TMA load, and the softmax math with its special-value rules:
 //
-//   NaN rule (both backends, every exp2 column): exp2 of NaN is NaN, exp2 of
-//   -inf is 0. ex2.approx.ftz does this in hardware; the software polynomial
-//   exp2_poly below does it too (its exponent add alone would turn NaN into
-//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). So a NaN
-//   score, or a +inf score (s - max = inf - inf = NaN), makes its P NaN in
-//   whichever column it lands, hence the row's rowsum and O NaN, as torch's
-//   FP32 softmax gives; a -inf score gives P = 0; a row with no finite score
-//   (all -inf) is handled by the kernels (O = 0, LSE = -inf).
+//   NaN rule (both backends): a NaN score, or a +inf score (s - max =
+//   inf - inf = NaN), makes the row's rowsum, O and LSE NaN, as torch's FP32
+//   softmax gives; a -inf score gives P = 0; a row with no finite score (all
+//   -inf) is handled by the kernels (O = 0, LSE = -inf). ex2.approx.ftz gives
+//   exp2(NaN) = NaN and exp2(-inf) = 0 in hardware; the software polynomial
+//   exp2_poly below does too (its exponent add alone would turn NaN into
+//   FLT_MAX, so the NaN is carried past it by one FMA, x * 0 + y). The sm_100a
+//   P pass's pair form (b200c_ptx.cuh's exp2_poly_x2) skips that FMA: there
+//   the rebase makes the rescale factor NaN for a NaN or +inf max, which is
+//   when a NaN exponent reaches a column (softmax_rules.nan_rescale).
 // ---------------------------------------------------------------------------
 #ifndef B200C_COMMON_CUH
 #define B200C_COMMON_CUH
@@ -276,6 +278,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // the power of two at or below |x| with x's sign (x finite, normal): the exponent scale of rows whose max
 // reaches 2^30, where s * scale must be exact (b200c.codegen.softmax_rules.huge_lines)
 __device__ __forceinline__ float pow2_floor(float x) { return __uint_as_float(__float_as_uint(x) & 0xFF800000u); }
+// x / pow2_floor(x) (x finite, positive, normal), exactly: x's significand in [1, 2)
+__device__ __forceinline__ float pow2_ratio(float x) {
+  return __uint_as_float((__float_as_uint(x) & 0x007FFFFFu) | 0x3F800000u);
+}
 // x rounded to BF16 (round to nearest even) and back to FP32
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // the two BF16 halves of a bf16x2 word as FP32 (exact): rowsum adds the P values PV really consumes

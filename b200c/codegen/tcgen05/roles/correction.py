@@ -39,8 +39,9 @@ def build(lw) -> RoleIR:
                  fence_after=True),
             # PV(j-1) completed before S(j) was ready (see the MMA role), so the published factor of
             # tile j also says O is stable: no wait on pv_done until the epilogue
-            sm.rescale_o(lw, str(q), "smem", skip_unit=True),  # tile 0's factor is published as 1: skipped
-            Arrive(o_safe, str(q), by="warp", fence_before=True),
+            sm.rescale_o(lw, str(q), "smem", skip_unit=True),  # skipped on tile 0 (O not written yet)
+            # every thread arrives (no __syncwarp before a lane-0 arrival: 2 NOPs per tile fewer, measured)
+            Arrive(o_safe, str(q), by="thread", fence_before=True),
         ]
     final = []
     for q in range(lw.plan.q_stages):
@@ -52,7 +53,7 @@ def build(lw) -> RoleIR:
             sm.epilogue(lw, str(q), "smem"),
         ]
         if lw.plan.persistent:
-            final.append(Arrive("rowsum_free", str(q), by="warp"))
+            final.append(Arrive("rowsum_free", str(q), by="thread"))
     body = (
         *setmaxnreg(lw, role.regs),
         Comment("blog ch.12: O correction split from softmax; also the epilogue"),

@@ -50,10 +50,7 @@ def build(lw) -> RoleIR:
         Comment("blog ch.1: 4 warps, thread 0 issues TMA and MMA, everyone waits on every hand-off"),
         *(PhaseDecl(f"{b}_ph", 1, 0, "scalar") for b in ("q_full", "kv_full", "s_full", "pv_done")),
         WorkLoop(False, (
-            Decl("float", "row_max", "-INFINITY"),
-            # huge rows' exponent (softmax_rules.huge_lines): the raw score row_max was taken from, or with ch.11's
-            # threshold P's addend itself (0: no key yet)
-            (Decl("float", "row_ref", "-INFINITY") if s.rescale_threshold is None else Decl("float", "exp_neg", "0.f")),
+            *sm.carried_decls(lw),
             Decl("float", "row_sum", "0.f"),
             *((Decl("float", "row_adj", "0.f"),) if sm.top_p_rounding(lw) else ()),  # top-P BF16 roundings (ch.11)
             *((Decl("float", "s_cache", "{}", array=s.s_cache_cols),) if s.s_cache_cols else ()),
@@ -65,6 +62,7 @@ def build(lw) -> RoleIR:
             Comment("every tile may be masked (the partial last tile, the causal diagonal): stages 1-3 keep one copy"),
             Decl("const int", "row_in_seq", "w.q_tile * BLOCK_M + (int)row", model="0"),
             Loop("j", "0", "w.n_kv", kv_loop, "K/V tiles"),
+            *sm.running_max(lw),
             sm.epilogue(lw, "0", "reg"),
         )),
         Single("thread0", (IssueEnd(),)),

@@ -37,27 +37,24 @@ def build(lw) -> RoleIR:
         ]
         if s.correction_warps:
             out += [Comment("blog ch.12: the correction warps rescale O with the published factor"),
-                    StoreStats("q", "scale"), Arrive("stats_ready", "q", by="warp")]
+                    StoreStats("q", "scale"), Arrive("stats_ready", "q", by="thread")]
         else:
             # PV(j-1) completed before S(j) was ready (see the MMA role): O is stable here
             out.append(If("j > 0", (sm.rescale_o(lw, "q", "reg", skip_unit=s.rescale_threshold is not None),)))
         if s.early_pv_cols:
             split = n - s.early_pv_cols
             out += sm.p_passes(lw, "q", [
-                (split, n, "published first, blog ch.13", [Arrive("p_hi_ready", "q", by="warp", fence_before=True)]),
-                (0, split, "the rest", [Arrive("p_lo_ready", "q", by="warp", fence_before=True)])], mask, carried,
+                (split, n, "published first, blog ch.13", [Arrive("p_hi_ready", "q", by="thread", fence_before=True)]),
+                (0, split, "the rest", [Arrive("p_lo_ready", "q", by="thread", fence_before=True)])], mask, carried,
                 sm.guard(lw, mask))
         else:
-            out += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="warp", fence_before=True)])], mask,
+            out += sm.p_passes(lw, "q", [(0, n, "all", [Arrive("p_ready", "q", by="thread", fence_before=True)])], mask,
                                carried, sm.guard(lw, mask))
         out += sm.top_p_round(lw, sm.guard(lw, mask))
         return tuple(out)
 
     item = [
-        Decl("float", "row_max", "-INFINITY"),
-        # P's exponent for rows whose max reaches 2^30 (softmax_rules.huge_lines): the raw score row_max was taken
-        # from, or with ch.11's threshold P's addend itself (it changes only on a rebase; 0: no key yet)
-        (Decl("float", "row_ref", "-INFINITY") if s.rescale_threshold is None else Decl("float", "exp_neg", "0.f")),
+        *sm.carried_decls(lw),
         Decl("float", "row_sum", "0.f"),
     ]
     if sm.top_p_rounding(lw):
@@ -77,11 +74,12 @@ def build(lw) -> RoleIR:
     ]
     if carried:
         item += sm.rowsum_total(carried)
+    item += sm.running_max(lw)
     if s.correction_warps:
         if lw.plan.persistent:
             item += [Comment("blog ch.14: the correction warps have read the previous work item's rowsum"),
                      Wait("rowsum_free", "q", lw.phase("rowsum_free_ph"), lw.site(name, "rowsum_free"), "w.n_kv")]
-        item += [StoreStats("q", "rowsum", sm.top_p_rounding(lw)), StoreStats("q", "rowmax", sm.top_p_rounding(lw)), Arrive("rowsum_ready", "q", by="warp")]
+        item += [StoreStats("q", "rowsum", sm.top_p_rounding(lw)), StoreStats("q", "rowmax", sm.top_p_rounding(lw)), Arrive("rowsum_ready", "q", by="thread")]
     else:
         item += [Wait("pv_done", "q", lw.phase("pv_done_ph"), lw.site(name, "pv_done"), "w.n_kv", fence_after=True),
                  sm.epilogue(lw, "q", "reg")]
