@@ -20,7 +20,8 @@ Public API:
     scaled_dot_product_attention(query, key, value, ...)  drop-in for torch's SDPA
     errors: ScheduleError, ResourceError, IssueOrderError, BuildError, TargetError,
             LaunchError, UnsupportedDeviceError, BarrierTimeoutError, DriverError, ProtocolError,
-            BackwardNotSupportedError, DrawError; warnings: FallbackWarning, PerformanceWarning
+            BackwardNotSupportedError, DrawError; warnings: FallbackWarning, PerformanceWarning,
+            UntestedCompilerWarning
 """
 from .errors import (
     B200cError,
@@ -38,6 +39,7 @@ from .errors import (
     ScheduleError,
     TargetError,
     UnsupportedDeviceError,
+    UntestedCompilerWarning,
 )
 from .dsl import Schedule, load_schedule_file
 from .dsl.backward_schedule import BackwardSchedule
@@ -201,6 +203,7 @@ __all__ = [
     "BuildError",
     "TargetError",
     "PerformanceWarning",
+    "UntestedCompilerWarning",
     "LaunchError",
     "ProtocolError",
     "DrawError",

@@ -266,7 +266,17 @@ def check_files(files: list, sass: bool = True, jobs: int = 2, as_json: bool = F
         f"{'their' if many else 'its'} {resolve(emulated[0]['target']).emulates} build{'s' if many else ''}: "
         f"0 spill bytes")
     print(f"{len(rows)} schedule{'s' if len(rows) != 1 else ''} ok ({arch}, {spills})", file=notes)
+    print(f"compiled with {_compiler()}", file=notes)
     return 0
+
+
+def _compiler() -> str:
+    """Which nvcc (and so ptxas) the check used, and whether it is the release b200c is tested with."""
+    from .toolchain import TESTED_NVCC, find_nvcc, nvcc_release, tested
+
+    nvcc = find_nvcc()
+    release = nvcc_release(nvcc)
+    return f"nvcc {release} at {nvcc}" + ("" if tested(release) else f", not the tested {TESTED_NVCC}")
 
 
 def _keep_failing_sources(d: str, rows: list) -> str:

@@ -106,6 +106,13 @@ class FallbackWarning(UserWarning):
     silences it, ``"once"`` shows each message once); under torch.compile once per reason, when traced."""
 
 
+class UntestedCompilerWarning(UserWarning):
+    """The nvcc b200c found is not the release its spill-free builds and pinned SASS counts are checked
+    with (:data:`b200c.toolchain.TESTED_NVCC`; ``pip install -e ".[nvcc]"`` installs it): kernels still
+    build and run, but ptxas may spill registers where the tested release does not. Given once per process
+    and nvcc."""
+
+
 class PerformanceWarning(UserWarning):
     """A b200c call took a path slower than its fast one (e.g. a paged KV cache whose pages are smaller
     than the kernel's K/V tile, gathered into a contiguous copy first); the message says which and why."""

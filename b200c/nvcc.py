@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError
-from .toolchain import find_nvcc, nvcc_flags
+from .toolchain import find_nvcc, nvcc_flags, warn_untested
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ def compile_cuda(source: str, out: Path, fmt: str = "cubin", target: str = "sm_1
     if not out.parent.is_dir():  # else nvcc's error names its own temporary file
         raise BuildError(f"cannot write {str(out)!r}: folder {str(out.parent)!r} does not exist; create it first")
     nvcc = find_nvcc()
+    warn_untested(nvcc)  # once per process: the spill-free builds are checked with TESTED_NVCC
     src = Path(keep_source) if keep_source else out.with_suffix(".cu")
     if src.resolve() == out.resolve():
         src = out.with_name(out.stem + ".src.cu")

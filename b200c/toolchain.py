@@ -27,6 +27,11 @@ _version_cache: dict[str, str] = {}
 
 TOOLKIT_HOMES = ("/usr/local/cuda",)  # where a CUDA toolkit lives when nothing says so
 
+# the nvcc releases b200c's spill-free builds and pinned SASS counts are checked with (``pip install -e
+# ".[nvcc]"`` installs this one); another release gets one UntestedCompilerWarning per process
+TESTED_NVCC = "13.0"
+_warned: set = set()
+
 
 def _wheel_nvccs() -> list:
     """nvcc executables of pip's CUDA compiler wheels (``nvidia-cuda-nvcc``: ``site-packages/nvidia/cu13/bin``,
@@ -86,8 +91,47 @@ def find_nvcc() -> str:
         check_wheel_nvcc(wheels[0])
         return wheels[0]
     raise BuildError("nvcc not found on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or pip's CUDA compiler wheels; "
-                     "install the CUDA toolkit or `pip install nvidia-cuda-nvcc nvidia-cuda-cccl` (the CUDA version "
-                     "of your torch), or set B200C_NVCC")
+                     "install the CUDA toolkit or the tested compiler wheels (pip install -e \".[nvcc]\" in a b200c "
+                     "checkout), or set B200C_NVCC")
+
+
+def nvcc_release(nvcc: str) -> str:
+    """The release of ``nvcc`` as ``nvcc --version`` prints it (``"13.0.88"``: ``V13.0.88``; ``"13.0"`` when
+    only ``release 13.0`` is printed), or ``"unknown"`` (no release printed, or ``--version`` failed: the
+    build itself reports a broken nvcc)."""
+    try:
+        text = nvcc_version(nvcc)
+    except BuildError:
+        return "unknown"
+    import re
+
+    m = re.search(r"\bV(\d+\.\d+\.\d+)", text) or re.search(r"release (\d+\.\d+)", text)
+    return m.group(1) if m else "unknown"
+
+
+def tested(release: str) -> bool:
+    """Whether ``release`` (:func:`nvcc_release`) is the nvcc release b200c is tested with (:data:`TESTED_NVCC`)."""
+    return release == TESTED_NVCC or release.startswith(TESTED_NVCC + ".")
+
+
+def warn_untested(nvcc: str) -> str:
+    """``nvcc``'s release; once per process and nvcc path, an :class:`b200c.errors.UntestedCompilerWarning`
+    when it is not the tested one (:data:`TESTED_NVCC`): ptxas's register allocation differs between releases,
+    so builds checked spill-free with the tested one may spill (nvcc 13.5.37 spilled 8-184 B in the blog's
+    stages 14-18 and 64 B in Hopper's h10, where 13.0 spills none) and the pinned SASS counts differ. An
+    nvcc whose release cannot be read is not warned about."""
+    release = nvcc_release(nvcc)
+    if release != "unknown" and not tested(release) and nvcc not in _warned:
+        import warnings
+
+        from .errors import UntestedCompilerWarning
+
+        _warned.add(nvcc)
+        warnings.warn(f"{nvcc} is nvcc {release}; b200c's spill-free builds and SASS counts are checked with nvcc "
+                      f"{TESTED_NVCC} (pip install -e \".[nvcc]\" installs it; or B200C_NVCC): with another release "
+                      f"ptxas may spill registers in the tuned schedules (nvcc 13.5.37 spilled 8-184 B in blog "
+                      f"stages 14-18)", UntestedCompilerWarning, stacklevel=3)
+    return release
 
 
 def nvcc_version(nvcc: str) -> str:

@@ -2,7 +2,7 @@
 
 ``--update-golden`` rewrites tests/golden/*.cu from the current generator and
 tests/golden/sass_loops.json from the current SASS (review the diff before
-committing). ``gpu`` tests need a CUDA GPU; ``nvcc`` tests need nvcc on PATH;
+committing). ``gpu`` tests need a CUDA GPU; ``nvcc`` tests need the nvcc b200c finds;
 both skip cleanly otherwise.
 """
 import os
@@ -72,14 +72,26 @@ def _has_gpu() -> bool:
         return False
 
 
+def _has_nvcc() -> bool:
+    """Whether b200c finds an nvcc (b200c.toolchain.find_nvcc: B200C_NVCC, PATH, CUDA_HOME, /usr/local/cuda or
+    pip's compiler wheels): the nvcc tests use the one b200c builds with."""
+    try:
+        from b200c.toolchain import find_nvcc
+
+        find_nvcc()
+        return True
+    except Exception:
+        return False
+
+
 def pytest_collection_modifyitems(config, items):
     gpu = _has_gpu()
-    nvcc = shutil.which("nvcc") is not None
+    nvcc = _has_nvcc()
     for item in items:
         if "gpu" in item.keywords and not gpu:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (run on the H200 with the emulation target)"))
         if "nvcc" in item.keywords and not nvcc:
-            item.add_marker(pytest.mark.skip(reason="needs nvcc on PATH"))
+            item.add_marker(pytest.mark.skip(reason="needs nvcc (b200c.toolchain.find_nvcc found none)"))
 
 
 @pytest.fixture(scope="session")
@@ -128,8 +140,8 @@ def sm100a_builds(tmp_path_factory):
     from b200c.nvcc import compile_cuda
     from b200c.sass.roles import LINEINFO
 
-    if shutil.which("nvcc") is None:
-        pytest.skip("needs nvcc on PATH")
+    if not _has_nvcc():
+        pytest.skip("needs nvcc (b200c.toolchain.find_nvcc found none)")
     d = tmp_path_factory.mktemp("sm100a")
     sources = {schedule_key(p): b200c.generate(b200c.load_schedule_file(p)).source for p in EXAMPLES + VARIANTS}
 

@@ -364,6 +364,7 @@ def test_hopper_mod_presets_compile_without_spills(d, tmp_path):
     their index for the turn barriers (20 B); see b200c/codegen/sm90/roles/consumer.py."""
     from b200c.dsl.mods import trace_mods
     from b200c.dsl.presets import default_schedule
+    from b200c.dsl.split_build import split_build
     from b200c.nvcc import compile_cuda
 
     docs = torch.zeros(10, dtype=torch.int32)
@@ -377,6 +378,13 @@ def test_hopper_mod_presets_compile_without_spills(d, tmp_path):
         res = compile_cuda(src, tmp_path / "k.cubin", "cubin", "sm_90a")
         assert res.resources()["spill_bytes"] == 0, (name, res.log)
         assert ("consumer_index()" in src) == (d == 256 and "mask_mod" in kw), name  # the re-read only there
+        # issue 47 item 3: the split-KV build the runtime runs for it (masked decoding) too; the preset with
+        # kv_splits=0 spilled 20 B at head dim 64 and 48 B at 256 with a mask
+        split = b200c.codegen.generate(split_build(s), "sm90a", mods=ms)
+        assert split.launch.split_kv
+        res = compile_cuda(split.source, tmp_path / "k.cubin", "cubin", "sm_90a")
+        assert res.resources()["spill_bytes"] == 0, (name, "split build", res.log)
+        assert res.resources("b200c_attention_combine")["spill_bytes"] == 0, (name, "combine", res.log)
 
 
 def test_tracing_after_the_one_line_swap_with_a_partial(monkeypatch):

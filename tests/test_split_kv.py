@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from b200c.codegen.split_model import merge, split_partials
+from b200c.dsl.split_build import split_build
 from b200c.codegen.work import MAX_SPLITS, WorkDecomposition, choose_splits
 
 BLOCK_M, BLOCK_N = 64, 128
@@ -178,13 +179,13 @@ def test_split_build_only_where_asked(tmp_path):
         s = b200c.default_schedule(128, target=target)
         plain = generate(s, target).source
         assert "b200c_attention_combine" not in plain and "num_splits" not in plain
-        split = generate(s.split_build(), target)
+        split = generate(split_build(s), target)
         assert "b200c_attention_combine" in split.source and "c.num_splits" in split.source
         assert split.launch.split_kv and [p[0] for p in split.launch.params][-9:] == [
             "num_splits", "part_rows", "o_part", "lse_part", "seqused_k", "block_table", "max_blocks", "page_size",
             "page_box"]
         assert "c.block_table != nullptr" in split.source  # the K/V loads read a paged cache through the table
-        assert "split-KV build" in str(b200c.plan(s.split_build().replace(kv_splits=4), target))
+        assert "split-KV build" in str(b200c.plan(split_build(s).replace(kv_splits=4), target))
         assert "split-KV: never" in str(b200c.plan(s.replace(kv_splits=1), target))
 
 
@@ -192,21 +193,27 @@ def test_split_build_caps_the_register_cache_where_the_budget_is_tight():
     """The split build of a schedule: kv_splits=0, at most 64 cached S columns at softmax budgets of 192 or less
     (validation refuses more in a split build); the runtime's split token is that build."""
     import b200c
-    from b200c.dsl.schedule import SPLIT_S_CACHE_COLS
+    from b200c.dsl.split_build import SPLIT_S_CACHE_COLS
     from b200c.errors import ScheduleError
     from b200c.runtime.split_kv import split_token
 
     s18 = b200c.default_schedule(128, target="sm100a")  # 192 registers, 96 cached columns
     assert (s18.softmax_regs, s18.s_cache_cols) == (192, 96)
-    sb = s18.split_build()
+    sb = split_build(s18)
     assert (sb.kv_splits, sb.s_cache_cols) == (0, SPLIT_S_CACHE_COLS) == (0, 64)
     assert sb.replace(name=s18.name, blog_stage=s18.blog_stage, kv_splits=None, s_cache_cols=96) == s18
-    assert sb.split_build() is sb
+    assert split_build(sb) is sb
     assert b200c.Schedule.from_json(split_token(s18.to_json())) == sb
     wide = b200c.default_schedule(256, target="sm100a")  # 224 registers: keeps its 96
-    assert (wide.split_build().s_cache_cols, wide.split_build().kv_splits) == (96, 0)
+    assert (split_build(wide).s_cache_cols, split_build(wide).kv_splits) == (96, 0)
     hopper = b200c.default_schedule(128, target="sm90a")
-    assert hopper.split_build() == hopper.replace(kv_splits=0)
+    assert split_build(hopper) == hopper.replace(kv_splits=0)
+    from b200c.dsl.presets import HOPPER_MOD_PRESETS, HOPPER_MOD_SPLIT_BUILDS
+
+    for d, preset in HOPPER_MOD_PRESETS.items():  # the sm90a mods presets take their own split builds
+        assert split_build(preset) is HOPPER_MOD_SPLIT_BUILDS[d] and HOPPER_MOD_SPLIT_BUILDS[d].kv_splits == 0
+        assert b200c.Schedule.from_json(split_token((preset.to_json(), "mods"))[0]) == HOPPER_MOD_SPLIT_BUILDS[d]
+    assert not HOPPER_MOD_SPLIT_BUILDS[64].persistent and HOPPER_MOD_SPLIT_BUILDS[256].other_regs == 40
     with pytest.raises(ScheduleError, match=r"split_kv_registers|s_cache_cols <= 64"):
         b200c.plan(s18.replace(kv_splits=0), "sm100a")
     with pytest.raises(ScheduleError, match="s_cache_cols <= 64"):
@@ -227,17 +234,17 @@ def test_kv_splits_validation():
 @pytest.mark.parametrize("target,arch,d", [
     ("sm90a", "sm_90a", 64), ("sm90a", "sm_90a", 128), ("sm90a", "sm_90a", 256),
     # the stage-18 preset's softmax warps sit at their 192-register budget: its split build (96 cached S columns)
-    # spilled 20 B at D 64/128 (nvcc 13.0); Schedule.split_build caches 64 there
+    # spilled 20 B at D 64/128 (nvcc 13.0); b200c.dsl.split_build caches 64 there
     ("sm100a", "sm_100a", 64), ("sm100a", "sm_100a", 128), ("sm100a", "sm_100a", 256),
 ])
 def test_split_builds_compile_without_spills(tmp_path, target, arch, d):
-    """Split-KV builds of the built-in presets, as the runtime derives them (Schedule.split_build): both
+    """Split-KV builds of the built-in presets, as the runtime derives them (b200c.dsl.split_build): both
     kernels of the module compile without spills."""
     import b200c
     from b200c.codegen import generate
     from b200c.nvcc import compile_cuda
 
-    g = generate(b200c.default_schedule(d, target=target).split_build(), target)
+    g = generate(split_build(b200c.default_schedule(d, target=target)), target)
     res = compile_cuda(g.source, tmp_path / "k.cubin", "cubin", arch)
     assert res.resources("b200c_attention_combine")["spill_bytes"] == 0, res.log
     assert res.resources()["spill_bytes"] == 0, res.log

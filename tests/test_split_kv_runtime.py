@@ -257,3 +257,78 @@ def test_kvcache_step_parses_no_schedule_json(monkeypatch):
         b200c.attention_with_kvcache(q, k, k, cache_seqlens=lens, target="sm90a", num_splits=3)
         assert calls  # a new count: its token is made once
         assert fd.launches[n + 2].params["num_splits"] == 3
+
+
+# ---- issue 49 item 3: bad KV-cache values get a typed error before the append (caches untouched) ----------
+
+def _paged(batch=2, blocks=6, page=16, pages=3):
+    kc = torch.randn(blocks, page, 2, 64).to(torch.bfloat16)
+    table = torch.arange(batch * pages, dtype=torch.int32).reshape(batch, pages) % blocks
+    return kc, table
+
+
+@pytest.mark.parametrize("case", ["negative", "past_capacity", "past_pages", "entry_too_big", "entry_negative",
+                                  "int_past_capacity"])
+def test_bad_kvcache_values_raise_before_the_append(case):
+    q = bf(2, 1, 4, 64)
+    k_new, v_new = bf(2, 1, 2, 64), bf(2, 1, 2, 64)
+    table = None
+    if case in ("negative", "past_capacity", "int_past_capacity"):
+        kc = torch.randn(2, 64, 2, 64).to(torch.bfloat16)
+        lens = {"negative": torch.tensor([5, -1], dtype=torch.int32), "past_capacity":
+                torch.tensor([64, 5], dtype=torch.int32), "int_past_capacity": 64}[case]
+        want = {"negative": r"cache_seqlens\[1\] = -1: .* >= 0", "past_capacity":
+                r"cache_seqlens\[0\] \+ S_new = 64 \+ 1 = 65 tokens, more than the cache holds: S_max = 64",
+                "int_past_capacity": r"cache_seqlens \+ S_new = 64 \+ 1 = 65 tokens.*S_max = 64"}[case]
+    else:
+        kc, table = _paged()  # 6 blocks of 16 tokens, 3 pages per sequence
+        lens = torch.tensor([20, 40], dtype=torch.int32)
+        want = r"max_blocks \* page_size = 3 \* 16 = 48"
+        if case == "entry_too_big":
+            table[1, 2] = 6  # sequence 1 uses its 3 pages (41 tokens)
+            want = r"block_table\[1, 2\] = 6 is not a block of the paged cache \(num_blocks = 6: entries 0..5\)"
+        elif case == "entry_negative":
+            table[0, 1] = -1  # sequence 0 uses 2 pages (21 tokens)
+            want = r"block_table\[0, 1\] = -1 is not a block"
+        else:
+            lens = torch.tensor([20, 48], dtype=torch.int32)
+    vc = kc.clone()
+    before = (kc.clone(), vc.clone())
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(b200c.LaunchError, match=want):
+            b200c.attention_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, block_table=table,
+                                         target="sm90a")
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])  # nothing appended
+
+
+def test_unused_table_entries_and_check_inputs_false(monkeypatch):
+    """Entries past the pages a sequence uses may be anything (vLLM pads tables); check_inputs=False reads no
+    device value (no synchronization), as a CUDA-graph capture needs."""
+    from b200c.runtime import kvcache
+
+    q = bf(2, 1, 4, 64)
+    kc, table = _paged()
+    table[0, 2] = 999  # sequence 0 uses 2 pages of 3
+    lens = torch.tensor([20, 40], dtype=torch.int32)
+    with fake_driver.install(target="sm90a") as fd:
+        b200c.attention_with_kvcache(q, kc, kc.clone(), cache_seqlens=lens, block_table=table, target="sm90a")
+        assert fd.launches
+        calls = []
+        monkeypatch.setattr(kvcache, "check_values", lambda *a: calls.append(a))
+        b200c.attention_with_kvcache(q, kc, kc.clone(), cache_seqlens=lens, block_table=table, target="sm90a",
+                                     check_inputs=False)
+        assert not calls
+        b200c.attention_with_kvcache(q, kc, kc.clone(), cache_seqlens=lens, block_table=table, target="sm90a")
+        assert len(calls) == 1
+    with pytest.raises(b200c.LaunchError, match="check_inputs=.yes. \\(str\\) must be True or False"):
+        b200c.attention_with_kvcache(q, kc, kc, cache_seqlens=lens, block_table=table, check_inputs="yes")
+
+
+def test_check_refuses_a_cuda_graph_capture(monkeypatch):
+    from b200c.runtime import kvcache
+
+    q = bf(1, 1, 4, 64)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(b200c.LaunchError, match="pass check_inputs=False in captured steps"):
+        kvcache.check_values(q, torch.tensor([3], dtype=torch.int32), 1, torch.zeros(1, 64, 2, 64), None)

@@ -117,6 +117,26 @@ HOPPER_MOD_PRESETS = {
     256: HOPPER_D256.replace(name="hopper_mods_d256", block_n=64),
 }
 
+# the split-KV builds of the mods presets (what masked decoding runs): from the preset, kv_splits=0 spilled with a
+# mask (a document mask, softcap + document: 20 B at head dim 64; those and a sliding window: 48 B at 256, its
+# producer at 24 registers; nvcc 13.0); not persistent at 64 and a 40-register producer at 256 (consumers 232)
+# compile with 0 B with each mod of tests/test_mods_runtime.py. b200c.dsl.split_build takes these for the presets
+HOPPER_MOD_SPLIT_BUILDS = {
+    64: HOPPER_MOD_PRESETS[64].replace(name="hopper_mods_split_d64", kv_splits=0, persistent=False),
+    128: HOPPER_MOD_PRESETS[128].replace(kv_splits=0),
+    256: HOPPER_MOD_PRESETS[256].replace(name="hopper_mods_split_d256", kv_splits=0, softmax_regs=232, other_regs=40),
+}
+
+
+def preset_split_build(s: Schedule):
+    """The split-KV build a built-in preset runs instead of its own with ``kv_splits=0``
+    (:data:`HOPPER_MOD_SPLIT_BUILDS`), or None for any other schedule."""
+    for d, preset in HOPPER_MOD_PRESETS.items():
+        if s == preset:
+            return HOPPER_MOD_SPLIT_BUILDS[d]
+    return None
+
+
 # short key sequences (cross-attention to a few hundred text or audio tokens): the dense presets' long K/V
 # tiles leave most of the last tile empty (S_kv = 251 at head dim 64: two tiles of 224 rows, 448 keys computed
 # for 251; LTX-2's video-to-audio attention ran at 0.55x cuDNN on the H200, 0.83x on these 128-row tiles).

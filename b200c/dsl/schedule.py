@@ -16,10 +16,6 @@ from typing import Optional
 from . import knobs
 
 
-# register-cached S columns of a split-KV build at a softmax budget of 192 registers or less (Schedule.split_build)
-SPLIT_S_CACHE_COLS = 64
-
-
 @dataclass(frozen=True)
 class Schedule:
     """One attention-kernel schedule (all fields immutable).
@@ -191,21 +187,6 @@ class Schedule:
         if "blog_stage" not in changes and set(changes) - {"name"}:
             changes = {**changes, "blog_stage": 0}
         return dataclasses.replace(self, **changes)
-
-    def split_build(self) -> "Schedule":
-        """The schedule's split-KV build, which a call that splits runs (``kv_splits=None``) or which the
-        schedule is (``kv_splits`` 0 or 2..128): ``kv_splits=0`` (the count per call), with at most
-        :data:`SPLIT_S_CACHE_COLS` register-cached S columns where the softmax budget is 192 registers or
-        less: the split epilogue's values then leave the softmax no room for 96 (the blog's stages 15-18,
-        the head-dim 64 variant and two more spilled 20-32 B, measured with nvcc 13.0; validation refuses
-        them). Other knobs as they are; ``blog_stage`` becomes 0.
-        """
-        cols = self.s_cache_cols
-        if self.softmax_regs is not None and self.softmax_regs <= 192:
-            cols = min(cols, SPLIT_S_CACHE_COLS)
-        if self.kv_splits == 0 and cols == self.s_cache_cols:
-            return self
-        return self.replace(kv_splits=0, s_cache_cols=cols)
 
     def validate(self) -> "Schedule":
         """Check every knob (types, ranges, contradictions, the issue order);

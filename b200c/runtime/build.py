@@ -24,7 +24,7 @@ from ..errors import BuildError
 from ..nvcc import first_error_line
 from . import cache
 from ..codegen.targets import resolve
-from ..toolchain import find_nvcc, header_digest_text, nvcc_flags, nvcc_version
+from ..toolchain import find_nvcc, header_digest_text, nvcc_flags, nvcc_version, warn_untested
 
 log = logging.getLogger("b200c.runtime")
 
@@ -120,6 +120,7 @@ def build_many(
                              f"not build (it builds the {t.source} source); generate it with target={t.name!r}")
     nvcc = find_nvcc()
     version = nvcc_version(nvcc)
+    warn_untested(nvcc)  # once per process: the spill-free builds are checked with TESTED_NVCC
     flags = nvcc_flags(target)
     extra = header_digest_text(target)
     root = cache.cache_dir()

@@ -15,6 +15,7 @@ import functools
 import torch
 
 from ..errors import LaunchError
+from .inputs import flag_value
 
 _Tensor = torch.Tensor
 
@@ -91,7 +92,7 @@ def _append(k_cache, v_cache, k, v, lengths, block_table):
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None,
                            causal: bool = False, softmax_scale=None, return_lse: bool = False, schedule=None,
-                           target: str = "auto", num_splits: int = 0):
+                           target: str = "auto", num_splits: int = 0, check_inputs: bool = True):
     """One attention step against a KV cache, like FlashAttention's ``flash_attn_with_kvcache``.
 
     Args:
@@ -118,13 +119,22 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         num_splits: 0: chosen per call from the shape and the SM count
             (:func:`b200c.codegen.work.choose_splits`, from S_max: the lengths stay on the device);
             1..128: that many splits.
+        check_inputs: True (default): read ``cache_seqlens`` and ``block_table`` on the host first (one
+            synchronization) and refuse, with the caches untouched, a negative length, a length past the
+            cache's capacity (``cache_seqlens[b] + S_new`` above S_max, or above ``max_blocks * page_size``)
+            and a table entry of a used page outside ``0..num_blocks - 1``; without the check such values
+            make the append's index kernel fail on the device, which loses the CUDA context. False: no
+            synchronization, for a serving loop that guarantees the values (required inside a CUDA-graph
+            capture, which cannot synchronize).
 
     Returns:
         ``out`` (B, S_q, H, D) bfloat16, or ``(out, lse)`` with ``return_lse``. A sequence with no key
         gives O = 0 and LSE = -inf.
 
     Raises:
-        LaunchError: a tensor or argument rule is broken (names it, the rule and the value).
+        LaunchError: a tensor or argument rule is broken (names it, the rule and the value); with
+            ``check_inputs``, a bad length or table entry (naming the sequence, the entry and the limit),
+            or a CUDA-graph capture.
         BackwardNotSupportedError: with grad mode on, q, a cache or a new k / v requires grad (the step
             is forward-only: its output would carry no gradient).
         ScheduleError / ResourceError / BuildError / UnsupportedDeviceError: as :func:`b200c.attention`.
@@ -155,19 +165,77 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
                               f"got {tuple(k.shape)} and {tuple(v.shape)}")
     scale = api._check_scale(softmax_scale)
     causal, return_lse = bool(causal), bool(return_lse)
+    check_inputs = flag_value("check_inputs", check_inputs)
+    s_new = 0 if k is None else k.shape[1]
+    if isinstance(cache_seqlens, int) and cache_seqlens + s_new > _capacity(k_cache, block_table):
+        _too_long(cache_seqlens, s_new, k_cache, block_table, None)  # an int: no device value to read
     if torch.compiler.is_compiling():  # one opaque op in the graph (its fake impl gives the shapes)
         base = api._traced_json(q, schedule, target)
         if scale is None:
             scale = float(q.shape[-1]) ** -0.5
         out, lse = torch.ops.b200c.attention_with_kvcache(q, k_cache, v_cache, k, v, lengths, block_table, base,
-                                                          float(scale), target, causal, return_lse, num_splits)
+                                                          float(scale), target, causal, return_lse, num_splits,
+                                                          check_inputs)
         return (out, lse) if return_lse else out
+    if check_inputs:
+        check_values(q, lengths, s_new, k_cache, block_table)
     if schedule is None:
         schedule = api.default_schedule_for(q, target)
     base = api._schedule_json(schedule, target)
     out, lse = _attend(q, k_cache, v_cache, k, v, lengths, block_table, base, scale, target, causal, return_lse,
                        num_splits)
     return (out, lse) if return_lse else out
+
+
+def _capacity(k_cache, block_table) -> int:
+    """Tokens a sequence's cache holds: S_max, or max_blocks * page_size of a paged cache."""
+    return k_cache.shape[1] if block_table is None else block_table.shape[1] * k_cache.shape[1]
+
+
+def _too_long(length: int, s_new: int, k_cache, block_table, b) -> None:
+    where = "" if b is None else f"[{b}]"
+    limit = (f"S_max = {k_cache.shape[1]} (k_cache.shape[1])" if block_table is None else
+             f"max_blocks * page_size = {block_table.shape[1]} * {k_cache.shape[1]} = "
+             f"{_capacity(k_cache, block_table)} (block_table.shape[1] pages of k_cache.shape[1] tokens)")
+    raise LaunchError(f"cache_seqlens{where} + S_new = {length} + {s_new} = {length + s_new} tokens, more than the "
+                      f"cache holds: {limit}; use a larger cache (or more pages in the table) or shorter lengths")
+
+
+def check_values(q, lengths, s_new: int, k_cache, block_table) -> None:
+    """The device values of a KV-cache call, read on the host in one synchronization (``check_inputs``):
+    every length non-negative and within the cache's capacity with the new tokens, and every table entry of
+    a page the sequence uses (``ceil((cache_seqlens[b] + S_new) / page_size)`` pages) a block of the cache.
+
+    Raises:
+        LaunchError: the first bad value (sequence, entry, value and limit), or a CUDA-graph capture in
+            progress (a capture cannot synchronize: pass ``check_inputs=False``).
+    """
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise LaunchError("attention_with_kvcache(check_inputs=True) reads cache_seqlens and block_table on the host "
+                          "(a synchronization), which a CUDA-graph capture cannot do: pass check_inputs=False in "
+                          "captured steps (the serving loop then guarantees the lengths and the table)")
+    used = lengths.long() + s_new
+    over = used - _capacity(k_cache, block_table)
+    vals = [lengths.min(), lengths.argmin(), over.max(), over.argmax()]
+    if block_table is not None:
+        page, blocks = k_cache.shape[1], k_cache.shape[0]
+        pages = torch.div(used.clamp(min=0) + page - 1, page, rounding_mode="floor")
+        col = torch.arange(block_table.shape[1], device=block_table.device)
+        bad = ((col[None, :] < pages[:, None]) & ((block_table < 0) | (block_table >= blocks))).flatten()
+        first = bad.int().argmax()
+        vals += [bad.any(), first, block_table.flatten()[first]]
+    got = torch.stack([v.long() for v in vals]).tolist()  # the one synchronization
+    if got[0] < 0:
+        raise LaunchError(f"cache_seqlens[{got[1]}] = {got[0]}: lengths (tokens already cached) must be >= 0")
+    if got[2] > 0:
+        b = got[3]
+        _too_long(int(lengths[b]), s_new, k_cache, block_table, b)
+    if block_table is not None and got[4]:
+        b, j = divmod(got[5], block_table.shape[1])
+        raise LaunchError(f"block_table[{b}, {j}] = {got[6]} is not a block of the paged cache (num_blocks = "
+                          f"{k_cache.shape[0]}: entries 0..{k_cache.shape[0] - 1}); sequence {b} uses its first "
+                          f"{-(-(int(lengths[b]) + s_new) // k_cache.shape[1])} pages (cache_seqlens[{b}] + S_new = "
+                          f"{int(lengths[b]) + s_new} tokens of {k_cache.shape[1]} per page)")
 
 
 def _check_no_grad(**tensors) -> None:
@@ -225,14 +293,16 @@ def _attend(q, k_cache, v_cache, k, v, lengths, block_table, base: str, scale, t
 # less per decoding step).
 
 def _op_impl(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target, causal,
-             return_lse, num_splits):
+             return_lse, num_splits, check_inputs):
+    if check_inputs:
+        check_values(q, cache_seqlens, 0 if k is None else k.shape[1], k_cache, block_table)
     out, lse = _attend(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target,
                        causal, return_lse, num_splits)
     return out, (lse if lse is not None else q.new_empty((0,), dtype=torch.float32))
 
 
 def _op_fake(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target, causal,
-             return_lse, num_splits):
+             return_lse, num_splits, check_inputs):
     b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
     lse = q.new_empty((b, h, s_q), dtype=torch.float32) if return_lse else q.new_empty((0,), dtype=torch.float32)
     return torch.empty_like(q, memory_format=torch.contiguous_format), lse
@@ -245,7 +315,7 @@ def _register():
         return
     _lib.define("attention_with_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, "
                 "Tensor cache_seqlens, Tensor? block_table, str schedule_json, float softmax_scale, str target, "
-                "bool causal, bool return_lse, int num_splits) -> (Tensor, Tensor)")
+                "bool causal, bool return_lse, int num_splits, bool check_inputs) -> (Tensor, Tensor)")
     _lib.impl("attention_with_kvcache", _op_impl, "CompositeExplicitAutograd")
     torch.library.register_fake("b200c::attention_with_kvcache", _op_fake, lib=_lib)
 

@@ -36,7 +36,7 @@ def splits_for(info, items: int, seq_q: int, seq_kv: int, causal: bool, num_sms:
 
 
 def split_token(token):
-    """The kernel token of a schedule's split-KV build (:meth:`b200c.Schedule.split_build`: ``kv_splits=0``,
+    """The kernel token of a schedule's split-KV build (:func:`b200c.dsl.split_build.split_build`: ``kv_splits=0``,
     the count per call), or None where the token names no schedule (a GeneratedKernel: it runs as
     generated)."""
     if isinstance(token, str):
@@ -49,8 +49,9 @@ def split_token(token):
 @functools.lru_cache(maxsize=256)
 def _split_json(schedule_json: str) -> str:
     from ..dsl import Schedule
+    from ..dsl.split_build import split_build
 
-    return Schedule.from_json(schedule_json).split_build().to_json()
+    return split_build(Schedule.from_json(schedule_json)).to_json()
 
 
 class SplitLaunch:

@@ -39,9 +39,10 @@ def env():
 
 def _schedule(target, d, splits):
     import b200c
+    from b200c.dsl.split_build import split_build
 
     base = b200c.default_schedule(d, target="sm90a" if target == "sm90a" else "sm100a")
-    return base.replace(kv_splits=1) if splits == 1 else base.split_build().replace(kv_splits=splits)
+    return base.replace(kv_splits=1) if splits == 1 else split_build(base).replace(kv_splits=splits)
 
 
 def _check(sweep, out, lse, q, k, v, causal, scale=None):
@@ -248,7 +249,9 @@ def test_kvcache_cuda_graph_replays_with_new_lengths(env):
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = b200c.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, target=target)
+        with pytest.raises(b200c.LaunchError, match="check_inputs=False"):  # the check cannot synchronize here
+            b200c.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, target=target)
+        out = b200c.attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, target=target, check_inputs=False)
     for lens in ([100, 200], [4000, 1], [0, 4096]):
         seqlens.copy_(torch.tensor(lens, dtype=torch.int32))
         g.replay()
@@ -260,3 +263,51 @@ def test_kvcache_cuda_graph_replays_with_new_lengths(env):
                 continue
             ks, vs = kc[i, :n].transpose(0, 1)[None], vc[i, :n].transpose(0, 1)[None]
             assert not _check(sweep, o, None, q[i:i + 1].transpose(1, 2), ks, vs, False), (lens, i)
+
+
+@pytest.mark.parametrize("paged", [None, 16])
+def test_bad_kvcache_inputs_raise_and_the_process_goes_on(env, paged):
+    """Issue 49 item 3: a table entry out of range (num_blocks, -1), a negative length, lengths past the
+    capacity each raise LaunchError before the append, the caches bit for bit untouched, and a valid call in
+    the same process afterwards gives the right result (the CUDA context is alive)."""
+    import b200c
+    import torch
+
+    sweep, targets = env
+    target = targets[0]
+    b, h, h_kv, d = 2, 8, 2, 128
+    if paged:
+        blocks, pages = 16, 8
+        kc, vc = _rand(blocks, paged, h_kv, d, seed=40), _rand(blocks, paged, h_kv, d, seed=41)
+        good = torch.randperm(blocks, generator=torch.Generator().manual_seed(0))[:b * pages].to(torch.int32)
+        good = good.reshape(b, pages).cuda()
+    else:
+        kc, vc = _rand(b, 128, h_kv, d, seed=40), _rand(b, 128, h_kv, d, seed=41)
+        good = None
+    q = _rand(b, 1, h, d, scale=3.0, seed=42)
+    k_new, v_new = _rand(b, 1, h_kv, d, seed=43), _rand(b, 1, h_kv, d, seed=44)
+    lens_ok = torch.tensor([50, 100], dtype=torch.int32, device="cuda")
+    bad = [(torch.tensor([50, -3], dtype=torch.int32, device="cuda"), good, r"cache_seqlens\[1\] = -3"),
+           (torch.tensor([128, 5], dtype=torch.int32, device="cuda"), good, "more than the cache holds")]
+    if paged:
+        for value in (blocks, -1):
+            t = good.clone()
+            t[1, 3] = value  # sequence 1 (101 tokens) uses 7 pages
+            bad.append((lens_ok, t, rf"block_table\[1, 3\] = {value} is not a block"))
+    before = (kc.clone(), vc.clone())
+    for lens, table, want in bad:
+        with pytest.raises(b200c.LaunchError, match=want):
+            b200c.attention_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, block_table=table, target=target)
+        torch.cuda.synchronize()
+        assert torch.equal(kc, before[0]) and torch.equal(vc, before[1]), want
+    out = b200c.attention_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens_ok, block_table=good, target=target)
+    torch.cuda.synchronize()
+    for i, n in enumerate((51, 101)):
+        if paged:
+            rows = torch.cat([torch.arange(int(p) * paged, int(p) * paged + paged) for p in good[i].tolist()])[:n]
+            ks, vs = kc.view(-1, h_kv, d)[rows.cuda()], vc.view(-1, h_kv, d)[rows.cuda()]
+        else:
+            ks, vs = kc[i, :n], vc[i, :n]
+        assert torch.equal(ks[n - 1], k_new[i, 0]), "the valid call appended"
+        assert not _check(sweep, out[i:i + 1].transpose(1, 2), None, q[i:i + 1].transpose(1, 2),
+                          ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], False), (paged, i)

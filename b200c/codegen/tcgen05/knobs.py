@@ -248,11 +248,11 @@ def one_q_stage_software_exp2(s) -> None:
 
 def split_kv_registers(s) -> None:
     """A split-KV build (``kv_splits`` 0 or 2..128) at a softmax budget of 192 registers or less: its
-    epilogue's values leave the softmax no room for more than :data:`b200c.dsl.schedule.SPLIT_S_CACHE_COLS`
+    epilogue's values leave the softmax no room for more than :data:`b200c.dsl.split_build.SPLIT_S_CACHE_COLS`
     register-cached S columns (measured with nvcc 13.0: 20-32 B of spills at 96 for the blog's stages 15-18,
     the head-dim 64 variant, fa4_knobs and sw_exp2_4of16; none at 64 or 80). The runtime's split build of
-    a ``kv_splits=None`` schedule caps them itself (:meth:`b200c.Schedule.split_build`)."""
-    from ...dsl.schedule import SPLIT_S_CACHE_COLS
+    a ``kv_splits=None`` schedule caps them itself (:func:`b200c.dsl.split_build.split_build`)."""
+    from ...dsl.split_build import SPLIT_S_CACHE_COLS
 
     if s.kv_splits in (None, 1) or s.softmax_regs is None or s.softmax_regs > 192 or not _valid_otherwise(s):
         return
@@ -262,7 +262,7 @@ def split_kv_registers(s) -> None:
             f"softmax_regs={s.softmax_regs}: on {_WHERE} the split epilogue's values leave the softmax warps room "
             f"for at most {SPLIT_S_CACHE_COLS} register-cached S columns (measured 20-32 B of spills at 96); set "
             f"s_cache_cols <= {SPLIT_S_CACHE_COLS}, or kv_splits=None (the runtime's split build, "
-            f"Schedule.split_build(), caps them itself)")
+            f"b200c.dsl.split_build.split_build, caps them itself)")
 
 
 def register_minimums(s) -> None:
