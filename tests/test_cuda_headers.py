@@ -64,7 +64,7 @@ def test_one_spin_mask_and_one_nan_keeping_polynomial():
     import b200c
 
     src = b200c.generate(b200c.load_schedule_file(EXAMPLES[-1])).source
-    assert src.count("rescale = fmaf(m_cand, 0.f, ex2_approx_ftz(-exp_neg - m_cand));") == 2  # steady + masked
+    assert src.count("rescale = fmaf(neg_new, 0.f, ex2_approx_ftz(-exp_neg - m_cand));") == 2  # steady + masked
 
 
 def test_header_text_inlines_common_once():

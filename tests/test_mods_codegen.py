@@ -14,6 +14,7 @@ from b200c.codegen.mods import (C_LOAD, C_OPS, C_TENSOR_TYPES, c_literal, ctx_fi
                                score_bias_parts)
 from b200c.dsl.mod_records import TENSOR_DTYPES, CapturedTensor, ModSet
 from b200c.dsl.mods import OPS, trace_mods
+from b200c.toolchain import find_nvcc
 from test_mods_trace import B, CASES, H, SKV, SQ, evaluate
 
 SCORE_SIG = ("__device__ __forceinline__ float score_mod(const Ctx& c, const float score, const int b, const int h, "
@@ -403,7 +404,7 @@ def test_device_functions_compile_with_nvcc(tmp_path):
     cases = traced_cases()
     src = tmp_path / "mods.cu"
     src.write_text(program(cases, "cuda", _points()))
-    r = subprocess.run(["nvcc", "-arch=sm_90a", "-c", str(src), "-o", str(tmp_path / "mods.o")],
+    r = subprocess.run([find_nvcc(), "-arch=sm_90a", "-c", str(src), "-o", str(tmp_path / "mods.o")],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
 
@@ -419,7 +420,7 @@ def test_device_functions_run_on_the_gpu(tmp_path):
     src = tmp_path / "mods_gpu.cu"
     src.write_text(program(cases, "cuda", points))
     exe = tmp_path / "mods_gpu"
-    r = subprocess.run(["nvcc", f"-arch={arch}", str(src), "-o", str(exe)], capture_output=True, text=True,
+    r = subprocess.run([find_nvcc(), f"-arch={arch}", str(src), "-o", str(exe)], capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)

@@ -21,7 +21,14 @@ from b200c import toolchain
 from b200c.runtime import build, build_many, cache
 from b200c.runtime.build_cli import run_build
 
-REAL_NVCC = shutil.which("nvcc")
+def _real_nvcc():
+    try:
+        return toolchain.find_nvcc()
+    except BuildError:
+        return None
+
+
+REAL_NVCC = _real_nvcc()
 REPO = Path(__file__).resolve().parents[1]
 
 LAUNCH = LaunchInfo(
@@ -47,7 +54,7 @@ def cache_root(tmp_path, monkeypatch):
 def counting_nvcc(tmp_path, monkeypatch):
     """B200C_NVCC -> a wrapper that logs each compile (not --version) to a file."""
     if REAL_NVCC is None:
-        pytest.skip("nvcc not on PATH")
+        pytest.skip("no nvcc (b200c.toolchain.find_nvcc found none)")
     count = tmp_path / "nvcc_calls"
     count.write_text("")
     wrapper = tmp_path / "nvcc_wrapper.sh"

@@ -134,7 +134,10 @@ def carried_exp_scale(use: str, scale: str) -> str:
     exact (see :func:`huge_lines`), and the row's addend ``-ref * exp_sc`` then has ``|addend| >= HUGE_MAX``
     while a row that is not huge keeps ``|addend| < HUGE_MAX`` (in either units a huge max stays huge), so the
     addend alone tells which scale it is in (:func:`carried_row_max`). The larger scale only sharpens P below
-    the max, where both give P < 2^-64 (scores there are at least 64 exponent units apart)."""
+    the max, where both give P < 2^-64 (scores there are at least 64 exponent units apart). A score whose
+    product with it passes FP32's range (``|score| > FLT_MAX / (2 * pow2_floor(scale))``, possible from a
+    scale of 1 in log2 units) makes the addend infinite: the rebase then makes the row NaN (loud, as a max
+    past the range made it before) rather than keyless."""
     return f"{huge_test(use)} ? 2.f * pow2_floor({scale}) : {scale}"
 
 
@@ -161,7 +164,7 @@ def huge_lines(use: str, scale: str, ref: str, carried=None, no_key=None) -> lis
             "// 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max "
             "rounded)"]
     if carried:
-        return head + [f"exp_sc = {carried};", f"exp_neg = -{ref} * {carried};"]
+        return head + [f"const float neg_new = -{ref} * {carried};"]
     neg = f"-{ref} * exp_sc"
     return head + [f"const float exp_sc = {exp_scale(use, scale)};",
                    f"const float exp_neg = {f'{no_key} ? 0.f : ' if no_key else ''}{neg};"]

@@ -214,6 +214,8 @@ def check_values(q, lengths, s_new: int, k_cache, block_table) -> None:
         raise LaunchError("attention_with_kvcache(check_inputs=True) reads cache_seqlens and block_table on the host "
                           "(a synchronization), which a CUDA-graph capture cannot do: pass check_inputs=False in "
                           "captured steps (the serving loop then guarantees the lengths and the table)")
+    if lengths.numel() == 0:  # an empty batch: nothing to read (the launcher returns the empty result)
+        return
     used = lengths.long() + s_new
     over = used - _capacity(k_cache, block_table)
     vals = [lengths.min(), lengths.argmin(), over.max(), over.argmax()]

@@ -851,15 +851,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       const float sc_new = fabsf(m_cand) >= 1073741824.0f ? 2.f * pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
       float rescale = 1.f;
       if (rebase) {
-        // a NaN or +inf max: NaN rescale, so NaN reaches the rowsum (softmax_rules.nan_rescale)
-        rescale = fmaf(m_cand, 0.f, ex2_approx_ftz(-exp_neg - m_cand));
+        // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
+        // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
+        const float neg_new = -tile_max * sc_new;
+        rescale = fmaf(neg_new, 0.f, ex2_approx_ftz(-exp_neg - m_cand));
         row_sum *= rescale;
 
         row_adj *= rescale;
-        // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
-        // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
         exp_sc = sc_new;
-        exp_neg = -tile_max * sc_new;
+        exp_neg = neg_new;
       }
       // blog ch.12: the correction warps rescale O with the published factor
       c.stats(q, 0)[row] = rescale;  // this tile's O rescale factor for the correction warps (they skip tile 0's: O is not written yet)
@@ -978,15 +978,15 @@ __device__ __forceinline__ void role_softmax(const Ctx& c, const int q) {
       const float sc_new = fabsf(m_cand) >= 1073741824.0f ? 2.f * pow2_floor(c.scale_log2()) : c.scale_log2();  // see exp_neg
       float rescale = 1.f;
       if (rebase) {
-        // a NaN or +inf max: NaN rescale, so NaN reaches the rowsum (softmax_rules.nan_rescale)
-        rescale = fmaf(m_cand, 0.f, ex2_approx_ftz(-exp_neg - m_cand));
+        // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
+        // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
+        const float neg_new = -tile_max * sc_new;
+        rescale = fmaf(neg_new, 0.f, ex2_approx_ftz(-exp_neg - m_cand));
         row_sum *= rescale;
 
         row_adj *= rescale;
-        // |max| >= 2^30: P from the power-of-two scale at or below c.scale_log2(), exact at the max (FP32 logits of
-        // 1e30 or a row of finfo.min masks would otherwise overflow exp2: the FFMA's product is exact, the max rounded)
         exp_sc = sc_new;
-        exp_neg = -tile_max * sc_new;
+        exp_neg = neg_new;
       }
       const float neg_use = exp_neg == INFINITY ? 0.f : exp_neg;  // masked tiles: a row without keys gets P = 0, not NaN
       // blog ch.12: the correction warps rescale O with the published factor

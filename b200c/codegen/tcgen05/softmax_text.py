@@ -64,15 +64,14 @@ def rebase(n) -> tuple:
         # (m_cand in exp_sc units; softmax_rules.carried_exp_scale)
         out.append(f"const float sc_new = {rules.carried_exp_scale('m_cand', 'c.scale_log2()')};  // see exp_neg")
         out += ["float rescale = 1.f;", "if (rebase) {"]
-        if n.nan:
-            out.append("  // a NaN or +inf max: NaN rescale, so NaN reaches the rowsum (softmax_rules.nan_rescale)")
-            factor = rules.nan_rescale("m_cand", factor)
-        out.append(f"  rescale = {factor};")
+        out += ["  " + line for line in rules.huge_lines("m_cand", "c.scale_log2()", "tile_max", carried="sc_new")]
+        # NaN when the new addend is NaN or infinite (a NaN or +-inf max, or a product past FP32's range): NaN
+        # reaches the rowsum, O and the LSE instead of a row that looks keyless (softmax_rules.nan_rescale)
+        out.append(f"  rescale = {rules.nan_rescale('neg_new', factor)};")
         out += ["  " + line if line else "" for line in rowsum]
         if n.top_p_rounding:
             out.append("  row_adj *= rescale;")
-        out += ["  " + line for line in rules.huge_lines("m_cand", "c.scale_log2()", "tile_max", carried="sc_new")]
-        out += ["}"]
+        out += ["  exp_sc = sc_new;", "  exp_neg = neg_new;", "}"]
         if n.mask:
             out.append("const float neg_use = exp_neg == INFINITY ? 0.f : exp_neg;  // masked tiles: a row without "
                        "keys gets P = 0, not NaN")
