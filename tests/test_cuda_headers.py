@@ -48,10 +48,12 @@ def test_backend_headers_include_common_and_do_not_redefine_it(name):
 def test_one_spin_mask_and_one_nan_keeping_polynomial():
     common = _text("b200c_common.cuh")
     assert common.count("(spin & B200C_WAIT_SPIN_MASK) == B200C_WAIT_SPIN_MASK") == 1
+    bare = common[common.index("float exp2_poly_bare(float x)"):]
+    bare = bare[:bare.index("\n}\n")]
+    assert "fmax_nan(x, kExp2PolyMin)" in bare  # the clamp keeps a NaN
     body = common[common.index("float exp2_poly(float x)"):]
     body = body[:body.index("\n}\n")]
-    assert "fmax_nan(x, kExp2PolyMin)" in body  # the clamp keeps a NaN
-    assert "__fmaf_rn(x, 0.f, " in body  # and the last step carries it past the exponent add
+    assert "__fmaf_rn(fmax_nan(x, kExp2PolyMin), 0.f, exp2_poly_bare(x))" in body  # the last step carries it
     ptx = _text("b200c_ptx.cuh")
     pair = ptx[ptx.index("float2 exp2_poly_x2(float2 x)"):]
     pair = pair[:pair.index("\n}\n")]

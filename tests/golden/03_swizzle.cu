@@ -316,14 +316,19 @@ constexpr float kExp2PolyC3 = 0.077f, kExp2PolyC2 = 0.227f, kExp2PolyC1 = 0.695f
 __device__ __forceinline__ float exp2_poly_join(float p, float r) {
   return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
 }
-__device__ __forceinline__ float exp2_poly(float x) {
+// exp2_poly without the NaN-carrying last step (NaN in, FLT_MAX out): for exponents whose NaN the kernel
+// carries another way (the sm_100a softmax's top-P rounding: its rowsum is NaN then, softmax_rules.nan_rescale)
+__device__ __forceinline__ float exp2_poly_bare(float x) {
   x = fmax_nan(x, kExp2PolyMin);
   const float r = __fadd_rd(x, kExp2PolyMagic);                  // 1.5 * 2^23 + floor(x)
   const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));   // frac(x) in [0, 1)
   float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
   p = __fmaf_rn(p, f, kExp2PolyC1);
   p = __fmaf_rn(p, f, 1.f);
-  return __fmaf_rn(x, 0.f, exp2_poly_join(p, r));               // NaN in, NaN out
+  return exp2_poly_join(p, r);
+}
+__device__ __forceinline__ float exp2_poly(float x) {
+  return __fmaf_rn(fmax_nan(x, kExp2PolyMin), 0.f, exp2_poly_bare(x));  // NaN in, NaN out
 }
 
 }  // namespace b200c
@@ -593,17 +598,6 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   p = fma_f32x2(p, f, make_float2(kExp2PolyC1, kExp2PolyC1));
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
   return make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));  // NaN in, FLT_MAX out (above)
-}
-// exp2_poly without its NaN-carrying FMA (NaN in, FLT_MAX out), for the same reason: the exp2 of the column
-// holding a tile's largest score (top-P rounding), NaN only where the row's rowsum is made NaN anyway
-__device__ __forceinline__ float exp2_poly_bare(float x) {
-  x = fmax_nan(x, kExp2PolyMin);
-  const float r = __fadd_rd(x, kExp2PolyMagic);
-  const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));
-  float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
-  p = __fmaf_rn(p, f, kExp2PolyC1);
-  p = __fmaf_rn(p, f, 1.f);
-  return exp2_poly_join(p, r);
 }
 }  // namespace b200c
 #endif  // B200C_PTX_CUH

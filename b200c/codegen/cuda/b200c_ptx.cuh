@@ -275,16 +275,5 @@ __device__ __forceinline__ float2 exp2_poly_x2(float2 x) {
   p = fma_f32x2(p, f, make_float2(1.f, 1.f));
   return make_float2(exp2_poly_join(p.x, r.x), exp2_poly_join(p.y, r.y));  // NaN in, FLT_MAX out (above)
 }
-// exp2_poly without its NaN-carrying FMA (NaN in, FLT_MAX out), for the same reason: the exp2 of the column
-// holding a tile's largest score (top-P rounding), NaN only where the row's rowsum is made NaN anyway
-__device__ __forceinline__ float exp2_poly_bare(float x) {
-  x = fmax_nan(x, kExp2PolyMin);
-  const float r = __fadd_rd(x, kExp2PolyMagic);
-  const float f = __fsub_rn(x, __fsub_rn(r, kExp2PolyMagic));
-  float p = __fmaf_rn(kExp2PolyC3, f, kExp2PolyC2);
-  p = __fmaf_rn(p, f, kExp2PolyC1);
-  p = __fmaf_rn(p, f, 1.f);
-  return exp2_poly_join(p, r);
-}
 }  // namespace b200c
 #endif  // B200C_PTX_CUH
