@@ -229,7 +229,7 @@ def _target_help(what: str) -> str:
 def _compile(args) -> int:
     from .codegen import generate
     from .codegen.targets import AUTO, schedule_target
-    from .dsl.loader import load_with_dependencies
+    from .dsl.loader import load_compile_input
 
     if args.shape is None and (args.causal or args.sms is not None):
         raise UsageError("--causal and --sms go with --shape B,H,H_kv,S_q,S_kv")
@@ -243,10 +243,14 @@ def _compile(args) -> int:
     out = None if to_stdout else _output_path(args.output) if args.output is not None else Path(
         Path(args.file).stem + "." + args.emit)
     _warn_extension(out, args.emit)
-    schedule, deps = load_with_dependencies(args.file)  # deps: args.file and every file it loaded
+    schedule, deps = load_compile_input(args.file)  # deps: args.file and every file it loaded
     _not_an_input(out, args.file, loaded=tuple(f for f, _ in deps))
     if out is not None:
         _writable(out)
+    from .dsl.backward_schedule import BackwardSchedule
+
+    if isinstance(schedule, BackwardSchedule):
+        return _compile_backward(args, schedule, out)
     if args.target == AUTO:
         args.target = schedule_target(schedule)
     mods = _traced_mods(args)
@@ -290,6 +294,50 @@ def _compile(args) -> int:
         print(f"wrote {where} ({arch}: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
     else:
         print(f"wrote {where} ({arch} PTX)", file=sys.stderr)
+    return 0
+
+
+def _compile_backward(args, schedule, out) -> int:
+    """``b200c compile`` of a BackwardSchedule file: its plan, the generated backward module (CUDA) or its
+    PTX / cubin (the cubin line reports the main kernel's registers and spill bytes)."""
+    from .codegen.backward_plan import plan_backward
+    from .codegen.sm90.backward import MAIN_KERNEL, generate_backward
+    from .codegen.targets import AUTO, REGISTRY
+
+    if args.shape is not None:
+        raise UsageError("--shape prints a forward kernel's split-KV choice; a backward schedule has none")
+    if args.score_mod or args.mask_mod:
+        raise UsageError("--score-mod / --mask-mod: the backward kernels take no score_mod or mask_mod yet")
+    if args.emit == "ir":
+        raise UsageError("--emit ir: a backward schedule has no IR yet (its warp roles and protocol verifier are not "
+                         "built); use --emit plan, cu, ptx or cubin")
+    target = next(t for t in REGISTRY if t.backward) if args.target == AUTO else args.target
+    if args.emit == "plan":
+        return _write(plan_backward(schedule, target).describe() + "\n", out)
+    source = generate_backward(schedule, target.name).source
+    if args.emit == "cu":
+        return _write(source, out)
+    import tempfile
+
+    from .nvcc import compile_cuda
+    from .toolchain import find_nvcc
+
+    find_nvcc()
+    work = Path(tempfile.mkdtemp(prefix="b200c_"))
+    dest = work / f"kernel.{args.emit}" if out is None else out
+    res = compile_cuda(source, dest, fmt=args.emit, target=target, keep_source=work / "kernel.cu")
+    if out is None:
+        sys.stdout.flush()
+        getattr(sys.stdout, "buffer", sys.stdout).write(dest.read_bytes())
+        sys.stdout.flush()
+    shutil.rmtree(work, ignore_errors=True)
+    where = "stdout" if out is None else str(out)
+    if args.emit == "cubin":
+        r = res.resources(MAIN_KERNEL)
+        print(f"wrote {where} ({target.arch}: {MAIN_KERNEL} {r['registers']} registers, {r['spill_bytes']} spill "
+              "bytes)", file=sys.stderr)
+    else:
+        print(f"wrote {where} ({target.arch} PTX)", file=sys.stderr)
     return 0
 
 

@@ -2,18 +2,21 @@
 and the register pool, checked before any kernel exists so that a schedule that cannot fit is refused by
 name. No backward kernel is generated yet; this is the plan its code generator will print.
 
-sm_90a layout (FlashAttention-3's sm90 backward, docs/backward.md): one producer warpgroup (a TMA warp
-loading K, V once per work item and Q, dO, LSE, D per visit; a warp writing dQ) and ``mma_warpgroups``
-consumer warpgroups. Shared memory per CTA:
+sm_90a layout (the kernel :mod:`b200c.codegen.sm90.backward` prints, after FlashAttention-3's sm90
+backward): one producer warpgroup (one thread of warp 0 issues the TMA loads: K, V once per work item;
+Q, dO, LSE, D per visit) and ``mma_warpgroups`` consumer warpgroups. Shared memory per CTA:
 
 * ``k``, ``v``: the work item's K/V tile, ``block_n x D`` BF16 each, loaded once per item;
 * ``q``, ``do``: ``q_stages`` tiles of ``block_m x D`` BF16 each (the ring the producer fills ahead);
-* ``p``, ``ds``: ``block_m x block_n`` BF16 each: P for dV += P^T dO and dS for dK += dS^T Q and
-  dQ = dS K (both GEMMs read them from shared memory, one of them transposed);
-* ``dq``: ``block_m x D`` FP32: the visit's dQ, which the dQ warp adds into the global FP32 dQ buffer
-  (TMA reduce-add);
-* ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE and D = rowsum(dO * O));
-* ``barriers``: 8 B each: full/empty per Q stage and per K/V tile, dQ ready/free.
+* ``ds``: two ``block_n x block_m`` BF16 tiles of dS^T (one per visit parity): every consumer warpgroup
+  writes its keys' rows, then each reads all of them for its columns of dQ = dS K (P^T and dS^T stay in
+  registers for dV += P^T dO and dK += dS^T Q);
+* ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE in log2 units and
+  D = rowsum(dO * O), from the preprocess kernel);
+* ``barriers``: 8 B each: K/V full, Q full and Q empty per stage.
+
+The visit's dQ is added into the FP32 dQ buffer from the consumers' registers (``red.global.add``);
+FA3's dQ warp with a TMA reduce-add from a shared-memory tile is not built yet.
 
 Registers per consumer thread (FP32 accumulators, split evenly over the consumer warpgroups' threads):
 dK and dV (``2 x block_n x D``) live for the whole work item; S and dP (``2 x block_m x block_n``) live
@@ -39,6 +42,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
         name, target: the schedule's name and the target (``"sm90a"``).
         threads: threads per CTA (128 per warpgroup, producer included).
         smem: ``(region, bytes)`` per shared-memory region, in layout order (1024-byte aligned tiles).
+        offsets: ``(region, byte offset)`` of each region (and ``barriers``) from the 1024-aligned base.
         smem_bytes: their sum with the alignment padding, bytes.
         acc_regs: peak FP32 accumulator registers per consumer thread.
         acc_parts: ``(name, registers per consumer thread)``: dK + dV, S + dP, dQ.
@@ -53,6 +57,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
     acc_regs: int
     acc_parts: tuple
     reg_pool: tuple
+    offsets: tuple = ()
 
     def describe(self) -> str:
         """A few lines for ``--emit plan``-style printing."""
@@ -90,12 +95,17 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     limits = hardware.SM90
     d, m, n, st = s.head_dim, s.block_m, s.block_n, s.q_stages
     regions = (("k", n * d * 2), ("v", n * d * 2), ("q", st * m * d * 2), ("do", st * m * d * 2),
-               ("p", m * n * 2), ("ds", m * n * 2), ("dq", m * d * 4), ("lse", st * m * 4), ("dpsum", st * m * 4))
+               ("ds", 2 * m * n * 2), ("lse", st * m * 4), ("dpsum", st * m * 4))
     off = 0
-    for _, size in regions:
-        off = -(-off // 1024) * 1024 + size  # tiles start on 1024 B (128B swizzle atoms)
-    barriers = BARRIER_BYTES * (2 * st + 2 + 2)
-    smem_bytes = -(-off // 8) * 8 + barriers + limits.smem_align_slack
+    offsets = []
+    for name, size in regions:
+        off = -(-off // 1024) * 1024  # tiles start on 1024 B (128B swizzle atoms)
+        offsets.append((name, off))
+        off += size
+    barriers = BARRIER_BYTES * (1 + 2 * st)  # K/V full; Q full and Q empty per stage
+    off = -(-off // 8) * 8
+    offsets.append(("barriers", off))
+    smem_bytes = off + barriers + limits.smem_align_slack
     smem = regions + (("barriers", barriers),)
     if smem_bytes > limits.smem_bytes:
         biggest = sorted(regions, key=lambda r: -r[1])[:3]
@@ -121,7 +131,7 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"backward schedule {s.name!r}: setmaxnreg budgets take {used} registers (128 x ({s.producer_regs} + "
             f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
             "lower consumer_regs or producer_regs")
-    return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool))
+    return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets))
 
 
 __all__ = ["BackwardPlan", "plan_backward", "RESERVED_REGS"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import ScheduleError
 from .schedule import Schedule
 
+_accept = threading.local()  # .backward: load_compile_input is loading (a BackwardSchedule is accepted)
 _tracking = threading.local()  # .stack: {path: stat} per load_with_dependencies in progress
 # sys.path and sys.modules are process-wide: one load at a time (re-entrant for nested loads; `b200c check`
 # loads files from a thread pool, and two loads at once dropped each other's runpy module)
@@ -118,6 +119,15 @@ def _load_file(p: Path, resolved: str) -> Schedule:
             )
         raise ScheduleError(f"schedule file {str(p)!r} defines no module-level 'schedule'")
     s = ns["schedule"]
+    from .backward_schedule import BackwardSchedule
+
+    if isinstance(s, BackwardSchedule):
+        if getattr(_accept, "backward", False):
+            return s
+        raise ScheduleError(
+            f"schedule file {str(p)!r}: 'schedule' is a BackwardSchedule; `b200c compile` prints its plan, CUDA, PTX or "
+            "cubin (--emit plan|cu|ptx|cubin); the other commands take a forward b200c.Schedule (the backward's IR "
+            "with warp roles, its protocol verifier and its drawing are not built yet)")
     if not isinstance(s, Schedule):
         raise ScheduleError(
             f"schedule file {str(p)!r}: 'schedule' is a {type(s).__name__}, expected b200c.Schedule"
@@ -239,6 +249,20 @@ def _is_helper(name: str, folder: Path) -> bool:
         if found is not None:  # an installed package (an editable install's finder too), b200c, PYTHONPATH
             return False
     return True
+
+
+def load_compile_input(path: str | os.PathLike):
+    """:func:`load_with_dependencies` for ``b200c compile``, whose file may also define a
+    :class:`b200c.BackwardSchedule` (returned as it is).
+
+    Raises:
+        ScheduleError: as :func:`load_schedule_file`.
+    """
+    _accept.backward = True
+    try:
+        return load_with_dependencies(path)
+    finally:
+        _accept.backward = False
 
 
 def load_with_dependencies(path: str | os.PathLike) -> tuple[Schedule, tuple[tuple[str, os.stat_result], ...]]:

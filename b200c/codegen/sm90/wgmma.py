@@ -54,6 +54,33 @@ def rs(n: int) -> str:
     )
 
 
+def ss_tt(n: int) -> str:
+    """SS form with both operands MN-major in SMEM (imm-trans-a = imm-trans-b = 1), as the backward's
+    dQ = dS K reads them (A = dS^T stored keys x rows, B = K stored keys x D): ``D(64 x n) (+)= A B``.
+    Declares and defines ``wgmma_ss_tt_n<n>``."""
+    r = n // 2
+    return (
+        f"template <int N> __device__ __forceinline__ void wgmma_ss_tt_n(float (&d)[N / 2], uint64_t a_desc, "
+        f"uint64_t b_desc, int scale_d);\n"
+        f"template <> __device__ __forceinline__ void wgmma_ss_tt_n<{n}>(float (&d)[{r}], uint64_t a_desc, "
+        f"uint64_t b_desc, int scale_d) {{\n"
+        f"  asm volatile(\n"
+        f"      \"{{\\n\\t.reg .pred p;\\n\\t\"\n"
+        f"      \"setp.ne.b32 p, %{r + 2}, 0;\\n\\t\"\n"
+        f"      \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 \"\n"
+        f"      \"{{{_dlist(r)}}}, %{r}, %{r + 1}, p, 1, 1, 1, 1;\\n\\t}}\"\n"
+        f"      : {_douts(r)}\n"
+        f"      : \"l\"(a_desc), \"l\"(b_desc), \"r\"(scale_d));\n"
+        f"}}\n"
+    )
+
+
+def backward_wrappers(block_m: int, head_dim: int, dq_cols: int) -> str:
+    """The wrappers of the sm_90a backward kernel (namespace b200c): SS ``m64n{block_m}`` for S^T and dP^T,
+    RS ``m64n{head_dim}`` for dV and dK, SS transposed ``m64n{dq_cols}`` for dQ."""
+    return "namespace b200c {\n" + ss(block_m) + rs(head_dim) + ss_tt(dq_cols) + "}  // namespace b200c"
+
+
 def wrappers(ss_n: int, rs_n: int) -> str:
     """The specializations of ``wgmma_ss_n<ss_n>`` and ``wgmma_rs_n<rs_n>`` (namespace b200c)."""
     return "namespace b200c {\n" + ss(ss_n) + rs(rs_n) + "}  // namespace b200c"

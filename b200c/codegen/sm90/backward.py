@@ -1,0 +1,208 @@
+"""The sm_90a backward kernels of a :class:`b200c.dsl.backward_schedule.BackwardSchedule`, as CUDA text.
+
+One module holds three kernels (``templates/backward.cu.j2``): the preprocess (D = rowsum(dO * O), the
+LSE in log2 units, dq_accum zeroed), the K/V-stationary main kernel (one CTA per work item of
+:class:`b200c.codegen.backward_work.BackwardDecomposition`: a producer thread streams Q, dO, LSE and D
+through a ``q_stages`` ring with TMA; ``mma_warpgroups`` consumer warpgroups each own ``block_n /
+mma_warpgroups`` keys, compute S^T and dP^T with wgmma, keep dK and dV in registers and add their columns
+of the visit's dQ into an FP32 buffer) and the postprocess (dQ = dq_accum * scale in BF16).
+
+:func:`backward_layout` decides every number the template prints (from
+:func:`b200c.codegen.backward_plan.plan_backward`'s regions and budgets); :func:`generate_backward`
+renders it. What the kernel does not cover yet is refused here by name (:func:`supported`).
+"""
+from __future__ import annotations
+
+import msgspec
+
+from ..render import environment
+from .emit import _HERE, helper_header
+from .text import TEXT
+from .wgmma import backward_wrappers
+
+MAIN_KERNEL = "b200c_attention_backward"
+PREPROCESS_KERNEL = "b200c_attention_backward_preprocess"
+POSTPROCESS_KERNEL = "b200c_attention_backward_postprocess"
+PRE_THREADS = 128  # threads of the preprocess and postprocess CTAs (BLOCK_M rows each)
+
+#: entry parameters of the main kernel, in order: (name, what it is), as the generated file lists them
+MAIN_PARAMS = (
+    ("tmap_q", "CUtensorMap: TMA map of Q (BF16, dims {D, S_q, H, B})"),
+    ("tmap_k", "CUtensorMap: TMA map of K (dims {D, S_kv, H_kv, B})"),
+    ("tmap_v", "CUtensorMap: TMA map of V (as K)"),
+    ("tmap_do", "CUtensorMap: TMA map of dO (as Q)"),
+    ("lse_log2", "const float*: (B, H, S_pad) the forward's LSE times log2(e) (the preprocess's output)"),
+    ("dpsum", "const float*: (B, H, S_pad) rowsum(dO * O) (the preprocess's output)"),
+    ("dq_accum", "float*: (B, H, S_pad, D) FP32 dQ / softmax_scale, zeroed by the preprocess"),
+    ("dk", "__nv_bfloat16*: dK, logical (B, H_kv, S_kv, D)"),
+    ("dk_stride_b", "const int64_t: element stride of dK over B"),
+    ("dk_stride_h", "const int64_t: element stride of dK over H_kv"),
+    ("dk_stride_s", "const int64_t: element stride of dK over S_kv (rows; D is contiguous)"),
+    ("dv", "__nv_bfloat16*: dV, as dK"),
+    ("dv_stride_b", "const int64_t"),
+    ("dv_stride_h", "const int64_t"),
+    ("dv_stride_s", "const int64_t"),
+    ("batch", "const int: B"),
+    ("heads", "const int: H (query heads)"),
+    ("heads_kv", "const int: H_kv (H is a multiple)"),
+    ("seq_q", "const int: S_q"),
+    ("seq_kv", "const int: S_kv"),
+    ("seq_pad", "const int: S_pad, S_q rounded up to BLOCK_M"),
+    ("causal", "const int: 1: causal mask aligned to the bottom-right corner"),
+    ("softmax_scale", "const float: natural-log units, usually 1/sqrt(D)"),
+)
+
+
+class BackwardLayout(msgspec.Struct, frozen=True):
+    """Every number of one generated sm_90a backward module.
+
+    Attributes:
+        name: the schedule's name.
+        head_dim, block_m, block_n, q_stages, mma_warpgroups: the schedule's tiles.
+        wg_keys: keys per consumer warpgroup (the M of its S^T, dP^T, dV and dK wgmmas).
+        dq_cols: dQ columns per consumer warpgroup (the N of its dQ wgmma).
+        threads, consumer_threads: threads of the main kernel's CTA and of its consumer warpgroups.
+        pre_threads: threads of the preprocess / postprocess CTAs.
+        consumer_regs, producer_regs: the setmaxnreg budgets.
+        regions: ``(name, offset, bytes, what)`` of each SMEM region (from ``plan_backward``).
+        barriers: ``(name, first index, count, arrivals, who)`` of each mbarrier family.
+        num_barriers, smem_bytes: barrier count; dynamic SMEM of the main kernel (with the 1024-B slack).
+        q_tile_bytes, kv_tile_bytes, ds_tile_bytes, row_vec_bytes: one Q/dO, K/V, dS^T tile; one visit's LSE.
+        visit_tx_bytes: the bytes one visit's loads complete on its Q-full barrier.
+        slices: 64-column TMA boxes per tile (head_dim / 64).
+    """
+
+    name: str
+    head_dim: int
+    block_m: int
+    block_n: int
+    q_stages: int
+    mma_warpgroups: int
+    wg_keys: int
+    dq_cols: int
+    threads: int
+    consumer_threads: int
+    pre_threads: int
+    consumer_regs: int
+    producer_regs: int
+    regions: tuple
+    barriers: tuple
+    num_barriers: int
+    smem_bytes: int
+    q_tile_bytes: int
+    kv_tile_bytes: int
+    ds_tile_bytes: int
+    row_vec_bytes: int
+    visit_tx_bytes: int
+    slices: int
+
+
+class GeneratedBackward(msgspec.Struct, frozen=True):
+    """A generated backward module: its CUDA text and the numbers the launcher needs.
+
+    Attributes:
+        source: the self-contained .cu text (three ``extern "C"`` kernels).
+        layout: its :class:`BackwardLayout`.
+        schedule_json: the schedule it was generated from (canonical JSON).
+        target: ``"sm90a"``.
+    """
+
+    source: str
+    layout: BackwardLayout
+    schedule_json: str
+    target: str = "sm90a"
+
+
+_WHAT = {"k": "the item's K tile (BLOCK_N x D, K-major)", "v": "the item's V tile (BLOCK_N x D, K-major)",
+         "q": "Q_STAGES Q tiles (BLOCK_M x D)", "do": "Q_STAGES dO tiles (BLOCK_M x D)",
+         "ds": "two dS^T tiles (BLOCK_N keys x BLOCK_M rows, 128B swizzle), one per visit parity",
+         "lse": "Q_STAGES x BLOCK_M lse_log2 (FP32)", "dpsum": "Q_STAGES x BLOCK_M dpsum (FP32)",
+         "barriers": "mbarriers"}
+
+
+def supported(schedule) -> None:
+    """Refuse a schedule whose kernel is not generated yet, naming the missing piece.
+
+    Covered: head dim 128 with ``block_m == 64`` and 64 keys per consumer warpgroup
+    (``block_n == 64 * mma_warpgroups``), atomic dQ reduction, one CTA per work item.
+
+    Raises:
+        BackwardNotSupportedError: another head dim or tile shape, ``dq_reduction="deterministic"`` or
+            ``persistent=True``.
+    """
+    from ...errors import BackwardNotSupportedError
+
+    s = schedule
+    why = None
+    if s.head_dim != 128:
+        why = f"head dim {s.head_dim} (only 128 is generated yet; 64 and 256 come with their tiles)"
+    elif s.block_m != 64:
+        why = f"block_m = {s.block_m} (the kernel's dS^T tile holds 64 query rows per 128-byte row: use 64)"
+    elif s.block_n != 64 * s.mma_warpgroups:
+        why = (f"block_n = {s.block_n} with {s.mma_warpgroups} consumer warpgroups (each owns 64 keys: use "
+               f"block_n = {64 * s.mma_warpgroups})")
+    elif (s.head_dim // s.mma_warpgroups) % 64:
+        why = f"{s.mma_warpgroups} consumer warpgroups (each computes a 64-column slice of dQ: use 2 at head dim 128)"
+    elif s.dq_reduction != "atomic":
+        why = "dq_reduction='deterministic' (the ordered dQ reduction)"
+    elif s.persistent:
+        why = "persistent=True (the persistent backward grid)"
+    if why is not None:
+        raise BackwardNotSupportedError(f"backward schedule {s.name!r}: the sm90a backward kernel does not support "
+                                        f"{why} yet")
+
+
+def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
+    """The layout of ``schedule``'s sm_90a backward module.
+
+    Raises:
+        ScheduleError, ResourceError: from :func:`b200c.codegen.backward_plan.plan_backward`.
+        BackwardNotSupportedError: from :func:`supported`.
+    """
+    from ..backward_plan import plan_backward
+
+    plan = plan_backward(schedule, target)
+    s = schedule
+    supported(s)
+    sizes = dict(plan.smem)
+    regions = tuple((name, off, sizes[name], _WHAT[name]) for name, off in plan.offsets)
+    st = s.q_stages
+    barriers = (("kv_full", 0, 1, 1, "the producer's arrive.expect_tx + TMA of K and V; waited by every consumer"),
+                ("q_full", 1, st, 1, "the producer's arrive.expect_tx + TMA of Q, dO, LSE, D of a stage; waited by "
+                                     "every consumer"),
+                ("q_empty", 1 + st, st, 4 * s.mma_warpgroups,
+                 "each consumer warp once its wgmmas reading the stage completed; waited by the producer"))
+    q_tile = s.block_m * s.head_dim * 2
+    row_vec = s.block_m * 4
+    return BackwardLayout(
+        name=s.name, head_dim=s.head_dim, block_m=s.block_m, block_n=s.block_n, q_stages=st,
+        mma_warpgroups=s.mma_warpgroups, wg_keys=s.block_n // s.mma_warpgroups,
+        dq_cols=s.head_dim // s.mma_warpgroups, threads=plan.threads, consumer_threads=128 * s.mma_warpgroups,
+        pre_threads=PRE_THREADS, consumer_regs=s.consumer_regs, producer_regs=s.producer_regs, regions=regions,
+        barriers=barriers, num_barriers=1 + 2 * st, smem_bytes=plan.smem_bytes, q_tile_bytes=q_tile,
+        kv_tile_bytes=s.block_n * s.head_dim * 2, ds_tile_bytes=s.block_n * s.block_m * 2, row_vec_bytes=row_vec,
+        visit_tx_bytes=2 * q_tile + 2 * row_vec, slices=s.head_dim // 64)
+
+
+def generate_backward(schedule, target: str = "sm90a") -> GeneratedBackward:
+    """Generate the backward module of ``schedule`` for ``target`` (sm90a).
+
+    Raises:
+        ScheduleError, ResourceError, BackwardNotSupportedError: see :func:`backward_layout`.
+    """
+    from ...version import __version__
+
+    lay = backward_layout(schedule, target)
+    env = environment(str(_HERE / "templates"), tuple(sorted(TEXT.items())))
+    defaults = type(schedule)()
+    lines = [f"{f} = {getattr(schedule, f)!r}" for f in schedule.__dataclass_fields__
+             if f == "name" or getattr(schedule, f) != getattr(defaults, f)]
+    text = env.get_template("backward.cu.j2").render(
+        lay=lay, version=__version__, schedule_lines=lines or ["(all defaults)"], helpers=helper_header(),
+        wgmma_wrappers=backward_wrappers(lay.block_m, lay.head_dim, lay.dq_cols), main_params=MAIN_PARAMS,
+        names=dict(main=MAIN_KERNEL, preprocess=PREPROCESS_KERNEL, postprocess=POSTPROCESS_KERNEL))
+    return GeneratedBackward(text.rstrip() + "\n", lay, schedule.to_json(), target)
+
+
+__all__ = ["BackwardLayout", "GeneratedBackward", "backward_layout", "generate_backward", "supported",
+           "MAIN_KERNEL", "PREPROCESS_KERNEL", "POSTPROCESS_KERNEL", "MAIN_PARAMS"]

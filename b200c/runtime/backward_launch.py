@@ -1,0 +1,247 @@
+"""Launch the sm_90a backward kernels (:mod:`b200c.codegen.sm90.backward`) on PyTorch tensors.
+
+:func:`attention_backward` runs the module's three kernels on the current stream: the preprocess
+(grid ``(S_pad / block_m, H, B)``), the K/V-stationary main kernel (one CTA per work item of
+:class:`b200c.codegen.backward_work.BackwardDecomposition`) and the postprocess. It is the launch layer
+the autograd formula of ``b200c.attention`` will call (issue 48, step 2); until then it is reachable as
+``b200c.runtime.backward_launch.attention_backward`` and from the tests.
+
+The plan decides every launch number (:func:`launch_plan`), so the fake driver's record of a launch
+can be checked against the host model's decomposition on the CPU.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import BackwardNotSupportedError, LaunchError
+from . import driver
+from .params import ParamBlock
+
+_lock = threading.Lock()
+_modules: dict = {}  # (build key, device) -> _Module
+
+# parameter kinds of the three kernels, in order (the names and order of the generated entry points)
+MAIN_SPEC = (("tmap_q", "tensor_map"), ("tmap_k", "tensor_map"), ("tmap_v", "tensor_map"), ("tmap_do", "tensor_map"),
+             ("lse_log2", "f32_ptr"), ("dpsum", "f32_ptr"), ("dq_accum", "f32_ptr"),
+             ("dk", "bf16_ptr"), ("dk_stride_b", "i64"), ("dk_stride_h", "i64"), ("dk_stride_s", "i64"),
+             ("dv", "bf16_ptr"), ("dv_stride_b", "i64"), ("dv_stride_h", "i64"), ("dv_stride_s", "i64"),
+             ("batch", "i32"), ("heads", "i32"), ("heads_kv", "i32"), ("seq_q", "i32"), ("seq_kv", "i32"),
+             ("seq_pad", "i32"), ("causal", "i32"), ("softmax_scale", "f32"))
+PRE_SPEC = (("out", "bf16_ptr"), ("out_stride_b", "i64"), ("out_stride_h", "i64"), ("out_stride_s", "i64"),
+            ("dout", "bf16_ptr"), ("dout_stride_b", "i64"), ("dout_stride_h", "i64"), ("dout_stride_s", "i64"),
+            ("lse", "f32_ptr"), ("lse_stride_b", "i64"), ("lse_stride_h", "i64"), ("lse_stride_s", "i64"),
+            ("lse_log2", "f32_ptr"), ("dpsum", "f32_ptr"), ("dq_accum", "f32_ptr"), ("seq_q", "i32"),
+            ("seq_pad", "i32"))
+POST_SPEC = (("dq_accum", "f32_ptr"), ("dq", "bf16_ptr"), ("dq_stride_b", "i64"), ("dq_stride_h", "i64"),
+             ("dq_stride_s", "i64"), ("seq_q", "i32"), ("seq_pad", "i32"), ("softmax_scale", "f32"))
+
+
+@dataclass(frozen=True)
+class _Boxes:
+    """The TMA box of the backward's maps, in the fields :func:`b200c.runtime.driver.encode_tensor_map` reads
+    (Q and dO boxes: ``block_m`` rows, named ``"q"``; K and V: ``block_n`` rows)."""
+
+    tma_box_inner: int
+    tma_box_rows: int
+    kv_box_rows: int
+    tma_swizzle: str = "128B"
+    tma_l2_promotion: str = "256B"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The grids, CTA sizes and buffer shapes of one backward call.
+
+    Attributes:
+        seq_pad: S_q rounded up to block_m (rows of the FP32 buffers).
+        row_grid: ``(S_pad / block_m, H, B)``: the preprocess and postprocess grids.
+        row_threads: their CTA size.
+        num_work: CTAs of the main kernel (work items: ``B x H_kv x ceil(S_kv / block_n)``).
+        threads, smem: the main kernel's CTA size and dynamic SMEM bytes.
+    """
+
+    seq_pad: int
+    row_grid: tuple
+    row_threads: int
+    num_work: int
+    threads: int
+    smem: int
+
+
+def launch_plan(layout, batch: int, heads: int, heads_kv: int, seq_q: int, seq_kv: int) -> LaunchPlan:
+    """The launch numbers of a call (``layout``: the module's
+    :class:`~b200c.codegen.sm90.backward.BackwardLayout`)."""
+    from ..codegen.backward_work import BackwardDecomposition
+
+    pad = -(-seq_q // layout.block_m) * layout.block_m
+    dec = BackwardDecomposition(layout.block_m, layout.block_n)
+    return LaunchPlan(pad, (pad // layout.block_m, heads, batch), layout.pre_threads,
+                      dec.num_work(batch, heads_kv, seq_kv), layout.threads, layout.smem_bytes)
+
+
+def param_values(lp: LaunchPlan, q, k, v, out, dout, lse, dq, dk, dv, lse_log2, dpsum, dq_accum, maps, *,
+                 causal: bool, scale: float) -> tuple:
+    """The ``{name: value}`` of the preprocess, main and postprocess kernels' parameters (:data:`PRE_SPEC`,
+    :data:`MAIN_SPEC`, :data:`POST_SPEC`) for BHSD views ``q``, ``k``, ``v``, ``out``, ``dout``, ``lse``
+    (B, H, S_q), the outputs ``dq``, ``dk``, ``dv``, the FP32 buffers and the four encoded tensor maps
+    (q, k, v, dout)."""
+    b, h, sq, _ = q.shape
+    hk, skv = k.shape[1], k.shape[2]
+
+    def st(t):
+        return tuple(int(x) for x in t.stride()[:3])
+
+    pre = dict(out=out.data_ptr(), out_stride_b=st(out)[0], out_stride_h=st(out)[1], out_stride_s=st(out)[2],
+               dout=dout.data_ptr(), dout_stride_b=st(dout)[0], dout_stride_h=st(dout)[1], dout_stride_s=st(dout)[2],
+               lse=lse.data_ptr(), lse_stride_b=st(lse)[0], lse_stride_h=st(lse)[1], lse_stride_s=st(lse)[2],
+               lse_log2=lse_log2.data_ptr(), dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), seq_q=sq,
+               seq_pad=lp.seq_pad)
+    main = dict(tmap_q=maps[0], tmap_k=maps[1], tmap_v=maps[2], tmap_do=maps[3], lse_log2=lse_log2.data_ptr(),
+                dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), dk=dk.data_ptr(), dk_stride_b=st(dk)[0],
+                dk_stride_h=st(dk)[1], dk_stride_s=st(dk)[2], dv=dv.data_ptr(), dv_stride_b=st(dv)[0],
+                dv_stride_h=st(dv)[1], dv_stride_s=st(dv)[2], batch=b, heads=h, heads_kv=hk, seq_q=sq, seq_kv=skv,
+                seq_pad=lp.seq_pad, causal=int(bool(causal)), softmax_scale=float(scale))
+    post = dict(dq_accum=dq_accum.data_ptr(), dq=dq.data_ptr(), dq_stride_b=st(dq)[0], dq_stride_h=st(dq)[1],
+                dq_stride_s=st(dq)[2], seq_q=sq, seq_pad=lp.seq_pad, softmax_scale=float(scale))
+    return pre, main, post
+
+
+class _Module:
+    def __init__(self, built, device: int):
+        cu = driver._cu()
+        self.cu = cu
+        _ = driver._check(cu.cuInit(0), "cuInit")
+        dev = driver._check(cu.cuDeviceGet(device), "cuDeviceGet")
+        self.context = driver._check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        with driver.in_context(self.context):
+            image = driver._verified_image(built)
+            self.module = driver._check(cu.cuModuleLoadData(image), "cuModuleLoadData(backward)")
+            from ..codegen.sm90.backward import MAIN_KERNEL, POSTPROCESS_KERNEL, PREPROCESS_KERNEL
+
+            get = lambda n: driver._check(cu.cuModuleGetFunction(self.module, n.encode()), f"cuModuleGetFunction({n})")
+            self.main, self.pre, self.post = get(MAIN_KERNEL), get(PREPROCESS_KERNEL), get(POSTPROCESS_KERNEL)
+            smem = built.launch.dynamic_smem_bytes
+            driver._check(cu.cuFuncSetAttribute(
+                self.main, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+
+def _build(gen):
+    """The cached cubin of a generated backward module (the forward's build cache and ninja)."""
+    from ..codegen import GeneratedKernel
+    from ..codegen.launch import LaunchInfo
+    from .build import build_many
+
+    lay = gen.layout
+    info = LaunchInfo(name=lay.name, threads=lay.threads, dynamic_smem_bytes=lay.smem_bytes, tmem_cols=0,
+                      q_stages=lay.q_stages, block_m=lay.block_m, block_n=lay.block_n, head_dim=lay.head_dim,
+                      persistent=False, tma_box_inner=64, tma_box_rows=lay.block_m, tma_swizzle="128B",
+                      tma_l2_promotion="256B", params=MAIN_SPEC, tma_kv_box_rows=lay.block_n)
+    return build_many([(lay.name, GeneratedKernel(gen.source, info, gen.target))], gen.target, progress=False)[0]
+
+
+def _check_inputs(q, k, v, out, dout, lse, layout) -> tuple:
+    """(B, H, H_kv, S_q, S_kv, D) of BHSD views, refusing what the kernels do not cover."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise LaunchError(f"attention_backward: {name} must be a 4-D (B, H, S, D) tensor")
+        if t.dtype != torch.bfloat16:
+            raise LaunchError(f"attention_backward: {name} is {t.dtype}; the backward kernels take torch.bfloat16")
+        if t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:-1]) or t.data_ptr() % 16:
+            raise LaunchError(f"attention_backward: {name} needs a contiguous last dimension, strides that are multiples "
+                             "of 8 elements and a 16-byte aligned start (TMA); pass .contiguous()")
+    b, h, sq, d = q.shape
+    bk, hk, skv, dk = k.shape
+    if tuple(v.shape) != tuple(k.shape) or bk != b or dk != d or tuple(out.shape) != tuple(q.shape) \
+            or tuple(dout.shape) != tuple(q.shape):
+        raise LaunchError(f"attention_backward: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, out "
+                         f"{tuple(out.shape)}, dout {tuple(dout.shape)} do not agree (k and v: (B, H_kv, S_kv, D))")
+    if hk < 1 or h % hk:
+        raise LaunchError(f"attention_backward: H = {h} is not a multiple of H_kv = {hk}")
+    if d != layout.head_dim:
+        raise BackwardNotSupportedError(f"attention_backward: head dim {d}; this module is built for "
+                                        f"{layout.head_dim}")
+    if sq < 1 or skv < 1:
+        raise LaunchError(f"attention_backward: S_q = {sq} and S_kv = {skv} must be >= 1")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (b, h, sq):
+        raise LaunchError(f"attention_backward: lse must be FP32 (B, H, S_q) = {(b, h, sq)}, got {lse.dtype} "
+                         f"{tuple(lse.shape)}")
+    return b, h, hk, sq, skv, d
+
+
+def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: float | None = None,
+                       schedule=None):
+    """dQ, dK, dV of ``out = softmax(q k^T scale (+ causal mask)) v`` from the forward's ``out`` and ``lse``.
+
+    Args:
+        q: (B, H, S_q, D) BF16 CUDA tensor (BHSD view; any strides with a contiguous D).
+        k, v: (B, H_kv, S_kv, D), H a multiple of H_kv.
+        out: the forward's output, as q.
+        dout: the gradient of the loss with respect to ``out``, as q.
+        lse: (B, H, S_q) FP32, the forward's log-sum-exp per row in natural-log units (-inf: a row that
+            saw no key; its dQ is 0).
+        causal: causal mask aligned to the bottom-right corner (as the forward).
+        scale: softmax scale (default 1/sqrt(D)).
+        schedule: a BackwardSchedule (default ``default_backward_schedule(D)``).
+
+    Returns:
+        ``(dq, dk, dv)`` BF16 contiguous tensors of q's, k's and v's shapes.
+
+    Raises:
+        LaunchError: bad shapes, dtypes or strides.
+        BackwardNotSupportedError: a head dim or schedule the generated kernels do not cover yet.
+        BuildError: nvcc failed; LaunchError: a driver call failed.
+    """
+    from ..codegen.sm90.backward import generate_backward
+    from ..dsl.presets import default_backward_schedule
+
+    if schedule is None:
+        d = q.shape[-1] if isinstance(q, torch.Tensor) else None
+        if d not in (64, 128, 256):
+            raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
+        schedule = default_backward_schedule(int(d))
+    gen = generate_backward(schedule)
+    lay = gen.layout
+    b, h, hk, sq, skv, d = _check_inputs(q, k, v, out, dout, lse, lay)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    lp = launch_plan(lay, b, h, hk, sq, skv)
+    dev = q.device
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=dev)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=dev)
+    lse_log2 = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
+    dpsum = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
+    dq_accum = torch.empty((b, h, lp.seq_pad, d), dtype=torch.float32, device=dev)
+    built = _build(gen)
+    device = dev.index if dev.index is not None else torch.cuda.current_device()
+    with _lock:
+        mod = _modules.get((built.key, device))
+        if mod is None:
+            mod = _modules[(built.key, device)] = _Module(built, device)
+    boxes = _Boxes(64, lay.block_m, lay.block_n)
+    with driver.in_context(mod.context):
+        maps = [driver.encode_tensor_map(n, t, boxes) for n, t in (("q", q), ("k", k), ("v", v), ("q", dout))]
+    pre, main, post = param_values(lp, q, k, v, out, dout, lse, dq, dk, dv, lse_log2, dpsum, dq_accum, maps,
+                                   causal=causal, scale=scale)
+    pre, main, post = ParamBlock(PRE_SPEC, pre), ParamBlock(MAIN_SPEC, main), ParamBlock(POST_SPEC, post)
+    cu = mod.cu
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    gx, gy, gz = lp.row_grid
+    with driver.in_context(mod.context):
+        for what, fn, grid, block, smem, params in (
+                ("preprocess", mod.pre, (gx, gy, gz), lp.row_threads, 0, pre),
+                ("main", mod.main, (lp.num_work, 1, 1), lp.threads, lp.smem, main),
+                ("postprocess", mod.post, (gx, gy, gz), lp.row_threads, 0, post)):
+            (err,) = cu.cuLaunchKernel(fn, *grid, block, 1, 1, smem, stream, params.array_addr, 0)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                raise LaunchError(f"cuLaunchKernel (backward {what}, grid {grid}, {block} threads, {smem} B SMEM) "
+                                  f"failed: {driver._err_name(err)}")
+    return dq, dk, dv
+
+
+__all__ = ["attention_backward", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]

@@ -1,0 +1,110 @@
+"""The generated sm_90a backward kernels (b200c/codegen/sm90/backward.py), launched directly
+(b200c.runtime.backward_launch), against FP32 torch autograd with FlashAttention's backward tolerance:
+per gradient, twice the max error of the same computation in BF16 plus 1e-3 of the gradient's largest
+magnitude. The forward's output and LSE come from FP32 attention (O rounded to BF16, as a forward kernel
+hands it over). Cases: dense and causal, S not a multiple of the tiles, S_q != S_kv (bottom-right causal,
+rows that see no key: their dQ exactly 0), 1 to 16 heads, GQA."""
+import math
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _hopper():
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90a backward kernels run on compute capability 9.0 (H100 / H200)")
+
+
+def _attention(q, k, v, causal, scale):
+    """Reference attention in q's dtype (GQA: K/V heads repeated), bottom-right causal."""
+    import torch
+
+    g = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(g, dim=1)
+    v = v.repeat_interleave(g, dim=1)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        sq, skv = q.shape[2], k.shape[2]
+        rows = torch.arange(sq, device=q.device)[:, None]
+        cols = torch.arange(skv, device=q.device)[None, :]
+        s = s.masked_fill(cols > rows + (skv - sq), float("-inf"))
+    lse = torch.logsumexp(s.float(), dim=-1)
+    p = torch.softmax(s.float(), dim=-1).nan_to_num(0.0).to(q.dtype)  # rows that see no key: 0
+    return p @ v, lse
+
+
+CASES = [
+    # (B, H, H_kv, S_q, S_kv, causal)
+    (1, 1, 1, 128, 128, False),
+    (2, 4, 4, 256, 384, False),
+    (1, 2, 2, 200, 333, False),
+    (2, 3, 3, 256, 256, True),
+    (1, 2, 2, 300, 300, True),
+    (1, 16, 16, 512, 512, True),
+    (1, 2, 2, 512, 200, True),   # S_q > S_kv: the first 312 rows see no key
+    (1, 2, 2, 77, 1000, True),   # S_q < S_kv, bottom-right
+    (2, 8, 2, 320, 320, True),   # GQA 4:1
+    (1, 4, 1, 1, 257, False),    # one query row, MQA
+]
+
+
+@pytest.mark.parametrize("b,h,hk,sq,skv,causal", CASES)
+def test_backward_kernel_matches_autograd(b, h, hk, sq, skv, causal):
+    _hopper()
+    import torch
+
+    from b200c.runtime.backward_launch import attention_backward
+
+    torch.manual_seed(b * 1000 + h * 100 + sq + skv + causal)
+    d = 128
+    scale = 1.0 / math.sqrt(d)
+    dev = "cuda"
+    q = torch.randn(b, h, sq, d, device=dev).to(torch.bfloat16)
+    k = torch.randn(b, hk, skv, d, device=dev).to(torch.bfloat16)
+    v = torch.randn(b, hk, skv, d, device=dev).to(torch.bfloat16)
+    dout = torch.randn(b, h, sq, d, device=dev).to(torch.bfloat16)
+
+    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+    out_f, lse = _attention(qf, kf, vf, causal, scale)
+    out_f.backward(dout.float())
+    ref = (qf.grad, kf.grad, vf.grad)
+    qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
+    out_b, _ = _attention(qb, kb, vb, causal, scale)
+    out_b.backward(dout)
+    bf16 = (qb.grad, kb.grad, vb.grad)
+
+    dq, dk, dv = attention_backward(q, k, v, out_f.detach().to(torch.bfloat16), dout, lse.detach(), causal=causal,
+                                    scale=scale)
+    torch.cuda.synchronize()
+    for name, got, r, rb in zip(("dQ", "dK", "dV"), (dq, dk, dv), ref, bf16):
+        assert got.shape == r.shape and got.dtype == torch.bfloat16, name
+        assert bool(torch.isfinite(got).all()), f"{name}: non-finite values"
+        err = float((got.float() - r).abs().max())
+        tol = 2 * float((rb.float() - r).abs().max()) + 1e-3 * float(r.abs().max())
+        assert err <= tol, f"{name}: max error {err:.4g} over the tolerance {tol:.4g}"
+    if causal and sq > skv:
+        hidden = sq - skv  # rows 0 .. hidden - 1 see no key
+        assert bool((dq[:, :, :hidden] == 0).all()), "dQ of rows that see no key is not exactly 0"
+
+
+def test_backward_kernel_bhsd_and_bshd_views_agree():
+    _hopper()
+    import torch
+
+    from b200c.runtime.backward_launch import attention_backward
+
+    torch.manual_seed(7)
+    b, h, s, d = 2, 4, 192, 128
+    q, k, v, dout = (torch.randn(b, s, h, d, device="cuda").to(torch.bfloat16) for _ in range(4))  # BSHD storage
+    qh, kh, vh, doh = (t.transpose(1, 2) for t in (q, k, v, dout))  # BHSD views of BSHD memory
+    out, lse = _attention(qh.float(), kh.float(), vh.float(), True, 1 / math.sqrt(d))
+    a = attention_backward(qh, kh, vh, out.to(torch.bfloat16), doh, lse, causal=True)
+    c = attention_backward(*(t.contiguous() for t in (qh, kh, vh)), out.to(torch.bfloat16).contiguous(),
+                           doh.contiguous(), lse, causal=True)
+    torch.cuda.synchronize()
+    assert torch.equal(a[1], c[1]) and torch.equal(a[2], c[2])  # dK, dV: one CTA each, fixed order
+    # dQ: FP32 additions from several CTAs in any order (dq_reduction="atomic"): equal up to BF16 rounding
+    assert float((a[0].float() - c[0].float()).abs().max()) <= 1e-2 * float(c[0].float().abs().max())

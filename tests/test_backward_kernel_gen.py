@@ -1,0 +1,112 @@
+"""The generated sm_90a backward module (issue 48 step 1): its layout worked out by hand, what it refuses
+by name, its golden file, its compile (0 spill bytes, every kernel) and the launch numbers and parameters
+the runtime derives from the host model's decomposition (CPU tensors: no device)."""
+import math
+from pathlib import Path
+
+import pytest
+
+import b200c
+from b200c.codegen.backward_work import BackwardDecomposition
+from b200c.codegen.sm90.backward import (MAIN_KERNEL, POSTPROCESS_KERNEL, PREPROCESS_KERNEL, backward_layout,
+                                         generate_backward)
+from b200c.errors import BackwardNotSupportedError
+
+GOLDEN = Path(__file__).parent / "golden" / "backward"
+
+
+def test_d128_layout_by_hand():
+    lay = backward_layout(b200c.default_backward_schedule(128))
+    kb = 128 * 128 * 2  # one 128-key x 128-column BF16 tile
+    qb = 64 * 128 * 2   # one 64-row tile
+    assert (lay.block_m, lay.block_n, lay.wg_keys, lay.dq_cols, lay.threads) == (64, 128, 64, 64, 384)
+    offsets = {name: off for name, off, _, _ in lay.regions}
+    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": 2 * kb + 4 * qb,
+                       "lse": 2 * kb + 4 * qb + 2 * (128 * 64 * 2), "dpsum": 163840 + 1024, "barriers": 165376}
+    assert lay.visit_tx_bytes == 2 * qb + 2 * 64 * 4
+    assert [(b[0], b[1], b[2], b[3]) for b in lay.barriers] == [("kv_full", 0, 1, 1), ("q_full", 1, 2, 1),
+                                                                ("q_empty", 3, 2, 8)]
+    assert lay.smem_bytes == 165376 + 5 * 8 + 1024
+
+
+@pytest.mark.parametrize("change,word", [
+    (dict(head_dim=64, block_m=128), "head dim 64"),
+    (dict(head_dim=256, block_n=64, q_stages=1), "head dim 256"),
+    (dict(block_m=32), "block_m = 32"),
+    (dict(block_n=64), "block_n = 64"),
+    (dict(dq_reduction="deterministic"), "deterministic"),
+    (dict(persistent=True), "persistent"),
+])
+def test_not_yet_generated_is_refused_by_name(change, word):
+    s = b200c.default_backward_schedule(128).replace(**change)
+    with pytest.raises(BackwardNotSupportedError, match="not support") as e:
+        generate_backward(s)
+    assert word in str(e.value)
+
+
+def test_golden(request):
+    g = generate_backward(b200c.default_backward_schedule(128))
+    golden = GOLDEN / "hopper_backward_d128.cu"
+    if request.config.getoption("--update-golden"):
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(g.source)
+    assert golden.exists(), f"no golden file {golden}; run pytest --update-golden and review it"
+    assert g.source == golden.read_text(), "generated backward differs from its golden file (--update-golden)"
+    for name in (MAIN_KERNEL, PREPROCESS_KERNEL, POSTPROCESS_KERNEL):
+        assert f"\n{name}(" in g.source
+
+
+@pytest.mark.nvcc
+def test_compiles_without_spills(tmp_path):
+    from b200c.nvcc import compile_cuda
+
+    g = generate_backward(b200c.default_backward_schedule(128))
+    res = compile_cuda(g.source, tmp_path / "bwd.cubin", "cubin", "sm_90a")
+    for name in (MAIN_KERNEL, PREPROCESS_KERNEL, POSTPROCESS_KERNEL):
+        r = res.resources(name)
+        assert r["registers"] is not None, res.log
+        assert r["spill_bytes"] == 0 and r["stack_frame"] == 0, (name, res.log)
+    # the main kernel runs under the setmaxnreg budgets: ptxas compiles it for the entry allotment
+    assert res.resources(MAIN_KERNEL)["registers"] <= 168
+
+
+@pytest.mark.parametrize("b,h,hk,sq,skv", [(1, 1, 1, 1, 1), (2, 16, 16, 8192, 8192), (3, 32, 8, 1000, 4097),
+                                           (1, 4, 2, 65, 129)])
+def test_launch_plan_follows_the_decomposition(b, h, hk, sq, skv):
+    from b200c.runtime.backward_launch import launch_plan
+
+    lay = backward_layout(b200c.default_backward_schedule(128))
+    lp = launch_plan(lay, b, h, hk, sq, skv)
+    dec = BackwardDecomposition(64, 128)
+    assert lp.num_work == dec.num_work(b, hk, skv) == b * hk * math.ceil(skv / 128)
+    assert lp.seq_pad % 64 == 0 and 0 <= lp.seq_pad - sq < 64
+    assert lp.row_grid == (lp.seq_pad // 64, h, b)
+    assert (lp.threads, lp.smem) == (384, lay.smem_bytes)
+
+
+def test_param_values_name_every_parameter():
+    import torch
+
+    from b200c.runtime.backward_launch import MAIN_SPEC, POST_SPEC, PRE_SPEC, launch_plan, param_values
+    from b200c.runtime.params import ParamBlock, decode
+
+    b, h, hk, sq, skv, d = 2, 4, 2, 100, 300, 128
+    q = torch.zeros(b, sq, h, d, dtype=torch.bfloat16).transpose(1, 2)  # a BHSD view of BSHD memory
+    k = torch.zeros(b, hk, skv, d, dtype=torch.bfloat16)
+    v, out, dout = torch.zeros_like(k), torch.zeros_like(q), torch.zeros(b, h, sq, d, dtype=torch.bfloat16)
+    lse = torch.zeros(b, h, sq)
+    lay = backward_layout(b200c.default_backward_schedule(128))
+    lp = launch_plan(lay, b, h, hk, sq, skv)
+    dq, dk, dv = torch.zeros(b, h, sq, d, dtype=torch.bfloat16), torch.zeros_like(k), torch.zeros_like(k)
+    bufs = [torch.zeros(b, h, lp.seq_pad), torch.zeros(b, h, lp.seq_pad), torch.zeros(b, h, lp.seq_pad, d)]
+    maps = [bytes([i]) * 128 for i in range(4)]
+    pre, main, post = param_values(lp, q, k, v, out, dout, lse, dq, dk, dv, *bufs, maps, causal=True, scale=0.125)
+    for spec, values in ((PRE_SPEC, pre), (MAIN_SPEC, main), (POST_SPEC, post)):
+        assert [n for n, _ in spec] == list(values)  # every parameter, in the entry's order
+        blk = ParamBlock(spec, values)
+        back = decode(spec, blk.array_addr)
+        assert back == values
+    assert (pre["out_stride_b"], pre["out_stride_h"], pre["out_stride_s"]) == (sq * h * d, d, h * d)
+    assert (main["seq_pad"], main["causal"], main["heads_kv"], main["softmax_scale"]) == (128, 1, hk, 0.125)
+    assert main["tmap_do"] == maps[3] and main["dq_accum"] == bufs[2].data_ptr()
+    assert (post["dq_stride_s"], post["seq_q"]) == (d, sq)

@@ -1,0 +1,49 @@
+"""`b200c compile` of a BackwardSchedule file (issue 48 step 1): its plan, its generated module (the golden
+file), its cubin (0 spill bytes), and the commands that do not take one yet refuse it by name."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+FILE = "examples/backward/hopper_backward_d128.py"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "b200c", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_plan_and_cuda():
+    r = run("compile", FILE, "--emit", "plan")
+    assert r.returncode == 0, r.stderr
+    assert "backward plan 'hopper_backward_d128' on sm90a: 384 threads" in r.stdout
+    assert "ds 32768 B" in r.stdout and ": 166440 B" in r.stdout
+    r = run("compile", FILE, "-o", "-")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (ROOT / "tests/golden/backward/hopper_backward_d128.cu").read_text()
+
+
+@pytest.mark.nvcc
+def test_cubin_reports_the_main_kernel(tmp_path):
+    r = run("compile", FILE, "--emit", "cubin", "-o", str(tmp_path / "b.cubin"))
+    assert r.returncode == 0, r.stderr
+    assert "b200c_attention_backward" in r.stderr and " 0 spill bytes" in r.stderr
+    assert (tmp_path / "b.cubin").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args,words", [
+    (("compile", FILE, "--emit", "ir"), "a backward schedule has no IR yet"),
+    (("compile", FILE, "--target", "sm100a"), "target 'sm100a' has no backward design yet"),
+    (("draw", FILE), "'schedule' is a BackwardSchedule"),
+])
+def test_refusals_name_the_missing_piece(args, words):
+    r = run(*args)
+    assert r.returncode == 2 and words in r.stderr, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+
+
+def test_check_reports_the_backward_schedule_as_not_checked():
+    r = run("check", FILE, "--no-sass")
+    assert r.returncode == 1 and "'schedule' is a BackwardSchedule" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
