@@ -7,8 +7,8 @@ Public API:
     plan(schedule, target="sm100a")      the layout (SMEM, TMEM, barriers, warp roles); checks budgets
     default_schedule(head_dim, target="sm100a")  the built-in schedule of a target (sm90a: Hopper)
     BackwardSchedule, default_backward_schedule(head_dim, target="sm90a"), plan_backward(schedule, target)
-                             the backward's schedule, its built-in ones and its budget plan (no backward
-                             kernel is generated yet: b200c's kernels are forward-only)
+                             the backward's schedule, its built-in ones and its budget plan (the sm90a
+                             backward kernels are generated for head dim 128: docs/backward.md)
     generate(schedule, target="sm100a")  CUDA source + launch info (b200c.codegen); target "sm90a": Hopper
     kernel_source(head_dim, target="sm90a", *, schedule=None, score_mod=None, mask_mod=None)
                              the CUDA a call with those mods runs (no GPU needed)

@@ -298,8 +298,9 @@ def _compile(args) -> int:
 
 
 def _compile_backward(args, schedule, out) -> int:
-    """``b200c compile`` of a BackwardSchedule file: its plan, the generated backward module (CUDA) or its
-    PTX / cubin (the cubin line reports the main kernel's registers and spill bytes)."""
+    """``b200c compile`` of a BackwardSchedule file: its plan, the main kernel's IR (verified), the generated
+    backward module (CUDA) or its PTX / cubin (the cubin line reports the main kernel's registers and spill
+    bytes)."""
     from .codegen.backward_plan import plan_backward
     from .codegen.sm90.backward import MAIN_KERNEL, generate_backward
     from .codegen.targets import AUTO, REGISTRY
@@ -308,12 +309,13 @@ def _compile_backward(args, schedule, out) -> int:
         raise UsageError("--shape prints a forward kernel's split-KV choice; a backward schedule has none")
     if args.score_mod or args.mask_mod:
         raise UsageError("--score-mod / --mask-mod: the backward kernels take no score_mod or mask_mod yet")
-    if args.emit == "ir":
-        raise UsageError("--emit ir: a backward schedule has no IR yet (its warp roles and protocol verifier are not "
-                         "built); use --emit plan, cu, ptx or cubin")
     target = next(t for t in REGISTRY if t.backward) if args.target == AUTO else args.target
     if args.emit == "plan":
         return _write(plan_backward(schedule, target).describe() + "\n", out)
+    if args.emit == "ir":
+        from .codegen.sm90.backward import backward_kernel_ir
+
+        return _write(backward_kernel_ir(schedule, target.name).text(), out)
     source = generate_backward(schedule, target.name).source
     if args.emit == "cu":
         return _write(source, out)

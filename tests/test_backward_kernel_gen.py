@@ -68,6 +68,21 @@ def test_compiles_without_spills(tmp_path):
         assert r["spill_bytes"] == 0 and r["stack_frame"] == 0, (name, res.log)
     # the main kernel runs under the setmaxnreg budgets: ptxas compiles it for the entry allotment
     assert res.resources(MAIN_KERNEL)["registers"] <= 168
+    from b200c import sass
+
+    try:
+        sass.find_cuobjdump()
+    except b200c.BuildError:
+        pytest.skip("cuobjdump not found: the SASS counts below need it")
+    from b200c.sass import disassemble
+    from b200c.sass.hopper import async_register_hazards, hot_loop
+
+    loop = hot_loop(disassemble(tmp_path / "bwd.cubin"))
+    # one visit of a consumer warpgroup: wgmmas S^T 8 + dP^T 8 (k16 steps over D = 128), dV 4 + dK 4 (64 rows),
+    # dQ 8 (128 keys); 32 P values per thread (64 keys x 64 rows / 128 threads): 32 MUFU.EX2
+    assert (loop["mma"], loop["mufu_ex2"]) == (32, 32)
+    assert loop["instructions"] == 859  # static SASS instructions per visit, nvcc 13.0.88 (pinned on purpose)
+    assert async_register_hazards(loop["body"]) == []  # no register written while a wgmma reading it runs
 
 
 @pytest.mark.parametrize("b,h,hk,sq,skv", [(1, 1, 1, 1, 1), (2, 16, 16, 8192, 8192), (3, 32, 8, 1000, 4097),
@@ -110,3 +125,105 @@ def test_param_values_name_every_parameter():
     assert (main["seq_pad"], main["causal"], main["heads_kv"], main["softmax_scale"]) == (128, 1, hk, 0.125)
     assert main["tmap_do"] == maps[3] and main["dq_accum"] == bufs[2].data_ptr()
     assert (post["dq_stride_s"], post["seq_q"]) == (d, sq)
+
+
+# ---- the warp roles' IR and the barrier-protocol verifier (mutation tests, as the forward's) ----
+
+
+def _ir():
+    from b200c.codegen.sm90.backward import backward_kernel_ir
+
+    return backward_kernel_ir(b200c.default_backward_schedule(128))
+
+
+def _edit(ir, role, fn):
+    """``ir`` with every node of role ``role`` passed through ``fn`` (node -> node, a tuple of nodes, or None
+    to drop it), recursively."""
+    import msgspec
+
+    def walk(nodes):
+        out = []
+        for n in nodes:
+            if getattr(n, "body", ()):
+                n = msgspec.structs.replace(n, body=walk(n.body))
+            r = fn(n)
+            if r is None:
+                continue
+            out.extend(r if isinstance(r, tuple) else (r,))
+        return tuple(out)
+
+    roles = tuple(msgspec.structs.replace(r, body=walk(r.body)) if r.name == role else r for r in ir.roles)
+    return msgspec.structs.replace(ir, roles=roles)
+
+
+def _broken(ir, match):
+    from b200c.codegen.verify import verify
+    from b200c.errors import ProtocolError
+
+    with pytest.raises(ProtocolError, match=match):
+        verify(ir, cached=False)
+
+
+def test_the_protocol_verifier_passes_the_generated_roles():
+    from b200c.codegen.verify import problem_sizes, verify
+
+    ir = _ir()
+    verify(ir, cached=False)
+    # visits per work item around the two-stage ring: 1, 2, 3 and 5 (every stage's phase wraps twice)
+    assert {n for n, _ in problem_sizes(ir.plan)} >= {1, 2, 3, 4, 5}
+
+
+def test_verifier_catches_a_dropped_stage_release():
+    from b200c.codegen.ir import Arrive
+
+    ir = _edit(_ir(), "consumer", lambda n: None if isinstance(n, Arrive) and n.barrier == "q_empty" else n)
+    _broken(ir, "q_empty")
+
+
+def test_verifier_catches_a_wrong_parity():
+    import msgspec
+
+    from b200c.codegen.ir import PhaseRef, Wait
+
+    def fn(n):
+        if isinstance(n, Wait) and n.barrier == "q_empty":
+            return msgspec.structs.replace(n, phase=PhaseRef("(v / Q_STAGES) & 1", storage="value"))
+        return n
+
+    _broken(_edit(_ir(), "load", fn), "q_empty")
+
+
+def test_verifier_catches_a_producer_that_does_not_wait():
+    from b200c.codegen.ir import Wait
+
+    _broken(_edit(_ir(), "load", lambda n: None if isinstance(n, Wait) else n), "nobody waits on barrier q_empty")
+
+
+def test_verifier_catches_wrong_transaction_bytes():
+    import msgspec
+
+    from b200c.codegen.sm90.ir import BulkLoad
+
+    ir = _edit(_ir(), "load", lambda n: msgspec.structs.replace(n, tx_bytes="128") if isinstance(n, BulkLoad) else n)
+    _broken(ir, "q_full")
+
+
+def test_verifier_catches_a_missing_named_barrier():
+    from b200c.codegen.ir import NamedBarSync
+
+    _broken(_edit(_ir(), "consumer", lambda n: None if isinstance(n, NamedBarSync) else n),
+            "nobody uses named barrier ds_ready")
+
+
+def test_verifier_catches_a_doubled_release():
+    from b200c.codegen.ir import Arrive
+
+    ir = _edit(_ir(), "consumer", lambda n: (n, n) if isinstance(n, Arrive) and n.barrier == "q_empty" else n)
+    _broken(ir, "q_empty")
+
+
+def test_emit_ir_prints_the_roles():
+    text = _ir().text()
+    assert text.startswith("kernel b200c_attention_backward  // hopper_backward_d128")
+    assert "role consumer (q=0: warps 4-7, q=1: warps 8-11, setmaxnreg 240)" in text
+    assert "bar.sync ds_ready" in text and "arrive q_empty[st] by warp" in text

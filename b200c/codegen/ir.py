@@ -224,6 +224,16 @@ class TmaLoadTile(Node):
                 f"(complete_tx {self.barrier}{idx})" + ("; paged: one box per page run" if self.paged else ""))
 
 
+class TxLoad(Node):
+    """Base of a backend's asynchronous copy that completes ``tx_bytes`` transaction bytes on barrier
+    ``barrier`` (instance ``index``), besides the TMA tile loads: the protocol verifier counts its bytes
+    (sm90's ``BulkLoad``, a 1-D ``cp.async.bulk``)."""
+
+    barrier: str
+    index: Optional[str] = None
+    tx_bytes: str = "0"
+
+
 class Scope(Node):
     """A braced block with a comment (one MMA step, one K/V token)."""
 
@@ -341,7 +351,7 @@ class KernelIR(msgspec.Struct, frozen=True):
         from .signature import KERNEL_NAME
 
         stage = f" (blog stage {p.blog_stage})" if p.blog_stage else ""
-        out = [f"kernel {KERNEL_NAME}  // {p.name}{stage}",
+        out = [f"kernel {getattr(p, 'kernel_name', KERNEL_NAME)}  // {p.name}{stage}",
                f"  threads={p.threads} dynamic_smem={p.smem_bytes} tmem_cols={p.tmem_alloc_cols}"]
         for r in self.roles:
             inst = ", ".join(f"q={q}: warps {w[0]}-{w[-1]}" for q, w in r.instances) if r.instances else \

@@ -56,7 +56,7 @@ import msgspec
 from ..errors import ProtocolError
 from .cexpr import evaluate
 from .ir import (Arrive, AsyncArrive, Assign, Decl, If, KernelIR, Loop, NamedBarArrive, NamedBarSync, PhaseDecl,
-                 RingAdvance, Scope, Single, TmaLoadTile, Wait, WorkLoop)
+                 RingAdvance, Scope, Single, TmaLoadTile, TxLoad, Wait, WorkLoop)
 
 # interleavings of the roles; the problem sizes come from the plan's rings (:func:`problem_sizes`)
 POLICIES = ("in_order", "reverse", "random")
@@ -249,6 +249,9 @@ class _Model:
             elif t is TmaLoadTile:
                 idx = self._bar_index(n.barrier, n.index, env, path, proc)
                 yield ("tx", idx, self.plan.tile.tile_bytes(n.tensor))
+            elif isinstance(n, TxLoad):
+                idx = self._bar_index(n.barrier, n.index, env, path, proc)
+                yield ("tx", idx, self._eval(n.tx_bytes, env, path, "copy bytes"))
             elif t is Loop:
                 lo = self._eval(n.start, env, path, "loop start")
                 hi = self._eval(n.stop, env, path, "loop bound")

@@ -125,9 +125,9 @@ def _load_file(p: Path, resolved: str) -> Schedule:
         if getattr(_accept, "backward", False):
             return s
         raise ScheduleError(
-            f"schedule file {str(p)!r}: 'schedule' is a BackwardSchedule; `b200c compile` prints its plan, CUDA, PTX or "
-            "cubin (--emit plan|cu|ptx|cubin); the other commands take a forward b200c.Schedule (the backward's IR "
-            "with warp roles, its protocol verifier and its drawing are not built yet)")
+            f"schedule file {str(p)!r}: 'schedule' is a BackwardSchedule; `b200c compile` prints its plan, IR, CUDA, "
+            "PTX or cubin (--emit plan|ir|cu|ptx|cubin); the other commands take a forward b200c.Schedule (the "
+            "backward's drawing and check table are not built yet)")
     if not isinstance(s, Schedule):
         raise ScheduleError(
             f"schedule file {str(p)!r}: 'schedule' is a {type(s).__name__}, expected b200c.Schedule"

@@ -144,6 +144,15 @@ def _build(gen):
     return build_many([(lay.name, GeneratedKernel(gen.source, info, gen.target))], gen.target, progress=False)[0]
 
 
+def _tma_ready(t):
+    """``t``, or a contiguous copy when its strides or start do not suit TMA and the 16-byte vector loads
+    (a gradient of ``out.sum()`` arrives with stride 0)."""
+    if isinstance(t, torch.Tensor) and t.dim() == 4 and not (
+            t.stride(-1) == 1 and all(s % 8 == 0 and s > 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0):
+        return t.contiguous()
+    return t
+
+
 def _check_inputs(q, k, v, out, dout, lse, layout) -> tuple:
     """(B, H, H_kv, S_q, S_kv, D) of BHSD views, refusing what the kernels do not cover."""
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("dout", dout)):
@@ -178,7 +187,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     """dQ, dK, dV of ``out = softmax(q k^T scale (+ causal mask)) v`` from the forward's ``out`` and ``lse``.
 
     Args:
-        q: (B, H, S_q, D) BF16 CUDA tensor (BHSD view; any strides with a contiguous D).
+        q: (B, H, S_q, D) BF16 CUDA tensor (BHSD view; strides that TMA cannot read are copied first).
         k, v: (B, H_kv, S_kv, D), H a multiple of H_kv.
         out: the forward's output, as q.
         dout: the gradient of the loss with respect to ``out``, as q.
@@ -193,12 +202,20 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
 
     Raises:
         LaunchError: bad shapes, dtypes or strides.
-        BackwardNotSupportedError: a head dim or schedule the generated kernels do not cover yet.
+        BackwardNotSupportedError: not a compute capability 9.0 device, or a head dim or schedule the
+            generated kernels do not cover yet.
         BuildError: nvcc failed; LaunchError: a driver call failed.
     """
     from ..codegen.sm90.backward import generate_backward
     from ..dsl.presets import default_backward_schedule
 
+    if not isinstance(q, torch.Tensor) or not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
+        where = (f"compute capability {'.'.join(map(str, torch.cuda.get_device_capability(q.device)))}"
+                 if isinstance(q, torch.Tensor) and q.is_cuda else f"device {getattr(q, 'device', None)}")
+        raise BackwardNotSupportedError(
+            f"b200c's backward kernels run on sm_90a (H100 / H200, compute capability 9.0), not on {where}; the "
+            "sm100a backward is not built yet: compute this gradient with torch.nn.functional."
+            "scaled_dot_product_attention")
     if schedule is None:
         d = q.shape[-1] if isinstance(q, torch.Tensor) else None
         if d not in (64, 128, 256):
@@ -206,6 +223,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         schedule = default_backward_schedule(int(d))
     gen = generate_backward(schedule)
     lay = gen.layout
+    q, k, v, out, dout = (_tma_ready(t) for t in (q, k, v, out, dout))
     b, h, hk, sq, skv, d = _check_inputs(q, k, v, out, dout, lse, lay)
     if scale is None:
         scale = 1.0 / math.sqrt(d)

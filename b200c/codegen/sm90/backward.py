@@ -8,8 +8,10 @@ mma_warpgroups`` keys, compute S^T and dP^T with wgmma, keep dK and dV in regist
 of the visit's dQ into an FP32 buffer) and the postprocess (dQ = dq_accum * scale in BF16).
 
 :func:`backward_layout` decides every number the template prints (from
-:func:`b200c.codegen.backward_plan.plan_backward`'s regions and budgets); :func:`generate_backward`
-renders it. What the kernel does not cover yet is refused here by name (:func:`supported`).
+:func:`b200c.codegen.backward_plan.plan_backward`'s regions and budgets); the warp roles are IR
+(:mod:`b200c.codegen.sm90.backward_ir`) checked by the barrier-protocol verifier before
+:func:`generate_backward` renders them. What the kernel does not cover yet is refused here by name
+(:func:`supported`).
 """
 from __future__ import annotations
 
@@ -184,6 +186,21 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
         visit_tx_bytes=2 * q_tile + 2 * row_vec, slices=s.head_dim // 64)
 
 
+def backward_kernel_ir(schedule, target: str = "sm90a"):
+    """The main kernel's warp roles as IR (:mod:`b200c.codegen.sm90.backward_ir`), verified.
+
+    Raises:
+        ScheduleError, ResourceError, BackwardNotSupportedError: see :func:`backward_layout`.
+        ProtocolError: the roles break their barrier protocol.
+    """
+    from ..verify import verify
+    from .backward_ir import backward_ir
+
+    ir = backward_ir(backward_layout(schedule, target))
+    verify(ir)
+    return ir
+
+
 def generate_backward(schedule, target: str = "sm90a") -> GeneratedBackward:
     """Generate the backward module of ``schedule`` for ``target`` (sm90a).
 
@@ -192,17 +209,22 @@ def generate_backward(schedule, target: str = "sm90a") -> GeneratedBackward:
     """
     from ...version import __version__
 
+    from ..render import indent, render_block
+
     lay = backward_layout(schedule, target)
+    ir = backward_kernel_ir(schedule, target)  # verified: the barrier protocol of the roles printed below
     env = environment(str(_HERE / "templates"), tuple(sorted(TEXT.items())))
+    roles = {r.name: dict(body=indent(render_block(env, r.body)), blog=r.blog) for r in ir.roles}
     defaults = type(schedule)()
     lines = [f"{f} = {getattr(schedule, f)!r}" for f in schedule.__dataclass_fields__
              if f == "name" or getattr(schedule, f) != getattr(defaults, f)]
     text = env.get_template("backward.cu.j2").render(
         lay=lay, version=__version__, schedule_lines=lines or ["(all defaults)"], helpers=helper_header(),
         wgmma_wrappers=backward_wrappers(lay.block_m, lay.head_dim, lay.dq_cols), main_params=MAIN_PARAMS,
+        roles=roles, named=ir.plan.named_barriers,
         names=dict(main=MAIN_KERNEL, preprocess=PREPROCESS_KERNEL, postprocess=POSTPROCESS_KERNEL))
     return GeneratedBackward(text.rstrip() + "\n", lay, schedule.to_json(), target)
 
 
-__all__ = ["BackwardLayout", "GeneratedBackward", "backward_layout", "generate_backward", "supported",
+__all__ = ["BackwardLayout", "GeneratedBackward", "backward_layout", "backward_kernel_ir", "generate_backward", "supported",
            "MAIN_KERNEL", "PREPROCESS_KERNEL", "POSTPROCESS_KERNEL", "MAIN_PARAMS"]

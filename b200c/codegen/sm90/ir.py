@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir import Node
+from ..ir import Node, TxLoad
 
 
 
@@ -168,3 +168,65 @@ class StoreOFn(Node):
         return "fn store_o: O / rowsum, BF16 stores, LSE" + (
             " (top-P roundings in O's normaliser only)" if self.top_p else "") + (", attention sinks" if self.sinks
                                                                                  else "")
+
+
+# ---- the backward kernel's nodes (b200c/codegen/sm90/backward.py) ----------------------------------
+
+
+class BulkLoad(TxLoad):
+    """``cp.async.bulk`` of ``tx_bytes`` bytes from global ``src`` to shared ``dst`` (C expressions),
+    completing on barrier ``barrier`` (PTX ISA 9.7.9.25.4.1): the backward's per-visit LSE and D rows."""
+
+    dst: str = ""
+    src: str = ""
+
+    def describe(self) -> str:
+        return f"bulk load {self.src} -> smem {self.dst} ({self.tx_bytes} B) on {self.barrier}[{self.index}]"
+
+
+class BwdSdp(Node):
+    """S^T = K_w Q^T and dP^T = V_w dO^T of the consumer warpgroup's keys (two SS wgmma groups)."""
+
+    def describe(self) -> str:
+        return "wgmma S^T = K_w Q^T; wgmma dP^T = V_w dO^T  (two commit groups)"
+
+
+class BwdPdV(Node):
+    """Wait for S^T; P^T = exp2(S^T scale log2 e - LSE), masked where ``masked`` (a C condition) holds;
+    packed to bf16x2; dV += P^T dO (RS wgmma group)."""
+
+    masked: str
+
+    def describe(self) -> str:
+        return f"wait S^T; P^T = exp2(S^T c - lse) (masked if {self.masked}); wgmma dV += P^T dO"
+
+
+class BwdDsDk(Node):
+    """Wait for dP^T; dS^T = P^T (dP^T - D) to registers and to the visit's dS^T tile in SMEM; dK += dS^T Q
+    (RS wgmma group); ``fence.proxy.async`` so the tile is visible to the next wgmma."""
+
+    def describe(self) -> str:
+        return "wait dP^T; dS^T = P^T (dP^T - D) -> regs and smem ds[v % 2]; wgmma dK += dS^T Q; fence.proxy.async"
+
+
+class BwdDq(Node):
+    """This warpgroup's columns of dQ = dS K (SS wgmma, both operands MN-major), then
+    ``wgmma.wait_group 0``: every wgmma of the visit done (the stage's Q and dO no longer read)."""
+
+    def describe(self) -> str:
+        return "wgmma dQ[:, cols of wg] = dS K; wait_group 0"
+
+
+class BwdDqAdd(Node):
+    """dq_accum[b, h, rows of the visit, this warpgroup's columns] += dQ (``red.global.add.v2.f32``)."""
+
+    def describe(self) -> str:
+        return "dq_accum += dQ (red.global.add.v2.f32)"
+
+
+class BwdStoreDkDv(Node):
+    """Epilogue: dK * softmax_scale and dV of this warpgroup's keys to global memory in BF16 (keys past
+    S_kv dropped)."""
+
+    def describe(self) -> str:
+        return "store dK * scale, dV (bf16) of this warpgroup's keys"

@@ -459,11 +459,13 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t BAR_Q_FULL = 1;  // [2] arrivals 1: the producer's arrive.expect_tx + TMA of Q, dO, LSE, D of a stage; waited by every consumer
 [[maybe_unused]] constexpr uint32_t BAR_Q_EMPTY = 3;  // [2] arrivals 8: each consumer warp once its wgmmas reading the stage completed; waited by the producer
 [[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 5;
-// named barrier (bar.sync): both consumer warpgroups wrote their keys' dS^T before either reads all of it
-[[maybe_unused]] constexpr uint32_t NBAR_DS_READY = 1;
+// named barriers (bar.sync)
+[[maybe_unused]] constexpr uint32_t NBAR_DS_READY = 1;  // every consumer warpgroup wrote its keys' dS^T rows before any reads them all
+[[maybe_unused]] constexpr uint32_t NBAR_DS_READY_THREADS = 256;
 
 // TMA boxes (128B swizzle): 2 boxes of 64 columns per tile
 [[maybe_unused]] constexpr int TMA_SLICES = 2;
+[[maybe_unused]] constexpr int TMA_BOX_INNER = 64;  // columns per box (128 B of BF16)
 [[maybe_unused]] constexpr uint32_t Q_SLICE_BYTES = 8192;   // BLOCK_M rows x 128 B
 [[maybe_unused]] constexpr uint32_t KV_SLICE_BYTES = 16384;  // BLOCK_N rows x 128 B
 
@@ -645,37 +647,44 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int col) {
 }
 // ==== end section: helpers2 ====
 // ==== section: role load ====
-// The producer: one thread of warp 0. K and V of the item once (bar kv_full), then per visit v the Q and
-// dO tiles and the rows' lse_log2 and dpsum into stage v % Q_STAGES (bar q_full, freed by q_empty).
+// The producer: one elected thread of warp 0 (FA3 §3.1: the producer warp). K and V of the item once (bar kv_full),
+// then per visit v the Q and dO tiles and the rows' lse_log2 and dpsum into stage v % Q_STAGES (bar q_full,
+// freed by q_empty). This body is the role's IR (b200c compile --emit ir), checked by the protocol verifier.
 __device__ __forceinline__ void role_load(const BwdCtx& c) {
-  const BwdItem w = decode_item(c, blockIdx.x);
-  if (!elect_one()) return;
-  const int key0 = w.kv_tile * BLOCK_N;
-  mbar_arrive_expect_tx(c.bar(BAR_KV_FULL), 2 * KV_TILE_BYTES);
-#pragma unroll
-  for (int s = 0; s < TMA_SLICES; ++s) {
-    tma_load_4d(c.smem + SMEM_K + s * KV_SLICE_BYTES, c.tmap_k, c.bar(BAR_KV_FULL), s * 64, key0, w.h_kv, w.b);
-    tma_load_4d(c.smem + SMEM_V + s * KV_SLICE_BYTES, c.tmap_v, c.bar(BAR_KV_FULL), s * 64, key0, w.h_kv, w.b);
-  }
+  const BwdItem w = decode_item(c, (int)blockIdx.x);
+  const int work = blockIdx.x;
   const int per_head = w.visits_per_head();
   const int visits = per_head * c.group();
-  for (int v = 0; v < visits; ++v) {
-    const int h = w.h0 + v / per_head;
-    const int i = w.q_lo + v % per_head;
-    const uint32_t st = (uint32_t)(v % Q_STAGES);
-    mbar_wait(c.bar(BAR_Q_EMPTY + st), ((uint32_t)(v / Q_STAGES) & 1u) ^ 1u, 0, v, (int)blockIdx.x);
-    const uint32_t full = c.bar(BAR_Q_FULL + st);
-    mbar_arrive_expect_tx(full, VISIT_TX_BYTES);
-#pragma unroll
-    for (int s = 0; s < TMA_SLICES; ++s) {
-      tma_load_4d(c.smem + SMEM_Q + st * Q_TILE_BYTES + s * Q_SLICE_BYTES, c.tmap_q, full, s * 64, i * BLOCK_M, h, w.b);
-      tma_load_4d(c.smem + SMEM_DO + st * Q_TILE_BYTES + s * Q_SLICE_BYTES, c.tmap_do, full, s * 64, i * BLOCK_M, h,
-                  w.b);
+  if (elect_one()) {
+    mbar_arrive_expect_tx(c.bar(BAR_KV_FULL), 65536);
+    #pragma unroll
+    for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
+      tma_load_4d(c.smem + SMEM_K + sl * KV_SLICE_BYTES, c.tmap_k,
+                  c.bar(BAR_KV_FULL), sl * TMA_BOX_INNER, w.kv_tile * BLOCK_N, w.h_kv, w.b);
+    #pragma unroll
+    for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
+      tma_load_4d(c.smem + SMEM_V + sl * KV_SLICE_BYTES, c.tmap_v,
+                  c.bar(BAR_KV_FULL), sl * TMA_BOX_INNER, w.kv_tile * BLOCK_N, w.h_kv, w.b);
+    #pragma unroll 1
+    for (int v = 0; v < visits; ++v) {  // visits: query head major, Q tile ascending
+      const int h = w.h0 + v / per_head;
+      const int i = w.q_lo + v % per_head;
+      const uint32_t st = (uint32_t)(v % Q_STAGES);
+      mbar_wait(c.bar(BAR_Q_EMPTY + st), ((v / Q_STAGES) & 1) ^ 1, 0, v, work);  // wait site 0
+      mbar_arrive_expect_tx(c.bar(BAR_Q_FULL + st), 33280);
+      #pragma unroll
+      for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
+        tma_load_4d(c.smem + SMEM_Q + st * Q_TILE_BYTES + sl * Q_SLICE_BYTES, c.tmap_q,
+                    c.bar(BAR_Q_FULL + st), sl * TMA_BOX_INNER, i * BLOCK_M, h, w.b);
+      #pragma unroll
+      for (int sl = 0; sl < TMA_SLICES; ++sl)  // DO tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
+        tma_load_4d(c.smem + SMEM_DO + st * Q_TILE_BYTES + sl * Q_SLICE_BYTES, c.tmap_do,
+                    c.bar(BAR_Q_FULL + st), sl * TMA_BOX_INNER, i * BLOCK_M, h, w.b);
+      bulk_load(c.smem + SMEM_LSE + st * ROW_VEC_BYTES, c.lse_log2 + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 256, c.bar(BAR_Q_FULL + st));
+      bulk_load(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES, c.dpsum + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 256, c.bar(BAR_Q_FULL + st));
     }
-    const size_t row = ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M;
-    bulk_load(c.smem + SMEM_LSE + st * ROW_VEC_BYTES, c.lse_log2 + row, ROW_VEC_BYTES, full);
-    bulk_load(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES, c.dpsum + row, ROW_VEC_BYTES, full);
   }
+  __syncwarp();
 }
 // ==== end section: role load ====
 // ==== section: role consumer ====
@@ -683,13 +692,14 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
 // dK and dV of those keys stay in its registers for the whole item. Per visit (one Q tile of one head):
 //   S^T = K_w Q^T and dP^T = V_w dO^T (SS), P^T = exp2(S^T scale log2 e - lse_log2) (masked on the
 //   causal diagonal and past the keys), dV += P^T dO (RS), dS^T = P^T (dP^T - dpsum), dK += dS^T Q (RS),
-//   dS^T into SMEM (double-buffered by visit), then, once both warpgroups wrote theirs (bar.sync), this
+//   dS^T into SMEM (double-buffered by visit), then, once every warpgroup wrote its rows (bar.sync), this
 //   warpgroup's columns of dQ = dS K (SS) added into dq_accum (red.global.add); the softmax scale of dQ is
 //   applied by the postprocess and dK's at the end.
 // Accumulator fragment of a 64 x N wgmma (PTX 9.7.15.5.1.1.2): register i of thread (warp wi, lane l) is
 // row 16 wi + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
 __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
-  const BwdItem w = decode_item(c, blockIdx.x);
+  const BwdItem w = decode_item(c, (int)blockIdx.x);
+  const int work = blockIdx.x;
   const int wi = (threadIdx.x >> 5) & 3;
   const int lane = threadIdx.x & 31;
   const int key_row = 16 * wi + lane / 4;  // + 8 for the fragment's second row
@@ -705,25 +715,26 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
   }
   const uint32_t k_w = c.smem + SMEM_K + WG_KEYS * 128 * wg;  // rows of this warpgroup's keys (each slice)
   const uint32_t v_w = c.smem + SMEM_V + WG_KEYS * 128 * wg;
-  mbar_wait(c.bar(BAR_KV_FULL), 0, 1, 0, (int)blockIdx.x);
   const int per_head = w.visits_per_head();
   const int visits = per_head * c.group();
-  for (int v = 0; v < visits; ++v) {
+  mbar_wait(c.bar(BAR_KV_FULL), 0, 1, -1, work);  // wait site 1
+  #pragma unroll 1
+  for (int v = 0; v < visits; ++v) {  // visits: query head major, Q tile ascending
     const int h = w.h0 + v / per_head;
     const int i = w.q_lo + v % per_head;
     const uint32_t st = (uint32_t)(v % Q_STAGES);
+    mbar_wait(c.bar(BAR_Q_FULL + st), (v / Q_STAGES) & 1, 2, v, work);  // wait site 2
     const uint32_t q_addr = c.smem + SMEM_Q + st * Q_TILE_BYTES;
     const uint32_t do_addr = c.smem + SMEM_DO + st * Q_TILE_BYTES;
-    mbar_wait(c.bar(BAR_Q_FULL + st), (uint32_t)(v / Q_STAGES) & 1u, 2, v, (int)blockIdx.x);
     float s[ST_REGS], dp[ST_REGS];
-    wgmma_sdp(s, k_w, q_addr);
-    wgmma_sdp(dp, v_w, do_addr);
+    wgmma_sdp(s, k_w, q_addr);  // S^T = K_w Q^T
+    wgmma_sdp(dp, v_w, do_addr);  // dP^T = V_w dO^T
     wgmma_wait<1>();  // S^T done
     reg_fence_all(s);
     // P^T = exp2(S^T scale log2 e - lse_log2[row]); masked (row, key) pairs give 0
     const bool masked = w.partial || i < w.q_full_lo;
     uint32_t p[PT_REGS];
-#pragma unroll
+    #pragma unroll
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;  // the visit's query row (of two: col, col + 1)
       const int key = key0 + key_row + 8 * ((r / 2) % 2);
@@ -749,7 +760,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     // dS^T = P^T (dP^T - dpsum[row]), to registers (dK's A) and to SMEM (dQ's A, keys x rows)
     uint32_t ds[PT_REGS];
     const uint32_t ds_tile = c.smem + SMEM_DS + (uint32_t)(v & 1) * DS_TILE_BYTES;
-#pragma unroll
+    #pragma unroll
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;
       float2 d2;
@@ -763,8 +774,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
                    : "memory");
     }
     wgmma_kv(dk, ds, q_addr);  // dK += dS^T Q (unscaled; scaled once at the end)
-    fence_proxy_async_smem();
-    named_bar_sync(NBAR_DS_READY, CONSUMER_THREADS);  // every key's dS^T of this visit is in SMEM
+    fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
+    named_bar_sync(NBAR_DS_READY, NBAR_DS_READY_THREADS);  // every key's dS^T of this visit is in SMEM
     float dq[DQ_REGS];
     wgmma_dq(dq, ds_tile, c.smem + SMEM_K + (uint32_t)wg * (DQ_COLS / 64) * KV_SLICE_BYTES);
     wgmma_wait<0>();  // dV, dK, dQ done: stage st's Q and dO are no longer read
@@ -773,28 +784,27 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     reg_fence_all(dv);
     reg_fence_all(p);
     reg_fence_all(ds);
-    __syncwarp();
-    mbar_arrive_if(c.bar(BAR_Q_EMPTY + st), lane == 0);  // one arrival per consumer warp
-    // dq_accum[b, h, i BLOCK_M + row, DQ_COLS wg + col] += dQ (rows past S_q land in the padding)
-    float* dq_rows = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
-                     + DQ_COLS * wg;
-#pragma unroll
-    for (int r = 0; r < DQ_REGS; r += 2) {
-      const int row = key_row + 8 * ((r / 2) % 2);
-      const int col = 8 * (r / 4) + col_base;
-      red_add_v2(dq_rows + (size_t)row * HEAD_DIM + col, dq[r], dq[r + 1]);
+    mbar_arrive_if(c.bar(BAR_Q_EMPTY + st), lane_id() == 0);  // one arrival per warp (predicated, no branch)
+    {  // dq_accum[b, h, i BLOCK_M + row, DQ_COLS wg + col] += dQ (rows past S_q land in the padding)
+      float* dq_rows = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
+                       + DQ_COLS * wg;
+    #pragma unroll
+      for (int r = 0; r < DQ_REGS; r += 2) {
+        const int row = key_row + 8 * ((r / 2) % 2);
+        const int col = 8 * (r / 4) + col_base;
+        red_add_v2(dq_rows + (size_t)row * HEAD_DIM + col, dq[r], dq[r + 1]);
+      }
     }
   }
   // epilogue: dK (times the softmax scale) and dV of this warpgroup's keys, BF16, keys past S_kv dropped
-  const float scale = c.softmax_scale;
-#pragma unroll
+  #pragma unroll
   for (int r = 0; r < KV_ACC_REGS; r += 2) {
     const int key = key0 + key_row + 8 * ((r / 2) % 2);
     const int col = 8 * (r / 4) + col_base;
     if (key < c.seq_kv) {
       __nv_bfloat16* k_out = c.dk + w.b * c.dk_stride_b + w.h_kv * c.dk_stride_h + key * c.dk_stride_s + col;
       __nv_bfloat16* v_out = c.dv + w.b * c.dv_stride_b + w.h_kv * c.dv_stride_h + key * c.dv_stride_s + col;
-      *reinterpret_cast<uint32_t*>(k_out) = pack_bf16x2(dk[r] * scale, dk[r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(k_out) = pack_bf16x2(dk[r] * c.softmax_scale, dk[r + 1] * c.softmax_scale);
       *reinterpret_cast<uint32_t*>(v_out) = pack_bf16x2(dv[r], dv[r + 1]);
     }
   }

@@ -1,0 +1,159 @@
+"""The sm_90a backward kernel's warp roles as IR, and the barrier protocol they must keep.
+
+:func:`backward_ir` builds a :class:`b200c.codegen.ir.KernelIR` of two roles from a
+:class:`~b200c.codegen.sm90.backward.BackwardLayout`:
+
+* ``load`` (warp 0, one elected thread): K and V of the work item once (``kv_full``), then per visit
+  ``v`` the Q and dO tiles and the visit's LSE and D rows into stage ``v % Q_STAGES`` (``q_full``),
+  after the consumers freed it (``q_empty``);
+* ``consumer`` (one instance per consumer warpgroup): waits for K/V and each stage, computes the visit
+  (backend nodes of :mod:`b200c.codegen.sm90.ir`), meets the other warpgroups at the named barrier
+  ``ds_ready`` once its dS^T rows are in shared memory, and frees the stage (one arrival per warp) after
+  its last wgmma reading it completed.
+
+The role functions of the generated kernel are this IR rendered (``stmt/*.j2``), so the protocol the
+verifier (:func:`b200c.codegen.verify.verify`) checks is the one the kernel runs. The verifier's "K/V
+tiles per work item" is the item's visit count here (``visits``), its K/V ring the Q / dO ring.
+"""
+from __future__ import annotations
+
+import msgspec
+
+from ..barriers import BarrierTable, NamedBarrier, Party
+from ..ir import Arrive, Decl, KernelIR, Loop, NamedBarSync, PhaseRef, RoleIR, Single, TmaLoadTile, Wait
+from .ir import BulkLoad, BwdDq, BwdDqAdd, BwdDsDk, BwdPdV, BwdSdp, BwdStoreDkDv
+
+
+class BackwardTile(msgspec.Struct, frozen=True):
+    """The tile sizes the verifier reads (``tile_bytes`` of each TMA-loaded tensor)."""
+
+    block_m: int
+    block_n: int
+    head_dim: int
+    q_tile_bytes: int
+    k_tile_bytes: int
+
+    def tile_bytes(self, tensor: str) -> int:
+        """Bytes one TMA tile load of ``tensor`` (q, do: a Q tile; k, v: a K/V tile) completes."""
+        return self.q_tile_bytes if tensor in ("q", "do") else self.k_tile_bytes
+
+
+class BackwardProtocol(msgspec.Struct, frozen=True):
+    """The backward kernel's barriers and what the protocol verifier needs to simulate them.
+
+    Attributes:
+        name: the schedule's name.
+        barriers: the mbarrier families (:class:`b200c.codegen.barriers.Barrier`), index order.
+        named_barriers: ``ds_ready`` (both consumer warpgroups, per visit).
+        tile: :class:`BackwardTile`.
+        q_stages: depth of the Q / dO ring; ``kv_stages`` repeats it (the verifier sizes its runs from
+            the ring it finds there: visits around ``q_stages``).
+        kv_tokens: ``"paired"``: one ring use per visit.
+        persistent: False (one CTA per work item).
+        threads, smem_bytes, kernel_name: for the printed IR (``b200c compile --emit ir``).
+    """
+
+    name: str
+    barriers: tuple
+    named_barriers: tuple
+    tile: BackwardTile
+    q_stages: int
+    kv_stages: int
+    kv_slot_bytes: int = 0
+    kv_tokens: str = "paired"
+    persistent: bool = False
+    smem: tuple = ()
+    threads: int = 0
+    smem_bytes: int = 0
+    tmem_alloc_cols: int = 0
+    blog_stage: int = 0
+    kernel_name: str = ""
+
+
+def backward_protocol(lay) -> BackwardProtocol:
+    """The barrier families of a layout (:class:`~b200c.codegen.sm90.backward.BackwardLayout`)."""
+    t = BarrierTable()
+    wgs = lay.mma_warpgroups
+    t.add("kv_full", 1, [Party("load", "expect_tx", 1)], ["consumer"], ring=True,
+          arrive_by="the producer's arrive.expect_tx + TMA of K and V", wait_by="every consumer warpgroup")
+    t.add("q_full", lay.q_stages, [Party("load", "expect_tx", 1)], ["consumer"], ring=True,
+          arrive_by="the producer's arrive.expect_tx + TMA of Q, dO and bulk copies of LSE, D",
+          wait_by="every consumer warpgroup")
+    t.add("q_empty", lay.q_stages, [Party("consumer", "warp", 4 * wgs, per_instance=True)], ["load"],
+          starts_free=True, arrive_by="each consumer warp once its wgmmas reading the stage completed",
+          wait_by="the producer")
+    named = (NamedBarrier("ds_ready", 1, 1, 128 * wgs, ("consumer",),
+                          note="every consumer warpgroup wrote its keys' dS^T rows before any reads them all"),)
+    from .backward import MAIN_KERNEL
+
+    tile = BackwardTile(lay.block_m, lay.block_n, lay.head_dim, lay.q_tile_bytes, lay.kv_tile_bytes)
+    return BackwardProtocol(lay.name, t.freeze(), named, tile, lay.q_stages, lay.q_stages, threads=lay.threads,
+                            smem_bytes=lay.smem_bytes, kernel_name=MAIN_KERNEL)
+
+
+def _visit_decls() -> tuple:
+    """The visit's query head, Q tile and ring stage (``v``: the visit, query head major)."""
+    return (Decl("const int", "h", "w.h0 + v / per_head", model="0"),
+            Decl("const int", "i", "w.q_lo + v % per_head", model="0"),
+            Decl("const uint32_t", "st", "(uint32_t)(v % Q_STAGES)"))
+
+
+def _item_decls() -> tuple:
+    return (Decl("const int", "per_head", "w.visits_per_head()", model="1"),
+            Decl("const int", "visits", "per_head * c.group()", model="w_n_kv"))
+
+
+def load_role(lay) -> RoleIR:
+    """The producer: one elected thread of warp 0."""
+    q_bytes = 2 * lay.q_tile_bytes
+    row = "((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M"
+    visit = Loop("v", "0", "visits", body=_visit_decls() + (
+        Wait("q_empty", "st", PhaseRef("((v / Q_STAGES) & 1) ^ 1", storage="value"), 0, iter="v"),
+        Arrive("q_full", "st", by="thread", tx_bytes=str(q_bytes + 2 * lay.row_vec_bytes)),
+        TmaLoadTile("q", "SMEM_Q + st * Q_TILE_BYTES", "i * BLOCK_M", "q_full", "st", head="h", rows="BLOCK_M",
+                    batch="w.b", box_cols="64", slice_bytes="Q_SLICE_BYTES"),
+        TmaLoadTile("do", "SMEM_DO + st * Q_TILE_BYTES", "i * BLOCK_M", "q_full", "st", head="h", rows="BLOCK_M",
+                    batch="w.b", box_cols="64", slice_bytes="Q_SLICE_BYTES"),
+        BulkLoad("q_full", "st", str(lay.row_vec_bytes), dst="SMEM_LSE + st * ROW_VEC_BYTES",
+                 src=f"c.lse_log2 + {row}"),
+        BulkLoad("q_full", "st", str(lay.row_vec_bytes), dst="SMEM_DPSUM + st * ROW_VEC_BYTES",
+                 src=f"c.dpsum + {row}"),
+    ), note="visits: query head major, Q tile ascending")
+    body = _item_decls() + (Single("elect", body=(
+        Arrive("kv_full", None, by="thread", tx_bytes=str(2 * lay.kv_tile_bytes)),
+        TmaLoadTile("k", "SMEM_K", "w.kv_tile * BLOCK_N", "kv_full", None, head="w.h_kv", rows="BLOCK_N", batch="w.b",
+                    box_cols="64", slice_bytes="KV_SLICE_BYTES"),
+        TmaLoadTile("v", "SMEM_V", "w.kv_tile * BLOCK_N", "kv_full", None, head="w.h_kv", rows="BLOCK_N", batch="w.b",
+                    box_cols="64", slice_bytes="KV_SLICE_BYTES"),
+        visit)),)
+    return RoleIR("load", (0,), body, regs=lay.producer_regs, blog="FA3 §3.1: the producer warp")
+
+
+def consumer_role(lay) -> RoleIR:
+    """One instance per consumer warpgroup (``q`` in the IR: the warpgroup's index ``wg``)."""
+    visit = Loop("v", "0", "visits", body=_visit_decls() + (
+        Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
+        BwdSdp(),
+        BwdPdV("w.partial || i < w.q_full_lo"),
+        BwdDsDk(),
+        NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM"),
+        BwdDq(),
+        Arrive("q_empty", "st", by="warp"),
+        BwdDqAdd(),
+    ), note="visits: query head major, Q tile ascending")
+    body = _item_decls() + (Wait("kv_full", None, PhaseRef("0", storage="value"), 1), visit, BwdStoreDkDv())
+    instances = tuple((g, tuple(range(4 * g + 4, 4 * g + 8))) for g in range(lay.mma_warpgroups))
+    return RoleIR("consumer", tuple(w for _, ws in instances for w in ws), body, instances=instances,
+                  regs=lay.consumer_regs, blog="FA3 §3: the consumer warpgroups")
+
+
+def backward_ir(lay) -> KernelIR:
+    """The backward kernel's IR (plan: :func:`backward_protocol`)."""
+    from ..launch import WaitSite
+
+    return KernelIR(backward_protocol(lay), (load_role(lay), consumer_role(lay)),
+                    wait_sites=(WaitSite(0, "load", "q_empty"), WaitSite(1, "consumer", "kv_full"),
+                                WaitSite(2, "consumer", "q_full")))
+
+
+__all__ = ["BackwardProtocol", "BackwardTile", "backward_ir", "backward_protocol", "load_role", "consumer_role"]
