@@ -196,7 +196,7 @@ def backward_kernel_ir(schedule, target: str = "sm90a"):
     from ..verify import verify
     from .backward_ir import backward_ir
 
-    ir = backward_ir(backward_layout(schedule, target))
+    ir = backward_ir(backward_layout(schedule, target), MAIN_KERNEL)
     verify(ir)
     return ir
 

@@ -70,8 +70,9 @@ class BackwardProtocol(msgspec.Struct, frozen=True):
     kernel_name: str = ""
 
 
-def backward_protocol(lay) -> BackwardProtocol:
-    """The barrier families of a layout (:class:`~b200c.codegen.sm90.backward.BackwardLayout`)."""
+def backward_protocol(lay, kernel_name: str = "") -> BackwardProtocol:
+    """The barrier families of a layout (:class:`~b200c.codegen.sm90.backward.BackwardLayout`);
+    ``kernel_name``: the main kernel's entry point, for the printed IR."""
     t = BarrierTable()
     wgs = lay.mma_warpgroups
     t.add("kv_full", 1, [Party("load", "expect_tx", 1)], ["consumer"], ring=True,
@@ -84,11 +85,9 @@ def backward_protocol(lay) -> BackwardProtocol:
           wait_by="the producer")
     named = (NamedBarrier("ds_ready", 1, 1, 128 * wgs, ("consumer",),
                           note="every consumer warpgroup wrote its keys' dS^T rows before any reads them all"),)
-    from .backward import MAIN_KERNEL
-
     tile = BackwardTile(lay.block_m, lay.block_n, lay.head_dim, lay.q_tile_bytes, lay.kv_tile_bytes)
     return BackwardProtocol(lay.name, t.freeze(), named, tile, lay.q_stages, lay.q_stages, threads=lay.threads,
-                            smem_bytes=lay.smem_bytes, kernel_name=MAIN_KERNEL)
+                            smem_bytes=lay.smem_bytes, kernel_name=kernel_name)
 
 
 def _visit_decls() -> tuple:
@@ -147,11 +146,11 @@ def consumer_role(lay) -> RoleIR:
                   regs=lay.consumer_regs, blog="FA3 §3: the consumer warpgroups")
 
 
-def backward_ir(lay) -> KernelIR:
-    """The backward kernel's IR (plan: :func:`backward_protocol`)."""
+def backward_ir(lay, kernel_name: str = "") -> KernelIR:
+    """The backward kernel's IR (plan: :func:`backward_protocol`; ``kernel_name``: its entry point)."""
     from ..launch import WaitSite
 
-    return KernelIR(backward_protocol(lay), (load_role(lay), consumer_role(lay)),
+    return KernelIR(backward_protocol(lay, kernel_name), (load_role(lay), consumer_role(lay)),
                     wait_sites=(WaitSite(0, "load", "q_empty"), WaitSite(1, "consumer", "kv_full"),
                                 WaitSite(2, "consumer", "q_full")))
 
