@@ -84,6 +84,7 @@ class _FakeTorchRun:
                                                                    ("FlashAttention-2", lambda: None),
                                                                    ("efficient", lambda: None)])
         monkeypatch.setattr(run, "check_head", lambda out, inputs: (0.002, 0.004))
+        monkeypatch.setattr(run, "fa4_available", lambda cap: False)  # hermetic: the FA4 column "not installed"
 
         def attention(q, k, v, *, schedule, target):
             self.calls.append((schedule.name, target))
@@ -106,11 +107,12 @@ def test_outputs(monkeypatch, tmp_path):
     dev = Device(0, "NVIDIA H200 (stand-in)", (9, 0), 132)
     assert run_bench(args, timer=_timer, device=dev) == 0
     rows = list(csv.DictReader(open(tmp_path / "b.csv")))
-    assert len(rows) == 3 * (3 + 2)
+    assert len(rows) == 3 * (3 + 1 + 2)  # 3 SDPA backends, the FA4-sm90 column ("not installed"), 2 schedules
+    assert {x["error"][:13] for x in rows if x["kernel"] == "FA4-sm90"} == {"not installed"}
     r = next(x for x in rows if x["kernel"] == "hopper_persistent" and x["seq"] == "4096")
     assert float(r["tflops"]) == pytest.approx(Shape(8, 16, 4096).tflops(2.0)) and float(r["pct"]) == 100.0
     data = json.loads((tmp_path / "b.json").read_text())
-    assert data["meta"]["device"].startswith("NVIDIA H200") and len(data["rows"][0]["runs_ms"]) == 3
+    assert data["meta"]["device"].startswith("NVIDIA H200") and len(next(r for r in data["rows"] if r["kernel"] == "cuDNN")["runs_ms"]) == 3
     text = md.read_text()
     assert text.startswith("# title") and text.rstrip().endswith("tail") and "old" not in text
     assert "| 11 | hopper_persistent |" in text and "(100%)" in text and "torch SDPA cuDNN" in text
@@ -195,3 +197,82 @@ def test_time_interleaved_runs_the_functions_in_rounds(monkeypatch):
     assert [round(x, 3) for x in a.runs_ms] == [2.003, 2.005, 2.007]
     assert [round(x, 3) for x in b.runs_ms] == [5.004, 5.006, 5.008]
     assert round(a.median_ms, 3) == 2.005 and round(b.min_ms, 3) == 5.004
+
+
+def test_fa4_shape_set_and_window_shapes():
+    from b200c.bench.shapes import FA4_SHAPES, visible_pairs
+
+    fa4 = parse_shapes("fa4")
+    assert fa4 == FA4_SHAPES and len(fa4) == 10
+    labels = [s.label for s in fa4]
+    assert labels[:5] == ["4x16x8192", "4x16x8192 causal", "2x32/8x8192 causal", "8x16x4096 D64 causal", "1x40x16384"]
+    assert labels[6:] == ["4x16x4096:77", "1x40x32760:512", "16x16x1024 causal", "4x16x8192 causal window 1023"]
+    var = fa4[5]
+    assert var.causal and len(var.lengths) == 24 and min(var.lengths) == 256 and max(var.lengths) == 8192
+    (w,) = parse_shapes("4x16x8192cw1023")
+    assert w == fa4[9] and w.window == 1023
+    with pytest.raises(ScheduleError, match="goes with the causal mask"):
+        parse_shapes("4x16x8192w1023")
+    # a window's visible pairs, brute force: row r sees keys r - 3 .. r (S_q == S_kv) and, S_q < S_kv,
+    # r + 5 - 3 .. r + 5
+    assert visible_pairs(10, 10, True, 3) == sum(1 for r in range(10) for c in range(10) if r - 3 <= c <= r)
+    assert visible_pairs(10, 15, True, 3) == sum(1 for r in range(10) for c in range(15) if r + 2 <= c <= r + 5)
+    assert w.flops == 4 * 16 * 4 * 128 * visible_pairs(8192, 8192, True, 1023)
+
+
+class _Inputs:
+    def __init__(self, shape):
+        import torch
+
+        self.shape = shape
+        self.q = self.k = self.v = torch.zeros(1, 1, 1, 1)
+        self.cu = torch.zeros(2, dtype=torch.int32)
+
+
+def test_fa4_column_when_flash_attn_cute_imports(monkeypatch):
+    import types
+
+    from b200c.bench import baselines as bl
+
+    calls = []
+    cute = types.ModuleType("flash_attn.cute")
+    cute.flash_attn_func = lambda q, k, v, **kw: (calls.append(("dense", kw)), None)[1:]
+    cute.flash_attn_varlen_func = lambda q, k, v, **kw: (calls.append(("varlen", kw)), None)[1:]
+    pkg = types.ModuleType("flash_attn")
+    pkg.cute = cute
+    monkeypatch.setitem(sys.modules, "flash_attn", pkg)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    assert bl.fa4_available((9, 0)) and bl.fa4_name((9, 0)) == "FA4-sm90"
+    assert not bl.fa4_available((8, 0))
+    dense, var, win = parse_shapes("2x4/2x256c,varlen:100+300x16c,4x16x8192cw1023")
+    names = [n for n, _ in bl.baselines(_Inputs(dense), (9, 0))]
+    assert names == ["cuDNN", "FlashAttention-2", "efficient", "FA4-sm90"]
+    assert [n for n, _ in bl.baselines(_Inputs(var), (9, 0))][-1] == "FA4-sm90"
+    win_names = [n for n, _ in bl.baselines(_Inputs(win), (9, 0))]
+    assert "cuDNN" not in win_names and win_names[-1] == "FA4-sm90"  # no SDPA backend takes a window
+    dict(bl.baselines(_Inputs(win), (9, 0)))["FA4-sm90"]()
+    dict(bl.baselines(_Inputs(var), (9, 0)))["FA4-sm90"]()
+    assert calls[0] == ("dense", {"causal": True, "window_size": (1023, 0)})
+    assert calls[1][0] == "varlen" and calls[1][1]["causal"] is True
+
+
+def test_fa4_column_says_not_installed(monkeypatch):
+    from b200c.bench import baselines as bl
+
+    monkeypatch.setitem(sys.modules, "flash_attn", None)  # import fails
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)
+    assert not bl.fa4_available((9, 0))
+    dev = Device(0, "NVIDIA H100", (9, 0), 132)
+    shapes = parse_shapes("1x2x128")
+
+    class FakeInputs(_Inputs):
+        def b200c(self, schedule, target):
+            return lambda: None
+
+    monkeypatch.setattr(run, "make_inputs", lambda shape, device, seed=0: FakeInputs(shape))
+    monkeypatch.setattr(run, "baselines", lambda inputs, cap: [])
+    rows = run.measure([], shapes, dev, timer=lambda fn, warmup, iters: Timing(1.0, 1.0, (1.0,)), progress=False)
+    (row,) = rows
+    assert row.kernel == "FA4-sm90" and row.error.startswith("not installed")
+    text = report.markdown(rows, {"device": "H100"})
+    assert "| not installed |" in text and "Failures:" not in text and "FA4-sm90: not installed" in text

@@ -36,9 +36,11 @@ def add_parser(sub, func) -> None:
     b.add_argument("files", nargs="*", help="schedule files; 'default': the built-in schedule of the target for "
                                             "each shape's head dim (b200c.attention(schedule=None)); none with "
                                             "--decode (it times the built-in schedules)")
-    b.add_argument("--shapes", default="blog", help="comma list of BxH[/Hkv]xS[:Skv][xD][c] (c: causal), "
-                                                    "varlen:L1+L2+...xH[/Hkv][xD][c], 'blog' (8x16x4096, 4x16x8192, "
-                                                    "2x16x16384; default) or 'hopper' (the Hopper table)")
+    b.add_argument("--shapes", default="blog", help="comma list of BxH[/Hkv]xS[:Skv][xD][c][wN] (c: causal, wN: "
+                                                    "causal window of N keys), varlen:L1+L2+...xH[/Hkv][xD][c], "
+                                                    "'blog' (8x16x4096, 4x16x8192, 2x16x16384; default), 'hopper' "
+                                                    "(the Hopper table) or 'fa4' (the rows compared with "
+                                                    "FlashAttention-4's Hopper kernel)")
     b.add_argument("--target", default="auto", help="auto (sm90a on Hopper, sm100a on a B200), sm90a, sm100a")
     b.add_argument("--iters", type=int, default=30, help="timed runs per kernel and shape (median; default 30)")
     b.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")

@@ -26,11 +26,31 @@ def write_json(rows: list, meta: dict, path) -> None:
     Path(path).write_text(json.dumps({"meta": meta, "rows": [r.as_dict() for r in rows]}, indent=1))
 
 
+def _not_installed(r) -> bool:
+    """A baseline whose package is missing (the FA4 column without flash-attn-4): not a failure."""
+    return r.kind == "baseline" and r.error.startswith("not installed")
+
+
+def _label(is_b: bool, name: str) -> str:
+    """A kernel's column or line label: torch SDPA's forced backends say so."""
+    return name if is_b or name not in ("cuDNN", "efficient") else f"torch SDPA {name}"
+
+
+def _failures(rows) -> list:
+    errs = [r for r in rows if r.error and not _not_installed(r)]
+    missing = sorted({r.kernel for r in rows if r.error and _not_installed(r)})
+    out = ["", "Failures:"] + [f"- {r.kernel} {r.shape}: {r.error}" for r in errs] if errs else []
+    for name in missing:
+        why = next(r.error for r in rows if r.kernel == name and r.error)
+        out += ["", f"{name}: {why}."]
+    return out
+
+
 def _cell(r) -> str:
     if r is None:
         return "-"
     if r.error:
-        return "failed"
+        return "not installed" if _not_installed(r) else "failed"
     t = f"{r.tflops:.0f}"
     if r.pct is not None and r.kind == "b200c":
         t += f" ({r.pct:.0f}%)"
@@ -63,16 +83,13 @@ def markdown(rows: list, meta: dict) -> str:
     for is_b, stage, name in kernels:
         cells = [_cell(by.get((name, s))) for s, _ in shapes]
         st = str(stage) if is_b and stage is not None and stage >= 0 else ""
-        out.append(f"| {st} | {name if is_b else 'torch SDPA ' + name} | " + " | ".join(cells) + " |")
-    errs = [r for r in rows if r.error]
-    if errs:
-        out += ["", "Failures:"] + [f"- {r.kernel} {r.shape}: {r.error}" for r in errs]
+        out.append(f"| {st} | {_label(is_b, name)} | " + " | ".join(cells) + " |")
+    out += _failures(rows)
     return "\n".join(out) + "\n"
 
 
 def _by_shape(rows, meta, shapes, kernels, by) -> str:
-    names = [name if is_b else f"torch SDPA {name}" if name != "FlashAttention-2" else "FlashAttention-2"
-             for is_b, _, name in kernels]
+    names = [_label(is_b, name) for is_b, _, name in kernels]
     out = [f"Measured by `b200c bench` on {meta.get('device', '?')} ({meta.get('date', '')}): TFLOPS = "
            f"4·H·D·(attending query-key pairs) / median time over {meta.get('iters', '?')} runs, L2 flushed before "
            f"each, BF16; (x%) = of cuDNN in the same run; - = not run for this shape.", "",
@@ -80,9 +97,7 @@ def _by_shape(rows, meta, shapes, kernels, by) -> str:
     for shape, _ in shapes:
         cells = [_cell(by.get((name, shape))) for _, _, name in kernels]
         out.append(f"| {shape} | " + " | ".join(cells) + " |")
-    errs = [r for r in rows if r.error]
-    if errs:
-        out += ["", "Failures:"] + [f"- {r.kernel} {r.shape}: {r.error}" for r in errs]
+    out += _failures(rows)
     return "\n".join(out) + "\n"
 
 

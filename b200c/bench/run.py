@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..errors import B200cError
-from .baselines import REFERENCE, baselines
+from .baselines import REFERENCE, baselines, fa4_available, fa4_name
 from .timing import time_ms
 
 DEFAULT = "b200c default"  # the row of schedule=None
@@ -86,6 +86,9 @@ class Inputs:
             n = max(s.lengths)
             return lambda: attention_varlen(self.q, self.k, self.v, self.cu, self.cu, n, n, schedule=schedule,
                                             causal=s.causal, target=target, check_seqlens=False)
+        if s.window:
+            return lambda: attention(self.q, self.k, self.v, schedule=schedule, causal=s.causal, target=target,
+                                     window_size=(s.window, 0))
         return lambda: attention(self.q, self.k, self.v, schedule=schedule, causal=s.causal, target=target)
 
     def first_head(self, out):
@@ -104,8 +107,8 @@ def make_inputs(shape, device, seed: int = 0):
 
 def check_head(out, inputs) -> tuple:
     """(max_err, tol) of FlashAttention's rule on sequence 0, head 0: the error of ``out`` against FP32
-    attention (with the causal mask, bottom-right aligned) vs twice that of torch SDPA (BF16, the same
-    explicit mask) + 1e-3."""
+    attention (with the causal mask, bottom-right aligned, and its window) vs twice that of torch SDPA
+    (BF16, the same explicit mask) + 1e-3."""
     import torch
     import torch.nn.functional as F
 
@@ -117,6 +120,8 @@ def check_head(out, inputs) -> tuple:
         r = torch.arange(sq, device=qs.device)[:, None]
         c = torch.arange(skv, device=qs.device)[None, :]
         mask = c <= r + (skv - sq)
+        if inputs.shape.window:
+            mask &= c >= r + (skv - sq) - inputs.shape.window
     sc = (qs.float() @ ks.float().transpose(-1, -2)) * scale
     if mask is not None:
         sc = sc.masked_fill(~mask, float("-inf"))
@@ -155,6 +160,9 @@ def measure(schedules, shapes, device, *, target: str = "auto", timer=time_ms, w
     for shape in shapes:
         inputs = make_inputs(shape, f"cuda:{device.index}")
         if with_baselines:
+            fa4 = fa4_name(device.capability)
+            if fa4 is not None and not fa4_available(device.capability):
+                rows.append(Row(fa4, "baseline", "", None, shape.label, shape.seq, error=FA4_MISSING))
             for name, fn in baselines(inputs, device.capability):
                 if bar is not None:
                     bar.set_postfix_str(f"{name} {shape.label}")
@@ -187,9 +195,12 @@ def measure(schedules, shapes, device, *, target: str = "auto", timer=time_ms, w
 
 def baselines_names(device) -> list:
     """Names of the baselines on this device (without building inputs)."""
-    from .baselines import SDPA_BACKENDS, fa4_available
+    from .baselines import SDPA_BACKENDS, fa4_available, fa4_name
 
-    return [n for n, _ in SDPA_BACKENDS] + (["FlashAttention-4"] if fa4_available(device.capability) else [])
+    return [n for n, _ in SDPA_BACKENDS] + ([fa4_name(device.capability)] if fa4_available(device.capability) else [])
+
+
+FA4_MISSING = "not installed (flash-attn-4: pip install flash-attn-4; never needed by b200c itself)"
 
 
 def _time_one(name, kind, src, stage, shape, fn, timer, warmup, iters, base=None) -> Row:

@@ -1,10 +1,13 @@
 """Problem shapes of the benchmark and their FLOP counts.
 
-A shape is written ``BxH[/Hkv]xS[:Skv][xD][c]`` (``c``: causal, bottom-right aligned) or, for a
-varlen batch, ``varlen:L1+L2+...xH[/Hkv][xD][c]`` (sequence lengths, the same for queries and keys),
-e.g. ``4x16x8192``, ``2x32/8x8192c`` (GQA 32/8, causal), ``8x16x1024:8192`` (S_q = 1024 against
-S_kv = 8192), ``varlen:8192+4096+2048x16``. Named sets: ``blog`` (the blog's three shapes) and
-``hopper`` (the Hopper table of docs/hopper-progression.md).
+A shape is written ``BxH[/Hkv]xS[:Skv][xD][c][wN]`` (``c``: causal, bottom-right aligned; ``wN``: with
+``c``, a sliding window: each query row sees its ``N`` preceding keys and its own, flash_attn's
+``window_size=(N, 0)``) or, for a varlen batch, ``varlen:L1+L2+...xH[/Hkv][xD][c]`` (sequence lengths,
+the same for queries and keys), e.g. ``4x16x8192``, ``2x32/8x8192c`` (GQA 32/8, causal),
+``8x16x1024:8192`` (S_q = 1024 against S_kv = 8192), ``4x16x8192cw1023``, ``varlen:8192+4096+2048x16``.
+Named sets: ``blog`` (the blog's three shapes), ``hopper`` (the Hopper table of
+docs/hopper-progression.md) and ``fa4`` (the rows where the forward is compared with FlashAttention-4's
+Hopper kernel, docs/hopper-progression.md).
 """
 from __future__ import annotations
 
@@ -14,15 +17,18 @@ from dataclasses import dataclass
 from ..errors import ScheduleError
 
 
-def visible_pairs(s_q: int, s_kv: int, causal: bool) -> int:
+def visible_pairs(s_q: int, s_kv: int, causal: bool, window: int = 0) -> int:
     """(query, key) pairs that attend: S_q * S_kv, or with the bottom-right aligned causal mask
-    (row r sees keys 0 .. r + S_kv - S_q) the sum over rows of min(S_kv, max(0, r + S_kv - S_q + 1))."""
+    (row r sees keys 0 .. r + S_kv - S_q) the sum over rows of min(S_kv, max(0, r + S_kv - S_q + 1));
+    with a ``window`` (causal only) row r sees keys r + S_kv - S_q - window .. r + S_kv - S_q."""
     if not causal:
         return s_q * s_kv
     total = 0
     off = s_kv - s_q
     for r in range(s_q):
-        total += min(s_kv, max(0, r + off + 1))
+        hi = min(s_kv, max(0, r + off + 1))  # keys < hi
+        lo = max(0, r + off - window) if window else 0
+        total += max(0, hi - lo)
     return total
 
 
@@ -37,6 +43,8 @@ class Shape:
         causal: the bottom-right aligned causal mask.
         lengths: varlen: each sequence's length (queries and keys alike); ``batch`` and ``seq``
             are then their count and maximum.
+        window: with ``causal``: each query row sees its ``window`` preceding keys and its own
+            (flash_attn's ``window_size=(window, 0)``); 0: no window.
     """
 
     batch: int
@@ -47,6 +55,7 @@ class Shape:
     seq_kv: int = 0
     causal: bool = False
     lengths: tuple = ()
+    window: int = 0
 
     @property
     def h_kv(self) -> int:
@@ -67,7 +76,7 @@ class Shape:
         if self.lengths:
             pairs = sum(visible_pairs(n, n, self.causal) for n in self.lengths)
         else:
-            pairs = self.batch * visible_pairs(self.seq, self.s_kv, self.causal)
+            pairs = self.batch * visible_pairs(self.seq, self.s_kv, self.causal, self.window)
         return 4 * self.heads * self.head_dim * pairs
 
     def tflops(self, ms: float) -> float:
@@ -85,7 +94,7 @@ class Shape:
             text = f"{self.batch}x{heads}x{self.seq}{kv}"
         if self.head_dim != 128:
             text += f" D{self.head_dim}"
-        return text + (" causal" if self.causal else "")
+        return text + (" causal" if self.causal else "") + (f" window {self.window}" if self.window else "")
 
 
 # the blog's shapes: B * S = 32K tokens, H = 16, D = 128, BF16, S = 4K / 8K / 16K
@@ -103,9 +112,26 @@ HOPPER_SHAPES = (
     Shape(2, 32, 12288),
 )
 
-NAMED = {"blog": BLOG_SHAPES, "hopper": HOPPER_SHAPES}
+# the forward against FlashAttention-4's Hopper kernel (issue 50): its ten rows. The varlen batch is 24
+# causal sequences of 256 to 8192 tokens (these lengths, 76,288 tokens)
+FA4_VARLEN = (8192, 256, 4096, 512, 6144, 1024, 2048, 768, 8192, 3072, 384, 5120, 1536, 256, 7168, 640, 2560, 896,
+              4608, 1280, 3584, 320, 8192, 1792)
+FA4_SHAPES = (
+    Shape(4, 16, 8192),
+    Shape(4, 16, 8192, causal=True),
+    Shape(2, 32, 8192, heads_kv=8, causal=True),
+    Shape(8, 16, 4096, 64, causal=True),
+    Shape(1, 40, 16384),
+    Shape(len(FA4_VARLEN), 16, max(FA4_VARLEN), causal=True, lengths=FA4_VARLEN),
+    Shape(4, 16, 4096, seq_kv=77),
+    Shape(1, 40, 32760, seq_kv=512),
+    Shape(16, 16, 1024, causal=True),
+    Shape(4, 16, 8192, causal=True, window=1023),
+)
 
-_DENSE = re.compile(r"(\d+)x(\d+)(?:/(\d+))?x(\d+)(?::(\d+))?(?:x(\d+))?(c?)")
+NAMED = {"blog": BLOG_SHAPES, "hopper": HOPPER_SHAPES, "fa4": FA4_SHAPES}
+
+_DENSE = re.compile(r"(\d+)x(\d+)(?:/(\d+))?x(\d+)(?::(\d+))?(?:x(\d+))?(c?)(?:w(\d+))?")
 _VARLEN = re.compile(r"varlen:(\d+(?:\+\d+)*)x(\d+)(?:/(\d+))?(?:x(\d+))?(c?)")
 
 
@@ -114,15 +140,17 @@ def parse_shape(text: str) -> Shape:
     t = text.strip()
     m = _DENSE.fullmatch(t)
     if m:
-        b, h, hkv, s, skv, d, c = m.groups()
+        b, h, hkv, s, skv, d, c, win = m.groups()
+        if win is not None and not c:
+            raise ScheduleError(f"shape {text!r}: a window (wN) goes with the causal mask: write ...cw{win}")
         shape = Shape(int(b), int(h), int(s), int(d) if d else 128, int(hkv) if hkv else 0, int(skv) if skv else 0,
-                      bool(c))
+                      bool(c), window=int(win) if win else 0)
         sizes = (shape.batch, shape.heads, shape.seq, shape.head_dim, shape.h_kv, shape.s_kv)
     else:
         m = _VARLEN.fullmatch(t)
         if not m:
-            raise ScheduleError(f"shape {text!r}: write BxH[/Hkv]xS[:Skv][xD][c] (e.g. 8x16x4096, 2x32/8x8192c, "
-                                f"8x16x1024:8192) or varlen:L1+L2+...xH[/Hkv][xD][c]")
+            raise ScheduleError(f"shape {text!r}: write BxH[/Hkv]xS[:Skv][xD][c][wN] (e.g. 8x16x4096, 2x32/8x8192c, "
+                                f"8x16x1024:8192, 4x16x8192cw1023) or varlen:L1+L2+...xH[/Hkv][xD][c]")
         lens, h, hkv, d, c = m.groups()
         lengths = tuple(int(x) for x in lens.split("+"))
         shape = Shape(len(lengths), int(h), max(lengths), int(d) if d else 128, int(hkv) if hkv else 0, 0, bool(c),
@@ -136,7 +164,7 @@ def parse_shape(text: str) -> Shape:
 
 
 def parse_shapes(text: str) -> tuple:
-    """Comma-separated shapes; ``blog`` and ``hopper`` stand for their sets."""
+    """Comma-separated shapes; ``blog``, ``hopper`` and ``fa4`` stand for their sets."""
     out = []
     for part in (p for p in text.split(",") if p.strip()):
         out.extend(NAMED.get(part.strip(), None) or (parse_shape(part),))
