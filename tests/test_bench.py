@@ -276,3 +276,43 @@ def test_fa4_column_says_not_installed(monkeypatch):
     assert row.kernel == "FA4-sm90" and row.error.startswith("not installed")
     text = report.markdown(rows, {"device": "H100"})
     assert "| not installed |" in text and "Failures:" not in text and "FA4-sm90: not installed" in text
+
+
+def test_decode_baselines_and_table(monkeypatch):
+    import types
+
+    import torch
+
+    from b200c.bench import decode
+
+    monkeypatch.setitem(sys.modules, "flash_attn", None)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)
+    gqa, mha_causal, paged = decode.parse_cases("1x32/8:1024,4x32/32:512q4,2x32/8:512p16")
+    z = torch.zeros(1, 1, 1, 1)
+    names = lambda c, causal, cap=(9, 0), pg=None: [(n, fn is None) for n, fn in  # noqa: E731
+                                                    decode.baselines(c, z, z, z, causal, cap, pg)]
+    # GQA: cuDNN with enable_gqa and on expanded K/V; FA4-sm90 "not installed" here (None)
+    assert names(gqa, False) == [("cuDNN", False), ("cuDNN expanded", False), ("FlashAttention-2", False),
+                                 ("FA4-sm90", True)]
+    assert names(mha_causal, True, (8, 0)) == [("FlashAttention-2", False)]  # causal: no cuDNN; no FA4 on 8.0
+    calls = []
+    cute = types.ModuleType("flash_attn.cute")
+    cute.flash_attn_func = lambda q, k, v, **kw: calls.append(("dense", kw)) or (q,)
+    cute.flash_attn_varlen_func = lambda q, k, v, **kw: calls.append(("paged", sorted(kw))) or (q,)
+    pkg = types.ModuleType("flash_attn")
+    pkg.cute = cute
+    monkeypatch.setitem(sys.modules, "flash_attn", pkg)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    fa4 = dict(decode.baselines(paged, z, z, z, False, (9, 0), (z, z, z, z)))["FA4-sm90"]
+    fa4()
+    dict(decode.baselines(gqa, z, z, z, False, (9, 0)))["FA4-sm90"]()
+    assert calls == [("paged", ["causal", "page_table", "seqused_k"]), ("dense", {"causal": False})]
+    row = dict(case="1x32/8:1024", bytes=4e6, b200c_us=2.0, b200c_gbs=2000.0, copy_gbs=2500.0,
+               baselines={"cuDNN": dict(us=1.6, gbs=2500.0), "FlashAttention-2": dict(us=2.2, gbs=1800.0)},
+               not_run=["FA4-sm90", "cuDNN expanded (RuntimeError: no plan)"], max_err_vs_fa2=1e-3)
+    decode.add_ratios(row)
+    assert row["best"] == "cuDNN" and row["of_best"] == pytest.approx(0.8) and row["of_copy"] == pytest.approx(0.8)
+    text = decode.markdown([row])
+    assert "| cuDNN GB/s | cuDNN expanded GB/s | FlashAttention-2 GB/s | FA4-sm90 GB/s |" in text
+    assert "| 2500 | - | 1800 | not installed |" in text and "80 % (cuDNN)" in text
+    assert "- 1x32/8:1024: cuDNN expanded (RuntimeError: no plan) not run" in text
