@@ -26,10 +26,13 @@ import math
 import operator
 import os
 import sys
+import threading
 import traceback
 from typing import Any, Callable, Optional
 
 from ..errors import ScheduleError
+
+_TRACE_LOCK = threading.RLock()  # one torch.fx trace at a time in the process (see _trace_one)
 from .mod_records import MASK_PARAMS, SCORE_PARAMS, TENSOR_DTYPES, CapturedTensor, ModGraph, ModNode, ModSet
 
 # The canonical operations: name -> what it computes and how torch spells it. Operands of mixed types
@@ -934,7 +937,9 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
     tracer = _ModTracer()
     made = _Made()
     try:
-        with made:
+        # torch.fx's tracer patches module globals through one process-wide patcher (CURRENT_PATCHER):
+        # two traces at once in two threads broke each other ("CURRENT_PATCHER is None in finally block")
+        with _TRACE_LOCK, made:
             graph = tracer.trace(traced)
     except ScheduleError:
         raise
