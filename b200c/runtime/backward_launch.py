@@ -11,6 +11,7 @@ can be checked against the host model's decomposition on the CPU.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from . import driver
 from .params import ParamBlock
 
 _lock = threading.Lock()
-_modules: dict = {}  # (build key, device) -> _Module
+_modules: dict = {}  # (schedule JSON, target, device) -> _Module
 
 # parameter kinds of the three kernels, in order (the names and order of the generated entry points)
 MAIN_SPEC = (("tmap_q", "tensor_map"), ("tmap_k", "tensor_map"), ("tmap_v", "tensor_map"), ("tmap_do", "tensor_map"),
@@ -130,6 +131,25 @@ class _Module:
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
 
+@functools.lru_cache(maxsize=32)
+def _generated(schedule_json: str):
+    """The generated (and protocol-verified) module of a schedule, once per process."""
+    from ..codegen.sm90.backward import generate_backward
+    from ..dsl.backward_schedule import BackwardSchedule
+
+    return generate_backward(BackwardSchedule.from_json(schedule_json))
+
+
+def _loaded(gen, device: int):
+    """The built and loaded module of ``gen`` on ``device``: built (disk cache) and loaded once per process."""
+    key = (gen.schedule_json, gen.target, device)
+    with _lock:
+        mod = _modules.get(key)
+        if mod is None:
+            mod = _modules[key] = _Module(_build(gen), device)
+        return mod
+
+
 def _build(gen):
     """The cached cubin of a generated backward module (the forward's build cache and ninja)."""
     from ..codegen import GeneratedKernel
@@ -206,7 +226,6 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
             generated kernels do not cover yet.
         BuildError: nvcc failed; LaunchError: a driver call failed.
     """
-    from ..codegen.sm90.backward import generate_backward
     from ..dsl.presets import default_backward_schedule
 
     if not isinstance(q, torch.Tensor) or not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
@@ -221,7 +240,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         if d not in (64, 128, 256):
             raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
         schedule = default_backward_schedule(int(d))
-    gen = generate_backward(schedule)
+    gen = _generated(schedule.to_json())
     lay = gen.layout
     q, k, v, out, dout = (_tma_ready(t) for t in (q, k, v, out, dout))
     b, h, hk, sq, skv, d = _check_inputs(q, k, v, out, dout, lse, lay)
@@ -235,12 +254,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     lse_log2 = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dpsum = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dq_accum = torch.empty((b, h, lp.seq_pad, d), dtype=torch.float32, device=dev)
-    built = _build(gen)
     device = dev.index if dev.index is not None else torch.cuda.current_device()
-    with _lock:
-        mod = _modules.get((built.key, device))
-        if mod is None:
-            mod = _modules[(built.key, device)] = _Module(built, device)
+    mod = _loaded(gen, device)
     boxes = _Boxes(64, lay.block_m, lay.block_n)
     with driver.in_context(mod.context):
         maps = [driver.encode_tensor_map(n, t, boxes) for n, t in (("q", q), ("k", k), ("v", v), ("q", dout))]
