@@ -316,3 +316,43 @@ def test_decode_baselines_and_table(monkeypatch):
     assert "| cuDNN GB/s | cuDNN expanded GB/s | FlashAttention-2 GB/s | FA4-sm90 GB/s |" in text
     assert "| 2500 | - | 1800 | not installed |" in text and "80 % (cuDNN)" in text
     assert "- 1x32/8:1024: cuDNN expanded (RuntimeError: no plan) not run" in text
+
+
+def test_backward_table(monkeypatch):
+    import torch
+
+    from b200c.bench import backward
+    from b200c.errors import BackwardNotSupportedError
+
+    shapes = parse_shapes("backward")
+    assert len(shapes) == 20 and shapes[-1].varlen and shapes[-2].label == "2x32/8x8192 causal"
+    assert {(s.head_dim, s.causal) for s in shapes[:18]} == {(d, c) for d in (64, 128, 256) for c in (False, True)}
+    assert all(s.batch * s.seq == 32768 for s in shapes[:18])
+    grads = (torch.ones(2), torch.ones(2), torch.ones(2))
+
+    def kernels_of(inputs, cap, dout):
+        assert dout.shape == inputs.q.shape
+        d = inputs.shape.head_dim
+
+        def ours():
+            if d != 128:
+                raise BackwardNotSupportedError(f"head dim {d} (only 128 yet)")
+            return lambda: (grads[0] * 1.01, grads[1], grads[2])  # 1 % off cuDNN's: within MAX_REL_DIFF
+        return [("cuDNN", lambda: lambda: grads), ("b200c", ours)]
+
+    dev = Device(0, "NVIDIA H100", (9, 0), 132)
+    picked = parse_shapes("16x16x2048x64,4x16x8192")
+    fake_inputs = lambda shape, device, seed=0: SimpleNamespace(shape=shape, q=torch.zeros(1, 2, 3, 4))  # noqa: E731
+    rows = backward.measure(picked, dev, timer=lambda fn, warmup, iters: Timing(2.0, 1.9, (2.0,)),
+                            make_inputs=fake_inputs, kernels_of=kernels_of)
+    by = {(r.kernel, r.shape): r for r in rows}
+    assert by[("b200c", "16x16x2048 D64")].unsupported and "head dim 64" in by[("b200c", "16x16x2048 D64")].error
+    ours = by[("b200c", "4x16x8192")]
+    assert ours.rel_diff == pytest.approx(0.01) and ours.tflops == pytest.approx(2.5 * Shape(4, 16, 8192).flops / 2e-3 / 1e12)
+    text = backward.markdown(rows, {"device": "H100", "iters": 3})
+    assert "| 16x16x2048 D64 | " in text and "not supported yet" in text and "head dim 64 (only 128 yet)" in text
+    assert "(100%)" in text and "WRONG" not in text
+    if not torch.cuda.is_available():  # no GPU here: the one-line refusal
+        r = subprocess.run([sys.executable, "-m", "b200c", "bench", "--backward"], capture_output=True, text=True,
+                           cwd=ROOT)
+        assert r.returncode == 2 and r.stderr.startswith("b200c: error: b200c bench needs a CUDA GPU"), r.stderr

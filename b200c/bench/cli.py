@@ -59,6 +59,10 @@ def add_parser(sub, func) -> None:
                                                      "step per case, BxH/Hkv:S_kv[xD][qN][pP] or 'default', as GB/s "
                                                      "next to cuDNN, FlashAttention-2 and the copy bandwidth "
                                                      "(b200c/bench/decode.py)")
+    b.add_argument("--backward", action="store_true", help="the backward table instead (no files needed): the "
+                                                            "backward pass alone of b200c's sm90a kernels next to "
+                                                            "cuDNN, FlashAttention-2 and FA4 on --shapes (default "
+                                                            "'backward'; b200c/bench/backward.py)")
     b.set_defaults(func=func)
 
 
@@ -122,8 +126,11 @@ def run_bench(args, *, timer=None, device=None) -> int:
 
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return 0
+    if getattr(args, "backward", False):
+        return _bench_backward(args, device, timer or time_ms)
     if not args.files:
-        raise ScheduleError("b200c bench needs schedule files or 'default' (the built-in schedules), or --decode")
+        raise ScheduleError("b200c bench needs schedule files or 'default' (the built-in schedules), --decode or "
+                            "--backward")
     schedules, shapes = validate_args(args)
     dev = device if device is not None else current_device()
     rows = measure(schedules, shapes, dev, target=args.target, timer=timer or time_ms, warmup=args.warmup,
@@ -161,3 +168,36 @@ def run_bench(args, *, timer=None, device=None) -> int:
                   f"{res['path']}", file=sys.stderr)
     bad = [r for r in rows if r.kind == "b200c" and (r.error or r.correct is False)]
     return 1 if bad else 0
+
+
+def _bench_backward(args, device, timer) -> int:
+    """``b200c bench --backward``: the backward table (b200c/bench/backward.py) on --shapes ('blog', the
+    default, means the 'backward' set here)."""
+    import datetime
+
+    from ..errors import ScheduleError
+    from . import backward
+    from .device import current_device
+    from .shapes import parse_shapes
+
+    if args.files and args.files != ["default"]:
+        raise ScheduleError(f"--backward times b200c's built-in backward schedules: give no schedule files (got "
+                            f"{' '.join(args.files)})")
+    shapes = parse_shapes("backward" if args.shapes == "blog" else args.shapes)
+    dev = device if device is not None else current_device()
+    rows = backward.measure(shapes, dev, timer=timer, warmup=args.warmup, iters=args.iters,
+                            check=not args.no_check)
+    meta = {"device": dev.name, "iters": args.iters, "date": datetime.date.today().isoformat()}
+    table = backward.markdown(rows, meta)
+    print(table)
+    if args.md:
+        Path(args.md).write_text(table)
+    if args.json:
+        import json
+        from dataclasses import asdict
+
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
+    bad = [r for r in rows if r.kernel == "b200c" and r.error and not r.unsupported]
+    wrong = [r for r in rows if r.rel_diff is not None and r.rel_diff > backward.MAX_REL_DIFF]
+    return 1 if bad or wrong else 0
+

@@ -6,8 +6,8 @@ A shape is written ``BxH[/Hkv]xS[:Skv][xD][c][wN]`` (``c``: causal, bottom-right
 the same for queries and keys), e.g. ``4x16x8192``, ``2x32/8x8192c`` (GQA 32/8, causal),
 ``8x16x1024:8192`` (S_q = 1024 against S_kv = 8192), ``4x16x8192cw1023``, ``varlen:8192+4096+2048x16``.
 Named sets: ``blog`` (the blog's three shapes), ``hopper`` (the Hopper table of
-docs/hopper-progression.md) and ``fa4`` (the rows where the forward is compared with FlashAttention-4's
-Hopper kernel, docs/hopper-progression.md).
+docs/hopper-progression.md), ``fa4`` (the rows where the forward is compared with FlashAttention-4's
+Hopper kernel, docs/hopper-progression.md) and ``backward`` (the backward table, docs/backward.md).
 """
 from __future__ import annotations
 
@@ -129,7 +129,15 @@ FA4_SHAPES = (
     Shape(4, 16, 8192, causal=True, window=1023),
 )
 
-NAMED = {"blog": BLOG_SHAPES, "hopper": HOPPER_SHAPES, "fa4": FA4_SHAPES}
+# the backward table (b200c bench --backward): D 64/128/256 x dense/causal at 2K, 8K and 16K (32K tokens,
+# 16 heads), GQA 32/8 causal at 8K, the FA4 varlen batch
+BACKWARD_SHAPES = (
+    *(Shape(32768 // s, 16, s, d, causal=c) for d in (64, 128, 256) for c in (False, True) for s in (2048, 8192, 16384)),
+    Shape(2, 32, 8192, heads_kv=8, causal=True),
+    Shape(len(FA4_VARLEN), 16, max(FA4_VARLEN), causal=True, lengths=FA4_VARLEN),
+)
+
+NAMED = {"blog": BLOG_SHAPES, "hopper": HOPPER_SHAPES, "fa4": FA4_SHAPES, "backward": BACKWARD_SHAPES}
 
 _DENSE = re.compile(r"(\d+)x(\d+)(?:/(\d+))?x(\d+)(?::(\d+))?(?:x(\d+))?(c?)(?:w(\d+))?")
 _VARLEN = re.compile(r"varlen:(\d+(?:\+\d+)*)x(\d+)(?:/(\d+))?(?:x(\d+))?(c?)")
@@ -164,7 +172,7 @@ def parse_shape(text: str) -> Shape:
 
 
 def parse_shapes(text: str) -> tuple:
-    """Comma-separated shapes; ``blog``, ``hopper`` and ``fa4`` stand for their sets."""
+    """Comma-separated shapes; ``blog``, ``hopper``, ``fa4`` and ``backward`` stand for their sets."""
     out = []
     for part in (p for p in text.split(",") if p.strip()):
         out.extend(NAMED.get(part.strip(), None) or (parse_shape(part),))
