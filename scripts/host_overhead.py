@@ -26,7 +26,11 @@ schedule file's path, with ``layout="bshd"`` and with causal + LSE + GQA
 directly; ``b200c.scaled_dot_product_attention`` (the drop-in, its built-in
 schedule); a ``torch.compile(fullgraph=True)`` function (and torch SDPA compiled
 the same way); one call captured in a CUDA graph and replayed (SDPA the same way). Each b200c row is
-checked against SDPA's output once before it is timed.
+checked against SDPA's output once before it is timed. Decoding calls (:func:`decode_cases`): the step
+transformers makes (one query row, 8 query heads on 2 K/V heads, 256 cached keys, a boolean
+``attn_mask`` of (B, 1, 1, S_kv)) through torch SDPA and through the drop-in, and
+``b200c.attention_with_kvcache`` on the same cache (with its default one-synchronisation input check
+and with ``check_inputs=False``, what a serving loop that guarantees its tables uses).
 
 Where a compiled call's time goes: the row "torch.compile floor: a Python
 custom op" is an op with b200c's schema, registered the same way, that only
@@ -78,6 +82,32 @@ def table(rows: list[tuple[str, float | None, str]]) -> str:
         val = f"{us:12.1f}" if us is not None else f"{'-':>12}"
         lines.append(f"{name:<{w}}  {val}  {note}")
     return "\n".join(lines)
+
+
+def decode_cases(device, target):
+    """``(name, fn, reference name or None, b200c output or None)`` of the decoding rows on ``device``."""
+    import torch
+    import torch.nn.functional as F
+
+    import b200c
+
+    g = torch.Generator(device="cpu").manual_seed(1)
+    qd = torch.randn(1, 8, 1, 128, generator=g).to(device, torch.bfloat16)  # (B, H, S_q, D)
+    kd, vd = (torch.randn(1, 2, 256, 128, generator=g).to(device, torch.bfloat16) for _ in range(2))
+    mask = torch.ones(1, 1, 1, 256, dtype=torch.bool, device=device)
+    q_bshd, k_cache, v_cache = qd.transpose(1, 2), kd.transpose(1, 2).contiguous(), vd.transpose(1, 2).contiguous()
+    lens = torch.full((1,), 256, dtype=torch.int32, device=device)
+    ref = "torch SDPA decode step (bool mask, GQA 8/2, 256 keys)"
+    return [
+        (ref, lambda: F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, enable_gqa=True), None),
+        ("b200c.scaled_dot_product_attention decode step (bool mask)",
+         lambda: b200c.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, enable_gqa=True, target=target), ref),
+        ("b200c.attention_with_kvcache (256 cached keys)",
+         lambda: b200c.attention_with_kvcache(q_bshd, k_cache, v_cache, cache_seqlens=lens, target=target), ref),
+        ("b200c.attention_with_kvcache(check_inputs=False)",
+         lambda: b200c.attention_with_kvcache(q_bshd, k_cache, v_cache, cache_seqlens=lens, target=target,
+                                              check_inputs=False), ref),
+    ]
 
 
 def gpu_rows(args) -> list[tuple[str, float | None, str]]:
@@ -194,6 +224,17 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
         note = check(name, out) if "b200c" in name else "reference"
         row(name, graph.replay, note, "CUDA graph replay: torch SDPA" if "b200c" in name else None)
 
+    dec = decode_cases(dev, tgt)
+    dec_ref = dec[0][1]()
+    for name, call, ref_name in dec:
+        if ref_name is None:
+            row(name, call, "reference for the decoding rows")
+            continue
+        out = refused(name, call)
+        if out is not None:
+            got = out.transpose(1, 2) if "kvcache" in name else out
+            row(name, call, check(name, got, dec_ref), ref_name)
+
     from b200c.runtime import launcher
 
     entry = launcher._entries[next(iter(launcher._entries))]
@@ -288,9 +329,14 @@ def stub_rows(args) -> list[tuple[str, float | None, str]]:
         floor2(q, k, v)
         cases.append(("floor: torch.compile of a Python custom op", lambda: floor2(q, k, v),
                       "backend aot_eager: b200c's schema and registration, only allocates the output"))
+        assert fd.loads == 2, fd.loads  # the schedule's kernel and the drop-in's
+        for name, fn, ref_name in decode_cases("cpu", args.target):
+            fn()  # builds (stubbed) and caches the launch
+            cases.append((name, fn, "decoding" if ref_name else "decoding: torch's math path on the CPU"))
+        loads = fd.loads
         for name, fn, note in cases:
             rows.append((name, per_call_us(fn, args.calls, args.reps, nop), note))
-        assert fd.loads == 2, fd.loads  # the schedule's kernel and the drop-in's: the cache hit each time
+        assert fd.loads == loads, (loads, fd.loads)  # every timed call hit the caches
     return rows
 
 

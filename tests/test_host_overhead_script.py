@@ -25,6 +25,7 @@ def test_skips_without_gpu_and_stub_table():
     assert r.returncode == 0, r.stderr
     rows = {line.split("  ")[0].strip(): line for line in r.stdout.splitlines() if "  " in line}
     for name in ("b200c.attention(schedule=Schedule)", "b200c.attention(schedule=path)", "torch.ops.b200c.attention",
-                 "torch.compile(fullgraph=True)"):
+                 "torch.compile(fullgraph=True)", "b200c.scaled_dot_product_attention decode step (bool mask)",
+                 "b200c.attention_with_kvcache (256 cached keys)", "b200c.attention_with_kvcache(check_inputs=False)"):
         assert name in rows, r.stdout
         assert float(rows[name][len(name):].split()[0]) > 0  # microseconds per call
