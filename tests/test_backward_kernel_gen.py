@@ -231,3 +231,46 @@ def test_emit_ir_prints_the_roles():
     assert text.startswith("kernel b200c_attention_backward  // hopper_backward_d128")
     assert "role consumer (q=0: warps 4-7, q=1: warps 8-11, setmaxnreg 240)" in text
     assert "bar.sync ds_ready" in text and "arrive q_empty[st] by warp" in text
+
+
+# ---- a backward launch under the fake driver (no device) --------------------------------------
+
+
+def test_fake_driver_backward_launch_follows_the_decomposition():
+    import torch
+
+    from b200c.runtime import fake_driver
+    from b200c.runtime.backward_launch import attention_backward
+
+    b, h, hk, sq, skv, d = 2, 4, 2, 100, 300, 128
+    q = torch.randn(b, sq, h, d).to(torch.bfloat16).transpose(1, 2)  # a BHSD view of BSHD memory
+    k, v = (torch.randn(b, hk, skv, d).to(torch.bfloat16) for _ in range(2))
+    out, dout = torch.randn(b, h, sq, d).to(torch.bfloat16), torch.randn(b, h, sq, d).to(torch.bfloat16)
+    lse = torch.randn(b, h, sq)
+    lay = backward_layout(b200c.default_backward_schedule(128))
+    with fake_driver.install(target="sm90a") as fd:
+        dq, dk, dv = attention_backward(q, k, v, out, dout, lse, causal=True, scale=0.125)
+    pre, main, post = fd.launches
+    seq_pad = 128  # 100 rows in Q tiles of 64
+    # preprocess and postprocess: one CTA per (Q tile, head, sequence); main: one per work item
+    assert (pre.grid, pre.grid_yz, pre.block) == (2, (h, b), 128) and (post.grid, post.grid_yz) == (2, (h, b))
+    dec = BackwardDecomposition(64, 128)
+    assert (main.grid, main.grid_yz, main.block, main.smem) == (dec.num_work(b, hk, skv), (1, 1), 384, lay.smem_bytes)
+    assert main.grid == b * hk * 3  # 300 keys in K/V tiles of 128
+    p = main.params
+    assert (p["batch"], p["heads"], p["heads_kv"], p["seq_q"], p["seq_kv"], p["seq_pad"], p["causal"]) == \
+        (b, h, hk, sq, skv, seq_pad, 1)
+    assert p["softmax_scale"] == 0.125 and p["dk"] == dk.data_ptr() and p["dv"] == dv.data_ptr()
+    assert p["dk_stride_s"] == d and p["dq_accum"] == post.params["dq_accum"] == pre.params["dq_accum"]
+    assert pre.params["lse"] == lse.data_ptr() and pre.params["seq_q"] == sq and post.params["dq"] == dq.data_ptr()
+    # the four tensor maps (q, k, v, dO): dims {D, S, H, B}, boxes of 64 columns x block_m / block_n rows
+    encodes = fd.encodes
+    assert [(e[1], e[3], e[4]) for e in encodes] == [((d, sq, h, b), 64, 64), ((d, skv, hk, b), 64, 128),
+                                                      ((d, skv, hk, b), 64, 128), ((d, sq, h, b), 64, 64)]
+    assert encodes[0][0] == q.data_ptr() and encodes[2][0] == v.data_ptr()
+    assert encodes[0][2][0] == h * d * 2  # q's row stride in bytes: BSHD memory read through the view
+    assert [p[n][:8] for n in ("tmap_q", "tmap_k", "tmap_v", "tmap_do")] == \
+        [e[0].to_bytes(8, "little") for e in encodes]  # each map is the one encoded for its tensor
+    with fake_driver.install(target="sm100a"):  # a compute capability 10.0 device: no backward design there
+        with pytest.raises(b200c.BackwardNotSupportedError, match="compute capability 10.0"):
+            attention_backward(q, k, v, out, dout, lse)

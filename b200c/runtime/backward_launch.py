@@ -164,6 +164,21 @@ def _build(gen):
     return build_many([(lay.name, GeneratedKernel(gen.source, info, gen.target))], gen.target, progress=False)[0]
 
 
+def _capability(q):
+    """(major, minor) of q's CUDA device, or None for anything else (the fake driver replaces it)."""
+    if not isinstance(q, torch.Tensor) or not q.is_cuda:
+        return None
+    return tuple(torch.cuda.get_device_capability(q.device))
+
+
+def _device_index(dev) -> int:
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+def _stream(dev) -> int:
+    return torch.cuda.current_stream(dev).cuda_stream
+
+
 def _tma_ready(t):
     """``t``, or a contiguous copy when its strides or start do not suit TMA and the 16-byte vector loads
     (a gradient of ``out.sum()`` arrives with stride 0)."""
@@ -228,9 +243,9 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     """
     from ..dsl.presets import default_backward_schedule
 
-    if not isinstance(q, torch.Tensor) or not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
-        where = (f"compute capability {'.'.join(map(str, torch.cuda.get_device_capability(q.device)))}"
-                 if isinstance(q, torch.Tensor) and q.is_cuda else f"device {getattr(q, 'device', None)}")
+    cap = _capability(q)
+    if cap != (9, 0):
+        where = f"compute capability {'.'.join(map(str, cap))}" if cap else f"device {getattr(q, 'device', None)}"
         raise BackwardNotSupportedError(
             f"b200c's backward kernels run on sm_90a (H100 / H200, compute capability 9.0), not on {where}; the "
             "sm100a backward is not built yet: compute this gradient with torch.nn.functional."
@@ -254,8 +269,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     lse_log2 = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dpsum = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dq_accum = torch.empty((b, h, lp.seq_pad, d), dtype=torch.float32, device=dev)
-    device = dev.index if dev.index is not None else torch.cuda.current_device()
-    mod = _loaded(gen, device)
+    mod = _loaded(gen, _device_index(dev))
     boxes = _Boxes(64, lay.block_m, lay.block_n)
     with driver.in_context(mod.context):
         maps = [driver.encode_tensor_map(n, t, boxes) for n, t in (("q", q), ("k", k), ("v", v), ("q", dout))]
@@ -263,7 +277,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
                                    causal=causal, scale=scale)
     pre, main, post = ParamBlock(PRE_SPEC, pre), ParamBlock(MAIN_SPEC, main), ParamBlock(POST_SPEC, post)
     cu = mod.cu
-    stream = torch.cuda.current_stream(dev).cuda_stream
+    stream = _stream(dev)
     gx, gy, gz = lp.row_grid
     with driver.in_context(mod.context):
         for what, fn, grid, block, smem, params in (

@@ -5,7 +5,8 @@ per-call path of :func:`b200c.attention` touches on a GPU: the driver module
 (``cuLaunchKernel``, ``cuCtxSetCurrent``/``Push``/``Pop``, ``cuMemsetD32Async``,
 ``cuTensorMapEncodeTiled``, ``cuDriverGetVersion``; like the real driver, a launch or an
 encode in a thread with no current context fails with CUDA_ERROR_INVALID_CONTEXT), kernel building/loading
-(a LoadedKernel with the schedule's real LaunchInfo, no cubin), the device
+(a LoadedKernel with the schedule's real LaunchInfo, no cubin; the backward module's three kernels with
+their parameter specs), the device
 queries and PyTorch's current stream, and lets CPU tensors pass the CUDA
 device rule (also in the SDPA drop-in). Launches are recorded with the
 parameter block decoded by the kernel's own signature (``LaunchInfo.params``),
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from . import api, driver, inputs, launcher, op, sdpa
+from . import api, backward_launch, driver, inputs, launcher, op, sdpa
 from .params import decode
 from .api import _no_tracing
 from .build import BuiltKernel
@@ -49,6 +50,7 @@ class Launch:
     stream: int
     params: dict
     kernel: object = None  # the kernel's LaunchInfo (its schedule name, q_stages, head_dim, ...)
+    grid_yz: tuple = (1, 1)  # gridDim.y, gridDim.z (the backward's preprocess / postprocess: H, B)
 
     @property
     def maps(self) -> tuple:
@@ -114,7 +116,7 @@ class FakeDriver:
             if current() is None:
                 return (no_ctx,)
             if fd.record:
-                fd.launches.append(Launch(gx, bx, smem, int(stream), decode(f.spec, params), f.info))
+                fd.launches.append(Launch(gx, bx, smem, int(stream), decode(f.spec, params), f.info, (gy, gz)))
             return (ok,)
 
         def memset(ptr, value, n, stream):
@@ -222,6 +224,16 @@ def install(*, target: str = "sm100a", num_sms: int = 132, version: int = 13000)
             lk.combine = FakeFunction(generated.launch, tuple((p.name, p.kind) for p in combine_params()))
         return lk
 
+    def load_backward(gen, device):  # the backward module (b200c.runtime.backward_launch): three kernels
+        fd.loads += 1
+        bl = backward_launch
+        return types.SimpleNamespace(cu=mod, context=object(), main=FakeFunction(gen.layout, bl.MAIN_SPEC),
+                                     pre=FakeFunction(gen.layout, bl.PRE_SPEC), post=FakeFunction(gen.layout, bl.POST_SPEC))
+
+    mp.setattr(backward_launch, "_loaded", load_backward)
+    mp.setattr(backward_launch, "_capability", lambda q: tuple(record.compute_capability))
+    mp.setattr(backward_launch, "_device_index", lambda dev: -1)
+    mp.setattr(backward_launch, "_stream", lambda dev: 7)
     mp.setattr(driver, "_cu", lambda: mod)
     mp.setattr(driver, "_driver_version", None)
     mp.setattr(driver, "_note_emulation", lambda t: None)  # no GPU here: "running on a Hopper GPU" would be false
