@@ -44,8 +44,9 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
     the loops cannot be attributed (the schedule itself is not failed for it).
     On sm90a the row holds the hot loop's size and its wgmma register hazards.
     """
-    from .dsl import load_schedule_file
     from .codegen import generate, make_plan
+    from .dsl.backward_schedule import BackwardSchedule
+    from .dsl.loader import load_compile_input
     from .nvcc import compile_cuda
     from .sass.roles import LINEINFO
 
@@ -54,7 +55,9 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
     row = {"file": path}
     try:
         target = resolve_or_auto(target)
-        s = load_schedule_file(path)
+        s, _ = load_compile_input(path)
+        if isinstance(s, BackwardSchedule):
+            return _check_backward(row, s, target, workdir, sass)
         row.update(stage=s.blog_stage, name=s.name, phase_tracking=s.phase_tracking)
         if target == AUTO:
             target = schedule_target(s)
@@ -99,6 +102,43 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
             row["error"] = f"{row['spill_bytes']} spill bytes"
     except B200cError as e:
         row["error"] = str(e)
+    return row
+
+
+def _check_backward(row: dict, schedule, target, workdir: Path, sass: bool) -> dict:
+    """The check row of a BackwardSchedule file: its sm90a backward module compiled (the main kernel's
+    registers, spill bytes and stack), and with ``sass`` the main kernel's visit loop (its size and
+    wgmma register hazards, as a Hopper forward's hot loop)."""
+    from .codegen.backward_plan import plan_backward
+    from .codegen.sm90.backward import MAIN_KERNEL, generate_backward
+    from .codegen.targets import AUTO, REGISTRY
+    from .nvcc import compile_cuda
+
+    if target == AUTO:
+        target = next(t for t in REGISTRY if t.backward)
+    row.update(stage=None, name=schedule.name, phase_tracking="", target=target.name)
+    plan = plan_backward(schedule, target)
+    row.update(warps=f"load:1 spare:3 consumer:{4 * schedule.mma_warpgroups}", threads=plan.threads,
+               smem=plan.smem_bytes, tmem=0)
+    gen = generate_backward(schedule, target.name)
+    out = workdir / f"{Path(row['file']).stem}.cubin"
+    row["sources"] = [str(out.with_suffix(".cu"))]
+    res = compile_cuda(gen.source, out, "cubin", target)
+    row.update(res.resources(MAIN_KERNEL))
+    if sass:
+        from .sass import count, disassemble
+        from .sass.hopper import async_register_hazards, hot_loop
+
+        text = disassemble(out)
+        row.update(count(text))
+        loop = hot_loop(text)
+        if loop:
+            hz = async_register_hazards(loop["body"])
+            row.update(loop=loop["instructions"], steady=loop["steady"], hazards=len(hz))
+            if hz:
+                row["error"] = f"{len(hz)} wgmma register hazard(s), first: {hz[0]}"
+    if row.get("spill_bytes"):
+        row["error"] = f"{row['spill_bytes']} spill bytes"
     return row
 
 

@@ -1,5 +1,5 @@
 """`b200c compile` of a BackwardSchedule file (issue 48 step 1): its plan, its IR, its generated module (the
-golden file), its cubin (0 spill bytes), and the commands that do not take one yet refuse it by name."""
+golden file), its cubin (0 spill bytes), its `b200c check` row, and `b200c draw` refuses it by name."""
 import subprocess
 import sys
 
@@ -49,7 +49,11 @@ def test_refusals_name_the_missing_piece(args, words):
     assert "Traceback" not in r.stderr
 
 
-def test_check_reports_the_backward_schedule_as_not_checked():
-    r = run("check", FILE, "--no-sass")
-    assert r.returncode == 1 and "'schedule' is a BackwardSchedule" in r.stdout + r.stderr
-    assert "Traceback" not in r.stderr
+@pytest.mark.nvcc
+def test_check_gives_the_backward_row():
+    r = run("check", FILE)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if "hopper_backward_d128" in ln]
+    cols = line.split()
+    assert cols[2:4] == ["load:1", "spare:3"] and "384" in cols and "166440" in cols
+    assert "1 schedule ok (sm_90a, 0 spill bytes)" in r.stdout
