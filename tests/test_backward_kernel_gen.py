@@ -274,3 +274,20 @@ def test_fake_driver_backward_launch_follows_the_decomposition():
     with fake_driver.install(target="sm100a"):  # a compute capability 10.0 device: no backward design there
         with pytest.raises(b200c.BackwardNotSupportedError, match="compute capability 10.0"):
             attention_backward(q, k, v, out, dout, lse)
+
+
+def test_launch_layer_input_checks():
+    import torch
+
+    from b200c.errors import LaunchError
+    from b200c.runtime import fake_driver
+    from b200c.runtime.backward_launch import _strides_ok, attention_backward
+
+    q = torch.zeros(1, 2, 64, 128, dtype=torch.bfloat16)
+    # a size-1 dimension's stride is never used: an odd one is fine (no copy); stride 0 elsewhere is not
+    odd = torch.zeros(2, 64, 128, dtype=torch.bfloat16).as_strided((1, 2, 64, 128), (3, 64 * 128, 128, 1))
+    assert _strides_ok(odd) and not _strides_ok(q.expand(1, 2, 64, 128).as_strided((1, 2, 64, 128), (0, 0, 128, 1)))
+    with fake_driver.install(target="sm90a"):
+        attention_backward(odd, q, q, q, q, torch.zeros(1, 2, 64))  # accepted as it is
+        with pytest.raises(LaunchError, match="lse is on meta and q on cpu"):
+            attention_backward(q, q, q, q, q, torch.zeros(1, 2, 64, device="meta"))

@@ -179,11 +179,17 @@ def _stream(dev) -> int:
     return torch.cuda.current_stream(dev).cuda_stream
 
 
+def _strides_ok(t) -> bool:
+    """A contiguous last dimension, the other strides positive multiples of 8 elements (a size-1 dimension's
+    stride is never used: any), a 16-byte aligned start: what TMA and the 16-byte vector loads read."""
+    return (t.stride(-1) == 1 or t.shape[-1] == 1) and t.data_ptr() % 16 == 0 and all(
+        n == 1 or (s > 0 and s % 8 == 0) for s, n in zip(t.stride()[:-1], t.shape[:-1]))
+
+
 def _tma_ready(t):
     """``t``, or a contiguous copy when its strides or start do not suit TMA and the 16-byte vector loads
     (a gradient of ``out.sum()`` arrives with stride 0)."""
-    if isinstance(t, torch.Tensor) and t.dim() == 4 and not (
-            t.stride(-1) == 1 and all(s % 8 == 0 and s > 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0):
+    if isinstance(t, torch.Tensor) and t.dim() == 4 and not _strides_ok(t):
         return t.contiguous()
     return t
 
@@ -195,9 +201,14 @@ def _check_inputs(q, k, v, out, dout, lse, layout) -> tuple:
             raise LaunchError(f"attention_backward: {name} must be a 4-D (B, H, S, D) tensor")
         if t.dtype != torch.bfloat16:
             raise LaunchError(f"attention_backward: {name} is {t.dtype}; the backward kernels take torch.bfloat16")
-        if t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:-1]) or t.data_ptr() % 16:
+        if not _strides_ok(t):
             raise LaunchError(f"attention_backward: {name} needs a contiguous last dimension, strides that are multiples "
                              "of 8 elements and a 16-byte aligned start (TMA); pass .contiguous()")
+    for name, t in (("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
+        if not isinstance(t, torch.Tensor) or t.device != q.device:
+            where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+            raise LaunchError(f"attention_backward: {name} is on {where} and q on {q.device}; every tensor must be on "
+                             "q's device")
     b, h, sq, d = q.shape
     bk, hk, skv, dk = k.shape
     if tuple(v.shape) != tuple(k.shape) or bk != b or dk != d or tuple(out.shape) != tuple(q.shape) \
