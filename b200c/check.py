@@ -81,14 +81,7 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
             text = disassemble(out)
             row.update(count(text))
             if sm90:
-                from .sass.hopper import async_register_hazards, hot_loop
-
-                loop = hot_loop(text)
-                if loop:
-                    hz = async_register_hazards(loop["body"])
-                    row.update(loop=loop["instructions"], steady=loop["steady"], hazards=len(hz))
-                    if hz:
-                        row["error"] = f"{len(hz)} wgmma register hazard(s), first: {hz[0]}"
+                _hopper_loop(row, text)
             elif roles:
                 from .sass.roles import cubin_role_loops
 
@@ -127,19 +120,25 @@ def _check_backward(row: dict, schedule, target, workdir: Path, sass: bool) -> d
     row.update(res.resources(MAIN_KERNEL))
     if sass:
         from .sass import count, disassemble
-        from .sass.hopper import async_register_hazards, hot_loop
 
         text = disassemble(out)
         row.update(count(text))
-        loop = hot_loop(text)
-        if loop:
-            hz = async_register_hazards(loop["body"])
-            row.update(loop=loop["instructions"], steady=loop["steady"], hazards=len(hz))
-            if hz:
-                row["error"] = f"{len(hz)} wgmma register hazard(s), first: {hz[0]}"
+        _hopper_loop(row, text)
     if row.get("spill_bytes"):
         row["error"] = f"{row['spill_bytes']} spill bytes"
     return row
+
+
+def _hopper_loop(row: dict, text: str) -> None:
+    """Add an sm_90a kernel's hot loop (its size and wgmma register hazards; a hazard fails the row)."""
+    from .sass.hopper import async_register_hazards, hot_loop
+
+    loop = hot_loop(text)
+    if loop:
+        hz = async_register_hazards(loop["body"])
+        row.update(loop=loop["instructions"], steady=loop["steady"], hazards=len(hz))
+        if hz:
+            row["error"] = f"{len(hz)} wgmma register hazard(s), first: {hz[0]}"
 
 
 def _native_spills(row: dict, schedule, target, out: Path) -> None:

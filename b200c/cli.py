@@ -272,28 +272,36 @@ def _compile(args) -> int:
     kernel = generate(schedule, args.target, mods=mods)
     if args.emit == "cu":
         return _write(kernel.source, out)
+    return _emit_binary(kernel.source, out, args.emit, args.target)
+
+
+def _emit_binary(source: str, out, emit: str, target, function: str = "") -> int:
+    """Compile ``source`` to ``emit`` (``ptx`` or ``cubin``) for ``target`` into ``out`` (None: stdout) and say
+    what was written on stderr (a cubin: the registers and spill bytes of ``function``, default the
+    forward's entry point)."""
     import tempfile
 
     from .nvcc import compile_cuda
     from .toolchain import find_nvcc
 
-    arch = args.target.arch
     find_nvcc()  # a missing nvcc is the error before any temporary folder exists (none is left behind)
     work = Path(tempfile.mkdtemp(prefix="b200c_"))
-    target = work / f"kernel.{args.emit}" if out is None else out
-    res = compile_cuda(kernel.source, target, fmt=args.emit, target=args.target, keep_source=work / "kernel.cu")
+    dest = work / f"kernel.{emit}" if out is None else out
+    res = compile_cuda(source, dest, fmt=emit, target=target, keep_source=work / "kernel.cu")
     # success: the temporary folder goes (on failure it stays: the error names its kernel.cu)
     if out is None:
         sys.stdout.flush()
-        getattr(sys.stdout, "buffer", sys.stdout).write(target.read_bytes())
+        getattr(sys.stdout, "buffer", sys.stdout).write(dest.read_bytes())
         sys.stdout.flush()
     shutil.rmtree(work, ignore_errors=True)
     where = "stdout" if out is None else str(out)
-    if args.emit == "cubin":
-        r = res.resources()
-        print(f"wrote {where} ({arch}: {r['registers']} registers, {r['spill_bytes']} spill bytes)", file=sys.stderr)
+    if emit == "cubin":
+        r = res.resources(function) if function else res.resources()
+        name = f"{function} " if function else ""
+        print(f"wrote {where} ({target.arch}: {name}{r['registers']} registers, {r['spill_bytes']} spill bytes)",
+              file=sys.stderr)
     else:
-        print(f"wrote {where} ({arch} PTX)", file=sys.stderr)
+        print(f"wrote {where} ({target.arch} PTX)", file=sys.stderr)
     return 0
 
 
@@ -319,28 +327,7 @@ def _compile_backward(args, schedule, out) -> int:
     source = generate_backward(schedule, target.name).source
     if args.emit == "cu":
         return _write(source, out)
-    import tempfile
-
-    from .nvcc import compile_cuda
-    from .toolchain import find_nvcc
-
-    find_nvcc()
-    work = Path(tempfile.mkdtemp(prefix="b200c_"))
-    dest = work / f"kernel.{args.emit}" if out is None else out
-    res = compile_cuda(source, dest, fmt=args.emit, target=target, keep_source=work / "kernel.cu")
-    if out is None:
-        sys.stdout.flush()
-        getattr(sys.stdout, "buffer", sys.stdout).write(dest.read_bytes())
-        sys.stdout.flush()
-    shutil.rmtree(work, ignore_errors=True)
-    where = "stdout" if out is None else str(out)
-    if args.emit == "cubin":
-        r = res.resources(MAIN_KERNEL)
-        print(f"wrote {where} ({target.arch}: {MAIN_KERNEL} {r['registers']} registers, {r['spill_bytes']} spill "
-              "bytes)", file=sys.stderr)
-    else:
-        print(f"wrote {where} ({target.arch} PTX)", file=sys.stderr)
-    return 0
+    return _emit_binary(source, out, args.emit, target, MAIN_KERNEL)
 
 
 def _mod_function(spec: str, option: str):

@@ -94,7 +94,8 @@ def fa4_available(capability: tuple) -> bool:
     return True
 
 
-def _first(out):
+def first_output(out):
+    """The output tensor of a call that returns it alone or first in a tuple (FA4 returns ``(out, lse)``)."""
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -106,7 +107,7 @@ def fa4(q, k, v, causal: bool = False, window: int = 0):
     kw = {"window_size": (window, 0)} if window else {}
 
     def run():
-        return _first(flash_attn_func(qs, ks, vs, causal=causal, **kw))
+        return first_output(flash_attn_func(qs, ks, vs, causal=causal, **kw))
 
     return run
 
@@ -118,7 +119,7 @@ def fa4_varlen(inputs):
     s = inputs.shape
 
     def run():
-        return _first(flash_attn_varlen_func(inputs.q, inputs.k, inputs.v, cu_seqlens_q=inputs.cu,
+        return first_output(flash_attn_varlen_func(inputs.q, inputs.k, inputs.v, cu_seqlens_q=inputs.cu,
                                              cu_seqlens_k=inputs.cu, causal=s.causal))
 
     return run

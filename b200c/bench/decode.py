@@ -99,7 +99,7 @@ def baselines(c: Case, q, k, v, causal: bool, capability: tuple, paged=None) -> 
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from .baselines import fa4_available, fa4_name
+    from .baselines import fa4_available, fa4_name, first_output
 
     group = c.heads // c.heads_kv
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -134,16 +134,15 @@ def baselines(c: Case, q, k, v, causal: bool, capability: tuple, paged=None) -> 
             kc, vc, table, lens = paged
 
             def fa4_paged():
-                r = flash_attn_varlen_func(q, kc, vc, page_table=table, seqused_k=lens, causal=causal)
-                return r[0] if isinstance(r, tuple) else r
+                return first_output(flash_attn_varlen_func(q, kc, vc, page_table=table, seqused_k=lens,
+                                                           causal=causal))
 
             out.append((name, fa4_paged))
         else:
             from flash_attn.cute import flash_attn_func
 
             def fa4():
-                r = flash_attn_func(q, k, v, causal=causal)
-                return r[0] if isinstance(r, tuple) else r
+                return first_output(flash_attn_func(q, k, v, causal=causal))
 
             out.append((name, fa4))
     return out
