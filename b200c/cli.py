@@ -582,8 +582,12 @@ def main(argv=None) -> int:
     args, extra = _parsers[0].parse_known_args(argv)
     if extra:  # named against the subcommand's help, not the top level's
         args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
+    import warnings
+
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_printer(warnings.showwarning)
+            return args.func(args)
     except B200cError as e:
         msg = _cli_spelling(str(e))
         file = getattr(args, "file", None)
@@ -600,6 +604,20 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _warning_printer(default):
+    """A ``warnings.showwarning`` for the command line: b200c's own warnings as one ``b200c: warning: ...``
+    line on stderr (not Python's ``path:line: Category: ...`` and the source line); others by ``default``."""
+    from .errors import FallbackWarning, PerformanceWarning, UntestedCompilerWarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, (UntestedCompilerWarning, PerformanceWarning, FallbackWarning)):
+            print(f"b200c: warning: {_one_line(str(message))}", file=sys.stderr if file is None else file)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    return show
 
 
 def _cli_spelling(text: str) -> str:

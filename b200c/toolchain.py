@@ -117,9 +117,9 @@ def tested(release: str) -> bool:
 def warn_untested(nvcc: str) -> str:
     """``nvcc``'s release; once per process and nvcc path, an :class:`b200c.errors.UntestedCompilerWarning`
     when it is not the tested one (:data:`TESTED_NVCC`): ptxas's register allocation differs between releases,
-    so builds checked spill-free with the tested one may spill (nvcc 13.5.37 spilled 8-184 B in the blog's
-    stages 14-18 and 64 B in Hopper's h10, where 13.0 spills none) and the pinned SASS counts differ. An
-    nvcc whose release cannot be read is not warned about."""
+    so a build checked spill-free with the tested one may spill with another (the examples and built-in
+    presets are also checked with nvcc 13.5.37, where earlier generated code spilled 8-184 B) and the pinned
+    SASS counts differ. An nvcc whose release cannot be read is not warned about."""
     release = nvcc_release(nvcc)
     if release != "unknown" and not tested(release) and nvcc not in _warned:
         import warnings
@@ -129,8 +129,8 @@ def warn_untested(nvcc: str) -> str:
         _warned.add(nvcc)
         warnings.warn(f"{nvcc} is nvcc {release}; b200c's spill-free builds and SASS counts are checked with nvcc "
                       f"{TESTED_NVCC} (pip install -e \".[nvcc]\" installs it; or B200C_NVCC): with another release "
-                      f"ptxas may spill registers in the tuned schedules (nvcc 13.5.37 spilled 8-184 B in blog "
-                      f"stages 14-18)", UntestedCompilerWarning, stacklevel=3)
+                      f"ptxas may allocate registers differently: a tuned schedule may spill, and SASS counts differ from "
+                      f"the pinned ones", UntestedCompilerWarning, stacklevel=3)
     return release
 
 

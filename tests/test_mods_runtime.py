@@ -22,6 +22,13 @@ SCHED = b200c.Schedule(name="mods_runtime_test")
 HOPPER = b200c.default_schedule(128, target="sm90a")
 
 
+def _tested_nvcc() -> bool:
+    """Whether the nvcc b200c compiles with is the release the SASS counts below are pinned for."""
+    from b200c.toolchain import find_nvcc, nvcc_release, tested
+
+    return tested(nvcc_release(find_nvcc()))
+
+
 def t(b=2, h=4, s=300, d=128):
     return torch.randn(b, h, s, d).to(torch.bfloat16)
 
@@ -579,7 +586,8 @@ def test_alibi_on_the_dense_tiles_compiles_without_spills(d, tmp_path):
     assert loops["alibi"]["mufu_ex2"] == loops["dense"]["mufu_ex2"]
     # the slope is read once per work item, except on head dim 64's 224-column tiles (evaluated per tile there)
     assert bool([x for x in loops["alibi"]["body"] if "LDG" in x]) == (d == 64)
-    assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 41, 128: 21, 256: 18}[d]
+    if _tested_nvcc():  # exact counts for the tested release only (nvcc 13.5.37 allocates differently)
+        assert loops["alibi"]["instructions"] - loops["dense"]["instructions"] == s_regs + {64: 41, 128: 21, 256: 18}[d]
 
 
 @pytest.mark.nvcc
@@ -699,8 +707,9 @@ def test_unit_stride_key_bias_loop(d, tmp_path):
         loops[name] = hot_loop(disassemble(tmp_path / f"{name}.cubin"))
         assert not [x for x in loops[name]["body"] if "LDL" in x or "STL" in x]
         assert sum("LDG" in x for x in loops[name]["body"]) == s.block_n // 4
-    assert loops["unit"]["instructions"] == {64: 732, 128: 683, 256: 567}[d]
-    assert loops["strided"]["instructions"] - loops["unit"]["instructions"] == {64: 318, 128: 256, 256: 123}[d]
+    if _tested_nvcc():  # exact counts for the tested release only (nvcc 13.5.37 allocates differently)
+        assert loops["unit"]["instructions"] == {64: 732, 128: 683, 256: 567}[d]
+        assert loops["strided"]["instructions"] - loops["unit"]["instructions"] == {64: 318, 128: 256, 256: 123}[d]
     assert loops["unit"]["ffma"] == loops["strided"]["ffma"]
 
 

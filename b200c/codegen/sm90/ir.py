@@ -101,12 +101,16 @@ class ConsumerInit(Node):
 
 class StoreO(Node):
     """Epilogue: quad-reduce the row sums, O / l, BF16, store this warpgroup's 64 rows (Q stage
-    ``q`` of the work item; rows past the sequence skipped) and, when asked, their LSE."""
+    ``q`` of the work item; rows past the sequence skipped) and, when asked, their LSE. ``redecode``:
+    the store decodes the work item again from its index instead of keeping the item's fields live
+    through the K/V loop."""
 
     q: str
+    redecode: bool = False
 
     def describe(self) -> str:
-        return f"store o / rowsum -> out rows of Q stage {self.q} (and the LSE if c.lse)"
+        again = " (work item decoded again)" if self.redecode else ""
+        return f"store o / rowsum -> out rows of Q stage {self.q} (and the LSE if c.lse){again}"
 
 
 class SoftmaxFn(Node):
@@ -127,6 +131,7 @@ class SoftmaxFn(Node):
     top_sw_from: Optional[int] = None
     masked: bool = False  # softmax_tile_masked: per-row column limits; rows that saw no key stay P = 0
     row_bias: bool = False  # softmax_tile_biased: no column limits; the scores are s + a per-row offset
+    relative_limits: bool = False  # masked: compare 8 i + e against the limit minus the thread's first column
     code: tuple = ()
 
     @property

@@ -15,7 +15,13 @@ from .softmax import apply_mods_fn, biased, rescale_fn, softmax_fn, store_fn
 def _functions(s, plan) -> tuple:
     mods = (apply_mods_fn(plan),) if has_mods(plan.mods) else ()
     extra = (softmax_fn(s, row_bias=True),) if biased(plan) else ()
-    return (softmax_fn(s), softmax_fn(s, masked=True), *extra, *mods, rescale_fn(s),
+    # the masked tile's column compare: relative to the thread's first column only where measured to need it
+    # (softmax_fn): one-CTA-per-item kernels with K/V tiles over 128 keys and no mods (h10: the absolute form
+    # spilled 64 B with nvcc 13.5.37). Elsewhere the absolute form (nvcc 13.0.88: the relative one lengthened
+    # the persistent head-dim-128 preset's hot loop from 646 to 659 instructions and spilled in mods builds)
+    relative = not mods and not plan.persistent and s.block_n > 128
+    masked = softmax_fn(s, masked=True, relative_limits=relative)
+    return (softmax_fn(s), masked, *extra, *mods, rescale_fn(s),
             store_fn(s, plan.mods is not None and plan.mods.sinks, plan.split_kv))
 
 

@@ -17,12 +17,15 @@ from ..mod_kernel import has_mods, has_score_mod, kv_col0
 from .ir import ApplyModsFn, RescaleFn, Softmax, SoftmaxFn, StoreOFn
 
 
-def softmax_fn(s, masked: bool = False, row_bias: bool = False) -> SoftmaxFn:
+def softmax_fn(s, masked: bool = False, row_bias: bool = False, relative_limits: bool = False) -> SoftmaxFn:
     """The ``softmax_tile`` (``masked``: ``softmax_tile_masked``; ``row_bias``: ``softmax_tile_biased``)
-    definition of a schedule (its decisions, then its lines)."""
+    definition of a schedule (its decisions, then its lines). ``relative_limits``: the masked tile compares
+    each column index against the row's limit minus the thread's first column, so every compare takes an
+    immediate. Both forms are the same mask; how ptxas allocates around them differs by kernel and release,
+    so :func:`b200c.codegen.sm90.lower` picks the form per kernel from measurements (its comment)."""
     n = SoftmaxFn(rules.exp_mode(s), s.rescale_threshold, s.sw_exp2_per16, nan=rules.nan_max(s),
                   top_p=rules.top_p_rounding(s), top_sw_from=rules.top_p_sw_from(s), masked=masked or row_bias,
-                  row_bias=row_bias)
+                  row_bias=row_bias, relative_limits=relative_limits and masked and not row_bias)
     return msgspec.structs.replace(n, code=softmax_lines(n))
 
 
@@ -260,12 +263,15 @@ def softmax_lines(n: SoftmaxFn) -> tuple:
             "const int lim0,",
             "                                                    const int lim1) {",
             "  const int q4 = threadIdx.x & 3;",
-            "  const int lim[2] = {lim0, lim1};",
+            *(("  // the limits relative to the thread's first column 2 (lane % 4): each compare takes an immediate",
+               "  const int lim[2] = {lim0 - 2 * q4, lim1 - 2 * q4};") if n.relative_limits else
+              ("  const int lim[2] = {lim0, lim1};",)),
             "#pragma unroll",
             "  for (int i = 0; i < S_REGS / 4; ++i)",
             "#pragma unroll",
             "    for (int e = 0; e < 4; ++e)",
-            "      if (8 * i + 2 * q4 + (e & 1) >= lim[e >> 1]) s[4 * i + e] = -INFINITY;",
+            ("      if (8 * i + (e & 1) >= lim[e >> 1]) s[4 * i + e] = -INFINITY;" if n.relative_limits else
+             "      if (8 * i + 2 * q4 + (e & 1) >= lim[e >> 1]) s[4 * i + e] = -INFINITY;"),
         ]
     else:
         out += [

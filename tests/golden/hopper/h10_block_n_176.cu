@@ -750,12 +750,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[S_REGS], SoftmaxState& s
 __device__ __forceinline__ void softmax_tile_masked(float (&s)[S_REGS], SoftmaxState& st, const float sc, const int lim0,
                                                     const int lim1) {
   const int q4 = threadIdx.x & 3;
-  const int lim[2] = {lim0, lim1};
+  // the limits relative to the thread's first column 2 (lane % 4): each compare takes an immediate
+  const int lim[2] = {lim0 - 2 * q4, lim1 - 2 * q4};
 #pragma unroll
   for (int i = 0; i < S_REGS / 4; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (8 * i + 2 * q4 + (e & 1) >= lim[e >> 1]) s[4 * i + e] = -INFINITY;
+      if (8 * i + (e & 1) >= lim[e >> 1]) s[4 * i + e] = -INFINITY;
   float mx[2][4];  // tile row max: 2 rows x 4 chains
 #pragma unroll
   for (int r = 0; r < 2; ++r)

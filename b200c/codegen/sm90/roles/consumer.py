@@ -47,6 +47,10 @@ class _Builder:
         # nvcc spilled (20 B at hopper_mods_d256, nvcc 13.0); these kernels re-read it from %tid.x at each turn
         self.turn_q = "consumer_index()" if decomposition(lw.plan).block_sparse and lw.plan.tile.head_dim >= 256 \
             else None
+        # with a block mask the work item's sequence and head, kept live through the K/V loop for the
+        # epilogue's stores, were what nvcc 13.5.37 spilled (8-16 B in hopper_mods_d128 with softcap +
+        # document and in the document split builds at 128 and 256); the store decodes the item again
+        self.redecode_store = decomposition(lw.plan).block_sparse
 
     def take(self, kind: str) -> tuple:
         """Take the next ring token (a ``K`` or ``V`` tile): its slot and parity."""
@@ -224,7 +228,7 @@ def build(lw) -> RoleIR:
         *((row_bias("q"),) if row_bias_per_item(lw.plan) else ()),
         *lw.span("wait Q", (Wait("q_full", "q", lw.phase("q_full_ph"), lw.site("consumer", "q_full"), "-1"),)),
         *tiles,
-        *lw.span("epilogue", (StoreO("q"),)),
+        *lw.span("epilogue", (StoreO("q", redecode=b.redecode_store),)),
     )
     body = [
         Comment(f"FA3 §3: consumer warpgroup q owns Q rows [64 q, 64 q + 64) of the work item; issue order "
