@@ -27,10 +27,32 @@ def test_d128_layout_by_hand():
     assert [(b[0], b[1], b[2], b[3]) for b in lay.barriers] == [("kv_full", 0, 1, 1), ("q_full", 1, 2, 1),
                                                                 ("q_empty", 3, 2, 8)]
     assert lay.smem_bytes == 165376 + 5 * 8 + 1024
+    # dQ: each warpgroup 64 of the 128 columns over all 128 keys; warpgroup 1 starts at K's second slice
+    assert (lay.dq_split, lay.dq_keys, lay.dq_wg_key_bytes, lay.dq_wg_col_bytes, lay.dq_wg_col0) == \
+        ("columns", 128, 0, 128 * 128, 64)
+
+
+def test_d64_layout_by_hand():
+    lay = backward_layout(b200c.default_backward_schedule(64))
+    kb = 128 * 64 * 2  # one 128-key x 64-column BF16 tile
+    qb = 64 * 64 * 2   # one 64-row tile
+    assert (lay.block_m, lay.block_n, lay.wg_keys, lay.threads, lay.slices) == (64, 128, 64, 384, 1)
+    offsets = {name: off for name, off, _, _ in lay.regions}
+    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": 2 * kb + 4 * qb,
+                       "lse": 2 * kb + 4 * qb + 2 * (128 * 64 * 2), "dpsum": 98304 + 1024, "barriers": 99840}
+    assert lay.smem_bytes == 99840 + 5 * 8 + 1024
+    # dQ: 32 columns per warpgroup would be half a 128-byte swizzle atom, so each warpgroup takes all 64
+    # columns over its own 64 keys: its rows of the dS^T and K tiles start 64 rows x 128 B further on
+    assert (lay.dq_split, lay.dq_cols, lay.dq_keys, lay.dq_wg_key_bytes, lay.dq_wg_col_bytes, lay.dq_wg_col0) == \
+        ("keys", 64, 64, 64 * 128, 0, 0)
+    named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in _ir(64).plan.named_barriers}
+    assert named == {"ds_ready": (1, 2, 128)}  # one per warpgroup, its own 128 threads
+    assert {nb.name: (nb.first_id, nb.count, nb.threads) for nb in _ir().plan.named_barriers} == \
+        {"ds_ready": (1, 1, 256)}
 
 
 @pytest.mark.parametrize("change,word", [
-    (dict(head_dim=64, block_m=128), "head dim 64"),
+    (dict(head_dim=64, block_m=128), "block_m = 128"),
     (dict(head_dim=256, block_n=64, q_stages=1), "head dim 256"),
     (dict(block_m=32), "block_m = 32"),
     (dict(block_n=64), "block_n = 64"),
@@ -44,9 +66,10 @@ def test_not_yet_generated_is_refused_by_name(change, word):
     assert word in str(e.value)
 
 
-def test_golden(request):
-    g = generate_backward(b200c.default_backward_schedule(128))
-    golden = GOLDEN / "hopper_backward_d128.cu"
+@pytest.mark.parametrize("d", [64, 128])
+def test_golden(request, d):
+    g = generate_backward(b200c.default_backward_schedule(d))
+    golden = GOLDEN / f"hopper_backward_d{d}.cu"
     if request.config.getoption("--update-golden"):
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(g.source)
@@ -56,11 +79,19 @@ def test_golden(request):
         assert f"\n{name}(" in g.source
 
 
+# per head dim: the visit loop's wgmmas and MUFU.EX2, and its static SASS instructions with nvcc 13.0.88
+# (pinned on purpose; nvcc 13.5.37 gives 860 at 128 and 856 at 64). Wgmmas per consumer warpgroup and
+# visit: S^T and dP^T D / 16 each (k16 steps over D), dV and dK 4 each (64 rows), dQ one per 16 keys it sums
+# over (128 at D = 128, the warpgroup's own 64 at D = 64); 32 P values per thread (64 keys x 64 rows / 128).
+LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 859), 64: (4 + 4 + 4 + 4 + 4, 32, 859)}
+
+
 @pytest.mark.nvcc
-def test_compiles_without_spills(tmp_path):
+@pytest.mark.parametrize("d", [64, 128])
+def test_compiles_without_spills(tmp_path, d):
     from b200c.nvcc import compile_cuda
 
-    g = generate_backward(b200c.default_backward_schedule(128))
+    g = generate_backward(b200c.default_backward_schedule(d))
     res = compile_cuda(g.source, tmp_path / "bwd.cubin", "cubin", "sm_90a")
     for name in (MAIN_KERNEL, PREPROCESS_KERNEL, POSTPROCESS_KERNEL):
         r = res.resources(name)
@@ -78,15 +109,14 @@ def test_compiles_without_spills(tmp_path):
     from b200c.sass.hopper import async_register_hazards, hot_loop
 
     loop = hot_loop(disassemble(tmp_path / "bwd.cubin"))
-    # one visit of a consumer warpgroup: wgmmas S^T 8 + dP^T 8 (k16 steps over D = 128), dV 4 + dK 4 (64 rows),
-    # dQ 8 (128 keys); 32 P values per thread (64 keys x 64 rows / 128 threads): 32 MUFU.EX2
-    assert (loop["mma"], loop["mufu_ex2"]) == (32, 32)
+    mma, ex2, count = LOOPS[d]
+    assert (loop["mma"], loop["mufu_ex2"]) == (mma, ex2)
     assert async_register_hazards(loop["body"]) == []  # no register written while a wgmma reading it runs
     from b200c.toolchain import find_nvcc, nvcc_release, tested
 
     release = nvcc_release(find_nvcc())
-    if tested(release):  # the count is pinned for the tested release (nvcc 13.5.37 gives 860)
-        assert loop["instructions"] == 859  # static SASS instructions per visit, nvcc 13.0.88 (pinned on purpose)
+    if tested(release):  # the count is pinned for the tested release
+        assert loop["instructions"] == count
 
 
 @pytest.mark.parametrize("b,h,hk,sq,skv", [(1, 1, 1, 1, 1), (2, 16, 16, 8192, 8192), (3, 32, 8, 1000, 4097),
@@ -134,10 +164,10 @@ def test_param_values_name_every_parameter():
 # ---- the warp roles' IR and the barrier-protocol verifier (mutation tests, as the forward's) ----
 
 
-def _ir():
+def _ir(d=128):
     from b200c.codegen.sm90.backward import backward_kernel_ir
 
-    return backward_kernel_ir(b200c.default_backward_schedule(128))
+    return backward_kernel_ir(b200c.default_backward_schedule(d))
 
 
 def _edit(ir, role, fn):

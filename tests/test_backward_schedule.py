@@ -17,9 +17,9 @@ def test_the_built_in_backward_schedules_fit_their_budgets():
     # -> 165376; 5 barriers of 8 B (K/V full, Q full and empty per stage) -> 165416; + 1024 B of base
     # realignment -> 166440
     assert plans[128].smem_bytes == 166440
-    # head dim 64, 128 x 128: k, v 16384 each; q, do 32768 each; ds two 128x128x2 = 65536 -> 163840; lse,
-    # dpsum 1024 each -> 165888; 40 B of barriers, 1024 slack -> 166952
-    assert plans[64].smem_bytes == 166952
+    # head dim 64, 64 x 128: k, v 128x64x2 = 16384 each; q, do 2 x 64x64x2 = 16384 each; ds two 128x64x2 =
+    # 32768 -> 98304; lse 512 (padded to 1024) and dpsum 512 -> 99840; 40 B of barriers, 1024 slack -> 100904
+    assert plans[64].smem_bytes == 100904
     # head dim 256, 64 x 64, 1 stage: k, v, q, do 32768 each; ds two 64x64x2 = 16384 -> 147456; lse, dpsum
     # 256 each (one padded to 1024) -> 148736; 3 barriers 24 B, 1024 slack -> 149784
     assert plans[256].smem_bytes == 149784
@@ -27,9 +27,10 @@ def test_the_built_in_backward_schedules_fit_their_budgets():
                                         "dpsum": 164864, "barriers": 165376}
     # accumulators per consumer thread (256 threads in two warpgroups): dK + dV = 2 x block_n x D / 256
     assert dict(plans[128].acc_parts) == {"dK + dV": 128, "S + dP": 64, "dQ": 32}
-    assert dict(plans[64].acc_parts) == {"dK + dV": 64, "S + dP": 128, "dQ": 32}
+    # head dim 64: each warpgroup's dQ is all 64 columns of the 64 rows (over its own keys): 64 x 64 / 128
+    assert dict(plans[64].acc_parts) == {"dK + dV": 64, "S + dP": 64, "dQ": 32}
     assert dict(plans[256].acc_parts) == {"dK + dV": 128, "S + dP": 32, "dQ": 64}
-    assert {p.acc_regs for p in plans.values()} == {192}
+    assert {d: p.acc_regs for d, p in plans.items()} == {64: 128, 128: 192, 256: 192}
     assert all(p.reg_pool == (128 * (24 + 2 * 240), 384 * 168) and p.threads == 384 for p in plans.values())
     assert "SMEM k 32768 B" in plans[128].describe()
 

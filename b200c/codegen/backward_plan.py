@@ -9,8 +9,10 @@ Q, dO, LSE, D per visit) and ``mma_warpgroups`` consumer warpgroups. Shared memo
 * ``k``, ``v``: the work item's K/V tile, ``block_n x D`` BF16 each, loaded once per item;
 * ``q``, ``do``: ``q_stages`` tiles of ``block_m x D`` BF16 each (the ring the producer fills ahead);
 * ``ds``: two ``block_n x block_m`` BF16 tiles of dS^T (one per visit parity): every consumer warpgroup
-  writes its keys' rows, then each reads all of them for its columns of dQ = dS K (P^T and dS^T stay in
-  registers for dV += P^T dO and dK += dS^T Q);
+  writes its keys' rows, then reads them back as the A operand of dQ = dS K (P^T and dS^T stay in
+  registers for dV += P^T dO and dK += dS^T Q). How the consumer warpgroups share dQ is
+  :func:`dq_split`'s: each a slice of D columns over every key of the tile, or each every column over
+  its own keys;
 * ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE in log2 units and
   D = rowsum(dO * O), from the preprocess kernel);
 * ``barriers``: 8 B each: K/V full, Q full and Q empty per stage.
@@ -20,7 +22,8 @@ FA3's dQ warp with a TMA reduce-add from a shared-memory tile is not built yet.
 
 Registers per consumer thread (FP32 accumulators, split evenly over the consumer warpgroups' threads):
 dK and dV (``2 x block_n x D``) live for the whole work item; S and dP (``2 x block_m x block_n``) live
-until dS is written; dQ (``block_m x D``) after that, so the peak is dK + dV + max(S + dP, dQ). The rest
+until dS is written; dQ (``block_m x D`` split over the warpgroups, or ``block_m x D`` in each warpgroup:
+:func:`dq_split`) after that, so the peak is dK + dV + max(S + dP, dQ). The rest
 (addresses, indices, the softmax's per-row values) must fit in what is left of ``consumer_regs``
 (counts rounded up where the split is uneven):
 :data:`RESERVED_REGS`, a budget, not ptxas's count (the generated kernel's spill check will be the judge).
@@ -69,6 +72,19 @@ class BackwardPlan(msgspec.Struct, frozen=True):
         return "\n".join(lines)
 
 
+def dq_split(head_dim: int, mma_warpgroups: int) -> str:
+    """How the consumer warpgroups share a visit's ``dQ = dS K`` (block_m rows x head_dim columns).
+
+    ``"columns"`` when every warpgroup's share of the columns is a whole number of 64-column (128-byte)
+    swizzle atoms (head dim 128 over two warpgroups): warpgroup w computes columns
+    ``[w D / W, (w + 1) D / W)`` over every key of the tile, after all warpgroups wrote their dS^T rows
+    (one named barrier across the warpgroups). ``"keys"`` otherwise (head dim 64): warpgroup w computes
+    every column over its own keys only, so it reads only the dS^T rows it wrote (a barrier within the
+    warpgroup) and the warpgroups add their partial dQ into the same FP32 rows (twice the reductions).
+    """
+    return "columns" if (head_dim // mma_warpgroups) % 64 == 0 else "keys"
+
+
 def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     """Validate ``schedule`` (a :class:`b200c.dsl.backward_schedule.BackwardSchedule`) and check its budgets on
     ``target``.
@@ -115,7 +131,8 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             "block_n or q_stages")
     consumer_threads = 128 * s.mma_warpgroups
     parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", -(-2 * m * n // consumer_threads)),
-             ("dQ", -(-m * d // consumer_threads)))  # rounded up: an uneven split leaves some threads one more
+             ("dQ", -(-m * d // (consumer_threads if dq_split(d, s.mma_warpgroups) == "columns" else 128))))
+    # rounded up: an uneven split leaves some threads one more
     acc = parts[0][1] + max(parts[1][1], parts[2][1])
     if acc + RESERVED_REGS > s.consumer_regs:
         raise ResourceError(
@@ -134,4 +151,4 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets))
 
 
-__all__ = ["BackwardPlan", "plan_backward", "RESERVED_REGS"]
+__all__ = ["BackwardPlan", "dq_split", "plan_backward", "RESERVED_REGS"]

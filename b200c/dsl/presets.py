@@ -275,11 +275,12 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
 # The built-in backward schedules on sm_90a, per head dim, after FlashAttention-3's sm90 BF16 tiles
 # (hopper/flash_bwd_launch_template.h: kBlockM x kBlockN 128 x 128 at head dim 64, 64 x 128 at 128 for causal
 # calls (80 x 128 dense), 64 x 80 at 256 with one Q/dO stage; two MMA warpgroups) and b200c's register split of
-# the forward's three-warpgroup kernels (240 / 24: exactly the launch allocation). At head dim 256 b200c's plan
-# keeps P, dS and the visit's FP32 dQ tile in shared memory (b200c/codegen/backward_plan.py), which at 80 keys
-# needs 233,472 B of tiles (limit 232,448): 64 keys
+# the forward's three-warpgroup kernels (240 / 24: exactly the launch allocation). Where b200c's kernel differs:
+# head dim 64 takes 64-row visits (the generated kernel's dS^T tile holds 64 query rows per 128-byte row; FA3's
+# 128 x 128 needs S and dP of 128 rows, 128 registers per thread, next to dQ: not generated yet); head dim 256
+# keeps 64 keys (its kernel, which splits dK and dV over the warpgroups' columns, is not generated yet)
 SM90_BACKWARD = {
-    64: BackwardSchedule(name="hopper_backward_d64", head_dim=64, block_m=128, block_n=128),
+    64: BackwardSchedule(name="hopper_backward_d64", head_dim=64, block_m=64, block_n=128),
     128: BackwardSchedule(name="hopper_backward_d128", head_dim=128, block_m=64, block_n=128),
     256: BackwardSchedule(name="hopper_backward_d256", head_dim=256, block_m=64, block_n=64, q_stages=1),
 }

@@ -3,7 +3,8 @@
 per gradient, twice the max error of the same computation in BF16 plus 1e-3 of the gradient's largest
 magnitude. The forward's output and LSE come from FP32 attention (O rounded to BF16, as a forward kernel
 hands it over). Cases: dense and causal, S not a multiple of the tiles, S_q != S_kv (bottom-right causal,
-rows that see no key: their dQ exactly 0), 1 to 16 heads, GQA."""
+rows that see no key: their dQ exactly 0), 1 to 16 heads, GQA; head dims 128 (each consumer warpgroup
+computes half of dQ's columns) and 64 (each computes every column over its own keys)."""
 import math
 
 import pytest
@@ -37,29 +38,34 @@ def _attention(q, k, v, causal, scale):
 
 
 CASES = [
-    # (B, H, H_kv, S_q, S_kv, causal)
-    (1, 1, 1, 128, 128, False),
-    (2, 4, 4, 256, 384, False),
-    (1, 2, 2, 200, 333, False),
-    (2, 3, 3, 256, 256, True),
-    (1, 2, 2, 300, 300, True),
-    (1, 16, 16, 512, 512, True),
-    (1, 2, 2, 512, 200, True),   # S_q > S_kv: the first 312 rows see no key
-    (1, 2, 2, 77, 1000, True),   # S_q < S_kv, bottom-right
-    (2, 8, 2, 320, 320, True),   # GQA 4:1
-    (1, 4, 1, 1, 257, False),    # one query row, MQA
+    # (B, H, H_kv, S_q, S_kv, causal, D)
+    (1, 1, 1, 128, 128, False, 128),
+    (2, 4, 4, 256, 384, False, 128),
+    (1, 2, 2, 200, 333, False, 128),
+    (2, 3, 3, 256, 256, True, 128),
+    (1, 2, 2, 300, 300, True, 128),
+    (1, 16, 16, 512, 512, True, 128),
+    (1, 2, 2, 512, 200, True, 128),   # S_q > S_kv: the first 312 rows see no key
+    (1, 2, 2, 77, 1000, True, 128),   # S_q < S_kv, bottom-right
+    (2, 8, 2, 320, 320, True, 128),   # GQA 4:1
+    (1, 4, 1, 1, 257, False, 128),    # one query row, MQA
+    (1, 1, 1, 128, 128, False, 64),
+    (1, 2, 2, 200, 333, False, 64),
+    (2, 3, 3, 256, 256, True, 64),
+    (1, 2, 2, 512, 200, True, 64),
+    (1, 2, 2, 77, 1000, True, 64),
+    (2, 8, 2, 320, 320, True, 64),
 ]
 
 
-@pytest.mark.parametrize("b,h,hk,sq,skv,causal", CASES)
-def test_backward_kernel_matches_autograd(b, h, hk, sq, skv, causal):
+@pytest.mark.parametrize("b,h,hk,sq,skv,causal,d", CASES)
+def test_backward_kernel_matches_autograd(b, h, hk, sq, skv, causal, d):
     _hopper()
     import torch
 
     from b200c.runtime.backward_launch import attention_backward
 
-    torch.manual_seed(b * 1000 + h * 100 + sq + skv + causal)
-    d = 128
+    torch.manual_seed(b * 1000 + h * 100 + sq + skv + causal + d)
     scale = 1.0 / math.sqrt(d)
     dev = "cuda"
     q = torch.randn(b, h, sq, d, device=dev).to(torch.bfloat16)

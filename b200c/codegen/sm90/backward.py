@@ -62,7 +62,15 @@ class BackwardLayout(msgspec.Struct, frozen=True):
         name: the schedule's name.
         head_dim, block_m, block_n, q_stages, mma_warpgroups: the schedule's tiles.
         wg_keys: keys per consumer warpgroup (the M of its S^T, dP^T, dV and dK wgmmas).
+        dq_split: ``"columns"`` or ``"keys"``: how the warpgroups share dQ
+            (:func:`b200c.codegen.backward_plan.dq_split`).
         dq_cols: dQ columns per consumer warpgroup (the N of its dQ wgmma).
+        dq_keys: keys each warpgroup's dQ sums over (the K of its dQ wgmmas: block_n, or wg_keys).
+        dq_wg_key_bytes: per warpgroup index, the byte offset of its first dQ key row in the dS^T and K
+            tiles (``"keys"``: wg_keys rows of 128 B; ``"columns"``: 0).
+        dq_wg_col_bytes: per warpgroup index, the byte offset of its first K column slice (``"columns"``:
+            dq_cols / 64 slices; ``"keys"``: 0).
+        dq_wg_col0: per warpgroup index, its first dQ column (``"columns"``: dq_cols; ``"keys"``: 0).
         threads, consumer_threads: threads of the main kernel's CTA and of its consumer warpgroups.
         pre_threads: threads of the preprocess / postprocess CTAs.
         consumer_regs, producer_regs: the setmaxnreg budgets.
@@ -81,7 +89,12 @@ class BackwardLayout(msgspec.Struct, frozen=True):
     q_stages: int
     mma_warpgroups: int
     wg_keys: int
+    dq_split: str
     dq_cols: int
+    dq_keys: int
+    dq_wg_key_bytes: int
+    dq_wg_col_bytes: int
+    dq_wg_col0: int
     threads: int
     consumer_threads: int
     pre_threads: int
@@ -125,7 +138,7 @@ _WHAT = {"k": "the item's K tile (BLOCK_N x D, K-major)", "v": "the item's V til
 def supported(schedule) -> None:
     """Refuse a schedule whose kernel is not generated yet, naming the missing piece.
 
-    Covered: head dim 128 with ``block_m == 64`` and 64 keys per consumer warpgroup
+    Covered: head dims 64 and 128 with ``block_m == 64`` and 64 keys per consumer warpgroup
     (``block_n == 64 * mma_warpgroups``), atomic dQ reduction, one CTA per work item.
 
     Raises:
@@ -136,15 +149,14 @@ def supported(schedule) -> None:
 
     s = schedule
     why = None
-    if s.head_dim != 128:
-        why = f"head dim {s.head_dim} (only 128 is generated yet; 64 and 256 come with their tiles)"
+    if s.head_dim not in (64, 128):
+        why = (f"head dim {s.head_dim} (64 and 128 are generated; 256 needs dK and dV split over the warpgroups' "
+               "columns, not generated yet)")
     elif s.block_m != 64:
         why = f"block_m = {s.block_m} (the kernel's dS^T tile holds 64 query rows per 128-byte row: use 64)"
     elif s.block_n != 64 * s.mma_warpgroups:
         why = (f"block_n = {s.block_n} with {s.mma_warpgroups} consumer warpgroups (each owns 64 keys: use "
                f"block_n = {64 * s.mma_warpgroups})")
-    elif (s.head_dim // s.mma_warpgroups) % 64:
-        why = f"{s.mma_warpgroups} consumer warpgroups (each computes a 64-column slice of dQ: use 2 at head dim 128)"
     elif s.dq_reduction != "atomic":
         why = "dq_reduction='deterministic' (the ordered dQ reduction)"
     elif s.persistent:
@@ -161,7 +173,7 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
         ScheduleError, ResourceError: from :func:`b200c.codegen.backward_plan.plan_backward`.
         BackwardNotSupportedError: from :func:`supported`.
     """
-    from ..backward_plan import plan_backward
+    from ..backward_plan import dq_split, plan_backward
 
     plan = plan_backward(schedule, target)
     s = schedule
@@ -174,12 +186,17 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
                                      "every consumer"),
                 ("q_empty", 1 + st, st, 4 * s.mma_warpgroups,
                  "each consumer warp once its wgmmas reading the stage completed; waited by the producer"))
+    split = dq_split(s.head_dim, s.mma_warpgroups)
     q_tile = s.block_m * s.head_dim * 2
     row_vec = s.block_m * 4
     return BackwardLayout(
         name=s.name, head_dim=s.head_dim, block_m=s.block_m, block_n=s.block_n, q_stages=st,
-        mma_warpgroups=s.mma_warpgroups, wg_keys=s.block_n // s.mma_warpgroups,
-        dq_cols=s.head_dim // s.mma_warpgroups, threads=plan.threads, consumer_threads=128 * s.mma_warpgroups,
+        mma_warpgroups=s.mma_warpgroups, wg_keys=s.block_n // s.mma_warpgroups, dq_split=split,
+        dq_cols=s.head_dim // s.mma_warpgroups if split == "columns" else s.head_dim,
+        dq_keys=s.block_n if split == "columns" else s.block_n // s.mma_warpgroups,
+        dq_wg_key_bytes=0 if split == "columns" else s.block_n // s.mma_warpgroups * 128,
+        dq_wg_col_bytes=s.head_dim // s.mma_warpgroups // 64 * s.block_n * 128 if split == "columns" else 0,
+        dq_wg_col0=s.head_dim // s.mma_warpgroups if split == "columns" else 0, threads=plan.threads, consumer_threads=128 * s.mma_warpgroups,
         pre_threads=PRE_THREADS, consumer_regs=s.consumer_regs, producer_regs=s.producer_regs, regions=regions,
         barriers=barriers, num_barriers=1 + 2 * st, smem_bytes=plan.smem_bytes, q_tile_bytes=q_tile,
         kv_tile_bytes=s.block_n * s.head_dim * 2, ds_tile_bytes=s.block_n * s.block_m * 2, row_vec_bytes=row_vec,

@@ -7,8 +7,9 @@
   ``v`` the Q and dO tiles and the visit's LSE and D rows into stage ``v % Q_STAGES`` (``q_full``),
   after the consumers freed it (``q_empty``);
 * ``consumer`` (one instance per consumer warpgroup): waits for K/V and each stage, computes the visit
-  (backend nodes of :mod:`b200c.codegen.sm90.ir`), meets the other warpgroups at the named barrier
-  ``ds_ready`` once its dS^T rows are in shared memory, and frees the stage (one arrival per warp) after
+  (backend nodes of :mod:`b200c.codegen.sm90.ir`), meets the other warpgroups (or, where each
+  warpgroup's dQ reads only its own keys, its own four warps) at the named barrier ``ds_ready`` once its
+  dS^T rows are in shared memory, and frees the stage (one arrival per warp) after
   its last wgmma reading it completed.
 
 The role functions of the generated kernel are this IR rendered (``stmt/*.j2``), so the protocol the
@@ -44,7 +45,8 @@ class BackwardProtocol(msgspec.Struct, frozen=True):
     Attributes:
         name: the schedule's name.
         barriers: the mbarrier families (:class:`b200c.codegen.barriers.Barrier`), index order.
-        named_barriers: ``ds_ready`` (both consumer warpgroups, per visit).
+        named_barriers: ``ds_ready`` (per visit: across the consumer warpgroups, or one per warpgroup
+            where each reads only its own dS^T rows).
         tile: :class:`BackwardTile`.
         q_stages: depth of the Q / dO ring; ``kv_stages`` repeats it (the verifier sizes its runs from
             the ring it finds there: visits around ``q_stages``).
@@ -83,8 +85,12 @@ def backward_protocol(lay, kernel_name: str = "") -> BackwardProtocol:
     t.add("q_empty", lay.q_stages, [Party("consumer", "warp", 4 * wgs, per_instance=True)], ["load"],
           starts_free=True, arrive_by="each consumer warp once its wgmmas reading the stage completed",
           wait_by="the producer")
-    named = (NamedBarrier("ds_ready", 1, 1, 128 * wgs, ("consumer",),
-                          note="every consumer warpgroup wrote its keys' dS^T rows before any reads them all"),)
+    if lay.dq_split == "columns":  # each warpgroup's dQ reads every warpgroup's dS^T rows
+        named = (NamedBarrier("ds_ready", 1, 1, 128 * wgs, ("consumer",),
+                              note="every consumer warpgroup wrote its keys' dS^T rows before any reads them all"),)
+    else:  # each warpgroup's dQ reads the rows its own four warps wrote: one barrier per warpgroup
+        named = (NamedBarrier("ds_ready", 1, wgs, 128, ("consumer",),
+                              note="the warpgroup's four warps wrote its keys' dS^T rows before its dQ reads them"),)
     tile = BackwardTile(lay.block_m, lay.block_n, lay.head_dim, lay.q_tile_bytes, lay.kv_tile_bytes)
     return BackwardProtocol(lay.name, t.freeze(), named, tile, lay.q_stages, lay.q_stages, threads=lay.threads,
                             smem_bytes=lay.smem_bytes, kernel_name=kernel_name)
@@ -135,7 +141,8 @@ def consumer_role(lay) -> RoleIR:
         BwdSdp(),
         BwdPdV("w.partial || i < w.q_full_lo"),
         BwdDsDk(),
-        NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM"),
+        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split == "columns"
+         else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
         BwdDq(),
         Arrive("q_empty", "st", by="warp"),
         BwdDqAdd(),

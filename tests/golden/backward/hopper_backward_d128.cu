@@ -430,6 +430,12 @@ namespace bwd {
 [[maybe_unused]] constexpr int MMA_WARPGROUPS = 2;  // consumer warpgroups; warpgroup w owns keys [64 w, 64 (w + 1))
 [[maybe_unused]] constexpr int WG_KEYS = 64;  // keys per consumer warpgroup (wgmma M)
 [[maybe_unused]] constexpr int DQ_COLS = 64;  // dQ columns per consumer warpgroup (N of its dQ wgmma)
+[[maybe_unused]] constexpr int DQ_KEYS = 128;  // keys each warpgroup's dQ sums over (K of its dQ wgmmas)
+// how the warpgroups share dQ (columns): warpgroup w computes columns [DQ_COLS w, DQ_COLS (w + 1)) over every key,
+// after every warpgroup wrote its dS^T rows. Offsets per warpgroup index:
+[[maybe_unused]] constexpr uint32_t DQ_WG_KEY_BYTES = 0;  // its first key row in the dS^T and K tiles
+[[maybe_unused]] constexpr uint32_t DQ_WG_COL_BYTES = 16384;  // its first column slice of K
+[[maybe_unused]] constexpr int DQ_WG_COL0 = 64;  // its first dQ column
 [[maybe_unused]] constexpr int Q_STAGES = 2;
 [[maybe_unused]] constexpr int NUM_THREADS = 384;
 [[maybe_unused]] constexpr int CONSUMER_THREADS = 256;
@@ -478,7 +484,7 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t MN_SBO = 1024;
 [[maybe_unused]] constexpr int SDP_K_STEPS = HEAD_DIM / 16;  // wgmmas per S^T or dP^T
 [[maybe_unused]] constexpr int KV_K_STEPS = BLOCK_M / 16;    // wgmmas per dV or dK
-[[maybe_unused]] constexpr int DQ_K_STEPS = BLOCK_N / 16;    // wgmmas per dQ
+[[maybe_unused]] constexpr int DQ_K_STEPS = DQ_KEYS / 16;    // wgmmas per dQ
 __device__ __forceinline__ constexpr uint32_t q_kstep(int kk) { return (kk / 4) * Q_SLICE_BYTES + (kk % 4) * 32; }
 __device__ __forceinline__ constexpr uint32_t kv_kstep(int kk) { return (kk / 4) * KV_SLICE_BYTES + (kk % 4) * 32; }
 __device__ __forceinline__ constexpr uint32_t mn_kstep(int kk) { return kk * 2048; }
@@ -610,9 +616,9 @@ __device__ __forceinline__ void wgmma_kv(float (&acc)[KV_ACC_REGS], uint32_t (&a
   reg_fence_all(a);
 }
 
-// dQ (the visit's BLOCK_M rows x the warpgroup's DQ_COLS columns) = dS K: DQ_K_STEPS SS wgmmas over every
-// key of the tile. A = dS^T in SMEM (keys x rows, MN-major: imm-trans-a = 1), B = K's columns
-// [DQ_COLS w, DQ_COLS (w + 1)) (keys x D, MN-major: imm-trans-b = 1); k-step kk = keys [16 kk, 16 kk + 16).
+// dQ (the visit's BLOCK_M rows x the warpgroup's DQ_COLS columns) = dS K over DQ_KEYS keys: DQ_K_STEPS SS
+// wgmmas. A = dS^T in SMEM (keys x rows, MN-major: imm-trans-a = 1), B = K's columns of the warpgroup (keys x D,
+// MN-major: imm-trans-b = 1), both from the warpgroup's first key (DQ_WG_KEY_BYTES); k-step kk = the next 16 keys.
 __device__ __forceinline__ void wgmma_dq(float (&acc)[DQ_REGS], uint32_t ds_addr, uint32_t k_addr) {
   const uint32_t ad = wgmma_desc_lo(ds_addr, DS_TILE_BYTES);
   const uint32_t bd = wgmma_desc_lo(k_addr, KV_SLICE_BYTES);
@@ -777,7 +783,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
     named_bar_sync(NBAR_DS_READY, NBAR_DS_READY_THREADS);  // every key's dS^T of this visit is in SMEM
     float dq[DQ_REGS];
-    wgmma_dq(dq, ds_tile, c.smem + SMEM_K + (uint32_t)wg * (DQ_COLS / 64) * KV_SLICE_BYTES);
+    wgmma_dq(dq, ds_tile + (uint32_t)wg * DQ_WG_KEY_BYTES,
+             c.smem + SMEM_K + (uint32_t)wg * (DQ_WG_KEY_BYTES + DQ_WG_COL_BYTES));
     wgmma_wait<0>();  // dV, dK, dQ done: stage st's Q and dO are no longer read
     reg_fence_all(dq);
     reg_fence_all(dk);
@@ -785,9 +792,9 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     reg_fence_all(p);
     reg_fence_all(ds);
     mbar_arrive_if(c.bar(BAR_Q_EMPTY + st), lane_id() == 0);  // one arrival per warp (predicated, no branch)
-    {  // dq_accum[b, h, i BLOCK_M + row, DQ_COLS wg + col] += dQ (rows past S_q land in the padding)
+    {  // dq_accum[b, h, i BLOCK_M + row, DQ_WG_COL0 wg + col] += dQ (rows past S_q land in the padding)
       float* dq_rows = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
-                       + DQ_COLS * wg;
+                       + DQ_WG_COL0 * wg;
     #pragma unroll
       for (int r = 0; r < DQ_REGS; r += 2) {
         const int row = key_row + 8 * ((r / 2) % 2);
