@@ -499,9 +499,13 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         BuildError: nvcc missing or compilation failed.
         BarrierTimeoutError: an earlier emulated launch timed out (see
             :func:`b200c.runtime.check_hang`).
-        BackwardNotSupportedError: raised by ``backward()`` through this
-            op: the kernels are forward-only (the forward works on inputs that
-            require grad).
+        BackwardNotSupportedError: raised by ``backward()`` through this op (the
+            forward works on inputs that require grad) for what the backward kernels
+            do not cover yet: a device other than compute capability 9.0 (H100 /
+            H200), head dim 256, a gradient into the returned LSE, mods; and
+            every call until the kernels pass their GPU tests, unless the
+            environment sets ``B200C_UNVERIFIED_BACKWARD=1``. Where covered,
+            ``backward()`` runs b200c's sm90a backward kernels.
 
     Performance: the first call per (schedule, head dim, target, device)
     generates, builds (cached on disk, verified by sha256) and loads the

@@ -171,6 +171,56 @@ def _capability(q):
     return tuple(torch.cuda.get_device_capability(q.device))
 
 
+#: the environment variable that opts in to the backward kernels until they have passed their GPU tests
+OPT_IN = "B200C_UNVERIFIED_BACKWARD"
+UNVERIFIED = (f"b200c's sm90a backward kernels have not passed their GPU tests yet (no GPU run of this release); "
+              f"set {OPT_IN}=1 to run them anyway (unverified gradients), or compute the gradient with "
+              "torch.nn.functional.scaled_dot_product_attention")
+
+
+def opted_in() -> bool:
+    """Whether the user opted in to the not yet GPU-verified backward kernels (:data:`OPT_IN` = ``1``)."""
+    import os
+
+    return os.environ.get(OPT_IN) == "1"
+
+
+@functools.lru_cache(maxsize=None)
+def covered_head_dims() -> tuple:
+    """Head dims whose built-in backward schedule the sm90a generator covers (64 and 128 today)."""
+    from ..codegen.sm90.backward import supported
+    from ..dsl.presets import SM90_BACKWARD
+
+    out = []
+    for d, schedule in sorted(SM90_BACKWARD.items()):
+        try:
+            supported(schedule)
+        except BackwardNotSupportedError:
+            continue
+        out.append(d)
+    return tuple(out)
+
+
+def backward_reason(q, attn_mask=None):
+    """Why b200c's backward kernels cannot give this call's gradients, or None: ``(key, message)`` for
+    a fallback (the SDPA drop-in's reasons), from metadata only (works while torch.compile traces)."""
+    if isinstance(attn_mask, torch.Tensor):
+        return "grad:attn_mask", ("inputs require grad with an attn_mask (b200c's masks are mods, whose gradients "
+                                  "are not built yet; torch's SDPA computes them)")
+    cap = _capability(q)
+    if cap != (9, 0):
+        where = f"compute capability {'.'.join(map(str, cap))}" if cap else "this device"
+        return "grad:device", (f"inputs require grad on {where} (b200c's backward kernels run on sm_90a, H100 / "
+                               "H200; torch's SDPA computes the gradients)")
+    d = q.shape[-1]
+    if d not in covered_head_dims():
+        return f"grad:head_dim:{d}", (f"inputs require grad at head dim {d} (b200c's backward kernels cover "
+                                      f"{' and '.join(map(str, covered_head_dims()))}; torch's SDPA computes them)")
+    if not opted_in():
+        return "grad:unverified", f"inputs require grad: {UNVERIFIED}"
+    return None
+
+
 def _device_index(dev) -> int:
     return dev.index if dev.index is not None else torch.cuda.current_device()
 
@@ -302,4 +352,4 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     return dq, dk, dv
 
 
-__all__ = ["attention_backward", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]
+__all__ = ["attention_backward", "backward_reason", "covered_head_dims", "opted_in", "OPT_IN", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]

@@ -12,11 +12,12 @@ repeated call only launches. ``b200c::attention`` returns ``out``,
 (and check the inputs and that the schedule holds their head dim), so
 ``torch.compile(fullgraph=True)`` traces calls without touching data.
 
-The kernels are forward-only. The ops' autograd formulas make that work with
-inputs that require grad, in eager mode and under ``torch.compile``: the
-forward runs, and only a backward pass through an op raises
-:class:`b200c.BackwardNotSupportedError` (from ``b200c::attention_backward``,
-whose fake impl lets AOT autograd trace the backward graph).
+The ops' autograd formulas (eager and ``torch.compile``): with an input that requires grad,
+``b200c::attention`` runs ``b200c::attention_lse`` and saves q, k, v, out and the LSE; the backward is
+``b200c::attention_backward`` (a custom op whose fake impl lets AOT autograd trace it), the sm90a
+backward kernels. What they do not cover yet raises :class:`b200c.BackwardNotSupportedError` when the
+backward runs, never in the forward: varlen, a gradient into a returned LSE, devices other than
+compute capability 9.0, head dim 256.
 """
 from __future__ import annotations
 
@@ -285,7 +286,7 @@ def _no_lse(q) -> torch.Tensor:
 # no input needs grad and nothing but a dense backend is left below autograd (no tensor
 # subclass, dispatch mode, functionalization or functorch layer: see :func:`_plain`), it
 # calls the real impl itself; everything else takes the same route as a custom_op
-# (redispatch below autograd, or an autograd.Function whose backward raises).
+# (redispatch below autograd, or an autograd.Function whose backward runs the backward kernels).
 
 _lib = torch.library.Library("b200c", "FRAGMENT")
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
@@ -312,7 +313,7 @@ def _plain(keyset) -> bool:
 
 def _define(name: str, schema: str, impl, fake):
     """Define ``b200c::<name>`` with real impl ``impl`` (any backend), fake impl ``fake`` and the
-    forward-only autograd kernel described above; returns the OpOverload. The first three
+    autograd kernel described above; returns the OpOverload. The first three
     arguments are q, k, v (the only ones that may require grad)."""
     _lib.define(f"{name}{schema}")
     _lib.impl(name, impl, "CompositeExplicitAutograd")
@@ -322,16 +323,46 @@ def _define(name: str, schema: str, impl, fake):
     class Forward(torch.autograd.Function):
         @staticmethod
         def forward(ctx, keyset, *args):
+            below = keyset & _AFTER_AUTOGRAD
             with _BELOW_AUTOGRAD():
-                result = overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+                if name == "attention":  # the backward needs the LSE: run the LSE-returning op, hand out `out`
+                    out, lse = attention_lse_op.redispatch(below, *args)
+                    result = out
+                else:
+                    result = overload.redispatch(below, *args)
+                    out, lse = result
             ctx.n_inputs = len(args)
-            ctx.save_for_backward(*args[:3])
+            ctx.set_materialize_grads(False)
+            if name == "attention_varlen":
+                ctx.save_for_backward(*args[:3])
+                ctx.varlen = True
+            else:
+                ctx.save_for_backward(args[0], args[1], args[2], out, lse)
+                ctx.varlen = False
+                ctx.scale, ctx.causal = float(args[4]), bool(args[6]) if len(args) > 6 else False
             return result
 
         @staticmethod
-        def backward(ctx, grad_out, *unused):
-            q, k, v = ctx.saved_tensors
-            dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v)
+        def backward(ctx, grad_out, *grad_rest):
+            from ..errors import BackwardNotSupportedError
+
+            if ctx.varlen:
+                raise BackwardNotSupportedError(
+                    "b200c.attention_varlen has no backward pass yet (the sm90a backward kernels take dense "
+                    "(B, H, S, D) inputs); run it under torch.no_grad() or on detached q, k, v")
+            if any(g is not None for g in grad_rest):
+                raise BackwardNotSupportedError(
+                    "a gradient flows into the LSE that b200c.attention returned (return_lse=True); the backward "
+                    "kernels take the gradient of the output only: detach the LSE")
+            q, k, v, out, lse = ctx.saved_tensors
+            if grad_out is None:
+                return (None,) * (ctx.n_inputs + 1)
+            from . import backward_launch
+
+            why = backward_launch.backward_reason(q)  # the device's or head dim's refusal: the launch layer's own
+            if why is not None and why[0] == "grad:unverified":
+                raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
+            dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal)
             return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
     Forward.__name__ = Forward.__qualname__ = f"b200c_{name}_forward"
@@ -414,18 +445,21 @@ attention_varlen_op = _define(
 
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
 def attention_backward_op(
-    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    softmax_scale: float, causal: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward of ``b200c::attention``: always raises BackwardNotSupportedError."""
-    from ..errors import BackwardNotSupportedError
+    """The backward of ``b200c::attention`` / ``b200c::attention_lse``: dQ, dK, dV of logical (B, H, S, D)
+    views from the sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward`).
 
-    raise BackwardNotSupportedError(
-        "b200c.attention has no backward pass (its kernels are forward-only), but a gradient was requested "
-        "through it; run it under torch.no_grad() or on detached q, k, v, or use "
-        "torch.nn.functional.scaled_dot_product_attention where gradients are needed"
-    )
+    Raises:
+        BackwardNotSupportedError: a device other than compute capability 9.0 (the backward kernels are
+            sm_90a only), or an input the kernels do not cover yet (head dim 256).
+    """
+    from . import backward_launch
+
+    return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale)
 
 
 @attention_backward_op.register_fake
-def _attention_backward_fake(grad_out, q, k, v):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _attention_backward_fake(grad_out, q, k, v, out, lse, softmax_scale, causal):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))

@@ -24,7 +24,7 @@ import warnings
 import torch
 
 from ..errors import BarrierTimeoutError, DriverError, FallbackWarning, LaunchError, ScheduleError
-from . import api, inputs, op, sdpa_mask
+from . import api, backward_launch, inputs, op, sdpa_mask
 
 _torch_sdpa = torch._C._nn.scaled_dot_product_attention  # never the (possibly swapped) Python attribute
 _BF16 = torch.bfloat16
@@ -142,7 +142,9 @@ def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: boo
         return r
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
             isinstance(attn_mask, torch.Tensor) and attn_mask.requires_grad)):
-        return "grad", "inputs require grad (b200c kernels are forward-only; torch's SDPA computes the gradients)"
+        r = backward_launch.backward_reason(q, attn_mask)  # b200c.attention's autograd runs its backward kernels
+        if r is not None:
+            return r
     qs, ks, vs = q.shape, k.shape, v.shape
     if len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
         return "rank", f"{len(qs)}-D/{len(ks)}-D/{len(vs)}-D inputs (b200c takes 4-D (B, H, S, D))"
@@ -197,8 +199,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (torch aligns a causal mask with S_q != S_kv to the top-left corner,
     b200c to the bottom-right), ``scale`` None or >= 0 (and not so large
     that scale * log2(e) overflows FP32), strides the TMA rules accept, a
-    schedule that holds D, no gradients needed (grad mode off or inputs not
-    requiring grad), a device that runs ``target``. Every other call runs
+    schedule that holds D, a device that runs ``target``; with inputs that
+    require grad (and grad mode on) also no ``attn_mask``, compute capability
+    9.0 and D 64 or 128: b200c's backward kernels then give the gradients
+    (through :func:`b200c.attention`'s autograd formula). Every other call runs
     torch's own SDPA, with a :class:`b200c.FallbackWarning` saying why on every
     eager call that falls back (the warning filters apply: ``warnings.filterwarnings(
     "ignore", category=b200c.FallbackWarning)`` silences it; under torch.compile it
