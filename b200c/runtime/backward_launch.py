@@ -27,7 +27,7 @@ _modules: dict = {}  # (schedule JSON, target, device) -> _Module
 
 # parameter kinds of the three kernels, in order (the names and order of the generated entry points)
 MAIN_SPEC = (("tmap_q", "tensor_map"), ("tmap_k", "tensor_map"), ("tmap_v", "tensor_map"), ("tmap_do", "tensor_map"),
-             ("lse_log2", "f32_ptr"), ("dpsum", "f32_ptr"), ("dq_accum", "f32_ptr"),
+             ("lse_log2", "f32_ptr"), ("dpsum", "f32_ptr"), ("dq_accum", "f32_ptr"), ("dq_semaphore", "i32_ptr"),
              ("dk", "bf16_ptr"), ("dk_stride_b", "i64"), ("dk_stride_h", "i64"), ("dk_stride_s", "i64"),
              ("dv", "bf16_ptr"), ("dv_stride_b", "i64"), ("dv_stride_h", "i64"), ("dv_stride_s", "i64"),
              ("batch", "i32"), ("heads", "i32"), ("heads_kv", "i32"), ("seq_q", "i32"), ("seq_kv", "i32"),
@@ -35,8 +35,8 @@ MAIN_SPEC = (("tmap_q", "tensor_map"), ("tmap_k", "tensor_map"), ("tmap_v", "ten
 PRE_SPEC = (("out", "bf16_ptr"), ("out_stride_b", "i64"), ("out_stride_h", "i64"), ("out_stride_s", "i64"),
             ("dout", "bf16_ptr"), ("dout_stride_b", "i64"), ("dout_stride_h", "i64"), ("dout_stride_s", "i64"),
             ("lse", "f32_ptr"), ("lse_stride_b", "i64"), ("lse_stride_h", "i64"), ("lse_stride_s", "i64"),
-            ("lse_log2", "f32_ptr"), ("dpsum", "f32_ptr"), ("dq_accum", "f32_ptr"), ("seq_q", "i32"),
-            ("seq_pad", "i32"))
+            ("lse_log2", "f32_ptr"), ("dpsum", "f32_ptr"), ("dq_accum", "f32_ptr"), ("dq_semaphore", "i32_ptr"),
+            ("seq_q", "i32"), ("seq_pad", "i32"))
 POST_SPEC = (("dq_accum", "f32_ptr"), ("dq", "bf16_ptr"), ("dq_stride_b", "i64"), ("dq_stride_h", "i64"),
              ("dq_stride_s", "i64"), ("seq_q", "i32"), ("seq_pad", "i32"), ("softmax_scale", "f32"))
 
@@ -85,12 +85,14 @@ def launch_plan(layout, batch: int, heads: int, heads_kv: int, seq_q: int, seq_k
 
 
 def param_values(lp: LaunchPlan, q, k, v, out, dout, lse, dq, dk, dv, lse_log2, dpsum, dq_accum, maps, *,
-                 causal: bool, scale: float) -> tuple:
+                 causal: bool, scale: float, dq_semaphore=None) -> tuple:
     """The ``{name: value}`` of the preprocess, main and postprocess kernels' parameters (:data:`PRE_SPEC`,
     :data:`MAIN_SPEC`, :data:`POST_SPEC`) for BHSD views ``q``, ``k``, ``v``, ``out``, ``dout``, ``lse``
     (B, H, S_q), the outputs ``dq``, ``dk``, ``dv``, the FP32 buffers and the four encoded tensor maps
-    (q, k, v, dout)."""
+    (q, k, v, dout); ``dq_semaphore``: the int32 (B, H, S_pad / block_m) turn counters of a deterministic
+    module (None: 0, the atomic module's null)."""
     b, h, sq, _ = q.shape
+    sem = 0 if dq_semaphore is None else dq_semaphore.data_ptr()
     hk, skv = k.shape[1], k.shape[2]
 
     def st(t):
@@ -99,10 +101,10 @@ def param_values(lp: LaunchPlan, q, k, v, out, dout, lse, dq, dk, dv, lse_log2, 
     pre = dict(out=out.data_ptr(), out_stride_b=st(out)[0], out_stride_h=st(out)[1], out_stride_s=st(out)[2],
                dout=dout.data_ptr(), dout_stride_b=st(dout)[0], dout_stride_h=st(dout)[1], dout_stride_s=st(dout)[2],
                lse=lse.data_ptr(), lse_stride_b=st(lse)[0], lse_stride_h=st(lse)[1], lse_stride_s=st(lse)[2],
-               lse_log2=lse_log2.data_ptr(), dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), seq_q=sq,
-               seq_pad=lp.seq_pad)
+               lse_log2=lse_log2.data_ptr(), dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), dq_semaphore=sem,
+               seq_q=sq, seq_pad=lp.seq_pad)
     main = dict(tmap_q=maps[0], tmap_k=maps[1], tmap_v=maps[2], tmap_do=maps[3], lse_log2=lse_log2.data_ptr(),
-                dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), dk=dk.data_ptr(), dk_stride_b=st(dk)[0],
+                dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), dq_semaphore=sem, dk=dk.data_ptr(), dk_stride_b=st(dk)[0],
                 dk_stride_h=st(dk)[1], dk_stride_s=st(dk)[2], dv=dv.data_ptr(), dv_stride_b=st(dv)[0],
                 dv_stride_h=st(dv)[1], dv_stride_s=st(dv)[2], batch=b, heads=h, heads_kv=hk, seq_q=sq, seq_kv=skv,
                 seq_pad=lp.seq_pad, causal=int(bool(causal)), softmax_scale=float(scale))
@@ -279,7 +281,7 @@ def _check_inputs(q, k, v, out, dout, lse, layout) -> tuple:
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: float | None = None,
-                       schedule=None):
+                       schedule=None, deterministic: bool | None = None):
     """dQ, dK, dV of ``out = softmax(q k^T scale (+ causal mask)) v`` from the forward's ``out`` and ``lse``.
 
     Args:
@@ -292,6 +294,9 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         causal: causal mask aligned to the bottom-right corner (as the forward).
         scale: softmax scale (default 1/sqrt(D)).
         schedule: a BackwardSchedule (default ``default_backward_schedule(D)``).
+        deterministic: add the K/V tiles' dQ parts in K/V tile order (``dq_reduction="deterministic"``:
+            bit-equal gradients from run to run, the dQ additions of a Q tile serialised); None: when
+            ``torch.are_deterministic_algorithms_enabled()``; False: the schedule's own reduction.
 
     Returns:
         ``(dq, dk, dv)`` BF16 contiguous tensors of q's, k's and v's shapes.
@@ -316,6 +321,10 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         if d not in (64, 128, 256):
             raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
         schedule = default_backward_schedule(int(d))
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    if deterministic and schedule.dq_reduction != "deterministic":
+        schedule = schedule.replace(dq_reduction="deterministic")
     gen = _generated(schedule.to_json())
     lay = gen.layout
     q, k, v, out, dout = (_tma_ready(t) for t in (q, k, v, out, dout))
@@ -330,12 +339,14 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     lse_log2 = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dpsum = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dq_accum = torch.empty((b, h, lp.seq_pad, d), dtype=torch.float32, device=dev)
+    sem = (torch.empty((b, h, lp.seq_pad // lay.block_m), dtype=torch.int32, device=dev) if lay.deterministic
+           else None)  # zeroed by the preprocess
     mod = _loaded(gen, _device_index(dev))
     boxes = _Boxes(64, lay.block_m, lay.block_n)
     with driver.in_context(mod.context):
         maps = [driver.encode_tensor_map(n, t, boxes) for n, t in (("q", q), ("k", k), ("v", v), ("q", dout))]
     pre, main, post = param_values(lp, q, k, v, out, dout, lse, dq, dk, dv, lse_log2, dpsum, dq_accum, maps,
-                                   causal=causal, scale=scale)
+                                   causal=causal, scale=scale, dq_semaphore=sem)
     pre, main, post = ParamBlock(PRE_SPEC, pre), ParamBlock(MAIN_SPEC, main), ParamBlock(POST_SPEC, post)
     cu = mod.cu
     stream = _stream(dev)

@@ -114,3 +114,37 @@ def test_backward_kernel_bhsd_and_bshd_views_agree():
     assert torch.equal(a[1], c[1]) and torch.equal(a[2], c[2])  # dK, dV: one CTA each, fixed order
     # dQ: FP32 additions from several CTAs in any order (dq_reduction="atomic"): equal up to BF16 rounding
     assert float((a[0].float() - c[0].float()).abs().max()) <= 1e-2 * float(c[0].float().abs().max())
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_deterministic_backward_is_bit_equal_over_runs(d):
+    """dq_reduction="deterministic" (deterministic=True): dQ, dK, dV bit-equal over three runs (a Q tile's dQ
+    takes the K/V tiles' parts in K/V tile order), and within the tolerance of FP32 autograd."""
+    _hopper()
+    import torch
+
+    from b200c.runtime.backward_launch import attention_backward
+
+    torch.manual_seed(11 + d)
+    b, h, hk, s = 2, 8, 2, 1000  # GQA 4:1, 8 K/V tiles per sequence: several CTAs add into every dQ row
+    scale = 1.0 / math.sqrt(d)
+    q = torch.randn(b, h, s, d, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(b, hk, s, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    dout = torch.randn(b, h, s, d, device="cuda").to(torch.bfloat16)
+    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+    out_f, lse = _attention(qf, kf, vf, True, scale)
+    out_f.backward(dout.float())
+    qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
+    out_b, _ = _attention(qb, kb, vb, True, scale)
+    out_b.backward(dout)
+    out = out_f.detach().to(torch.bfloat16)
+    runs = [attention_backward(q, k, v, out, dout, lse.detach(), causal=True, scale=scale, deterministic=True)
+            for _ in range(3)]
+    torch.cuda.synchronize()
+    for other in runs[1:]:
+        for name, a, c in zip(("dQ", "dK", "dV"), runs[0], other):
+            assert torch.equal(a, c), f"{name} differs between runs"
+    for name, got, r, rb in zip(("dQ", "dK", "dV"), runs[0], (qf.grad, kf.grad, vf.grad), (qb.grad, kb.grad, vb.grad)):
+        err = float((got.float() - r).abs().max())
+        tol = 2 * float((rb.float() - r).abs().max()) + 1e-3 * float(r.abs().max())
+        assert err <= tol, f"{name}: max error {err:.4g} over the tolerance {tol:.4g}"

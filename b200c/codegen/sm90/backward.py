@@ -36,6 +36,8 @@ MAIN_PARAMS = (
     ("lse_log2", "const float*: (B, H, S_pad) the forward's LSE times log2(e) (the preprocess's output)"),
     ("dpsum", "const float*: (B, H, S_pad) rowsum(dO * O) (the preprocess's output)"),
     ("dq_accum", "float*: (B, H, S_pad, D) FP32 dQ / softmax_scale, zeroed by the preprocess"),
+    ("dq_semaphore", "int*: (B, H, S_pad / BLOCK_M) dQ turns taken per Q tile, zeroed by the preprocess "
+                     "(dq_reduction='deterministic'; null otherwise)"),
     ("dk", "__nv_bfloat16*: dK, logical (B, H_kv, S_kv, D)"),
     ("dk_stride_b", "const int64_t: element stride of dK over B"),
     ("dk_stride_h", "const int64_t: element stride of dK over H_kv"),
@@ -71,6 +73,11 @@ class BackwardLayout(msgspec.Struct, frozen=True):
         dq_wg_col_bytes: per warpgroup index, the byte offset of its first K column slice (``"columns"``:
             dq_cols / 64 slices; ``"keys"``: 0).
         dq_wg_col0: per warpgroup index, its first dQ column (``"columns"``: dq_cols; ``"keys"``: 0).
+        deterministic: ``dq_reduction == "deterministic"``: the K/V tiles of a sequence add into a Q tile's
+            dQ rows in K/V tile order (a per-Q-tile turn counter in global memory), so dQ is bit-equal
+            from run to run.
+        dq_turn_wait_by_wg: with ``deterministic``, whether warpgroup w also waits for the warpgroups
+            before it in its own CTA (``"keys"``: they add into the same dQ elements).
         threads, consumer_threads: threads of the main kernel's CTA and of its consumer warpgroups.
         pre_threads: threads of the preprocess / postprocess CTAs.
         consumer_regs, producer_regs: the setmaxnreg budgets.
@@ -95,6 +102,8 @@ class BackwardLayout(msgspec.Struct, frozen=True):
     dq_wg_key_bytes: int
     dq_wg_col_bytes: int
     dq_wg_col0: int
+    deterministic: bool
+    dq_turn_wait_by_wg: bool
     threads: int
     consumer_threads: int
     pre_threads: int
@@ -139,11 +148,10 @@ def supported(schedule) -> None:
     """Refuse a schedule whose kernel is not generated yet, naming the missing piece.
 
     Covered: head dims 64 and 128 with ``block_m == 64`` and 64 keys per consumer warpgroup
-    (``block_n == 64 * mma_warpgroups``), atomic dQ reduction, one CTA per work item.
+    (``block_n == 64 * mma_warpgroups``), atomic or deterministic dQ reduction, one CTA per work item.
 
     Raises:
-        BackwardNotSupportedError: another head dim or tile shape, ``dq_reduction="deterministic"`` or
-            ``persistent=True``.
+        BackwardNotSupportedError: another head dim or tile shape, or ``persistent=True``.
     """
     from ...errors import BackwardNotSupportedError
 
@@ -157,8 +165,6 @@ def supported(schedule) -> None:
     elif s.block_n != 64 * s.mma_warpgroups:
         why = (f"block_n = {s.block_n} with {s.mma_warpgroups} consumer warpgroups (each owns 64 keys: use "
                f"block_n = {64 * s.mma_warpgroups})")
-    elif s.dq_reduction != "atomic":
-        why = "dq_reduction='deterministic' (the ordered dQ reduction)"
     elif s.persistent:
         why = "persistent=True (the persistent backward grid)"
     if why is not None:
@@ -196,7 +202,9 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
         dq_keys=s.block_n if split == "columns" else s.block_n // s.mma_warpgroups,
         dq_wg_key_bytes=0 if split == "columns" else s.block_n // s.mma_warpgroups * 128,
         dq_wg_col_bytes=s.head_dim // s.mma_warpgroups // 64 * s.block_n * 128 if split == "columns" else 0,
-        dq_wg_col0=s.head_dim // s.mma_warpgroups if split == "columns" else 0, threads=plan.threads, consumer_threads=128 * s.mma_warpgroups,
+        dq_wg_col0=s.head_dim // s.mma_warpgroups if split == "columns" else 0,
+        deterministic=s.dq_reduction == "deterministic", dq_turn_wait_by_wg=split == "keys",
+        threads=plan.threads, consumer_threads=128 * s.mma_warpgroups,
         pre_threads=PRE_THREADS, consumer_regs=s.consumer_regs, producer_regs=s.producer_regs, regions=regions,
         barriers=barriers, num_barriers=1 + 2 * st, smem_bytes=plan.smem_bytes, q_tile_bytes=q_tile,
         kv_tile_bytes=s.block_n * s.head_dim * 2, ds_tile_bytes=s.block_n * s.block_m * 2, row_vec_bytes=row_vec,

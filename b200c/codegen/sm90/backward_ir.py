@@ -22,7 +22,7 @@ import msgspec
 
 from ..barriers import BarrierTable, NamedBarrier, Party
 from ..ir import Arrive, Decl, KernelIR, Loop, NamedBarSync, PhaseRef, RoleIR, Single, TmaLoadTile, Wait
-from .ir import BulkLoad, BwdDq, BwdDqAdd, BwdDsDk, BwdPdV, BwdSdp, BwdStoreDkDv
+from .ir import BulkLoad, BwdDq, BwdDqAdd, BwdDqTurnDone, BwdDqTurnWait, BwdDsDk, BwdPdV, BwdSdp, BwdStoreDkDv
 
 
 class BackwardTile(msgspec.Struct, frozen=True):
@@ -91,6 +91,10 @@ def backward_protocol(lay, kernel_name: str = "") -> BackwardProtocol:
     else:  # each warpgroup's dQ reads the rows its own four warps wrote: one barrier per warpgroup
         named = (NamedBarrier("ds_ready", 1, wgs, 128, ("consumer",),
                               note="the warpgroup's four warps wrote its keys' dS^T rows before its dQ reads them"),)
+    if lay.deterministic:  # the warpgroup's threads meet before and after its turn at dq_accum
+        first = 1 + named[0].count
+        named += (NamedBarrier("dq_turn", first, wgs, 128, ("consumer",),
+                               note="deterministic dQ: the warpgroup's turn has come / its additions are done"),)
     tile = BackwardTile(lay.block_m, lay.block_n, lay.head_dim, lay.q_tile_bytes, lay.kv_tile_bytes)
     return BackwardProtocol(lay.name, t.freeze(), named, tile, lay.q_stages, lay.q_stages, threads=lay.threads,
                             smem_bytes=lay.smem_bytes, kernel_name=kernel_name)
@@ -134,6 +138,16 @@ def load_role(lay) -> RoleIR:
     return RoleIR("load", (0,), body, regs=lay.producer_regs, blog="FA3 §3.1: the producer warp")
 
 
+def _dq_add(lay) -> tuple:
+    """The visit's dQ addition; deterministic: inside the Q tile's turn (wait, meet, add, meet, take)."""
+    if not lay.deterministic:
+        return (BwdDqAdd(),)
+    turn = dict(index="q", printed="wg")
+    return (BwdDqTurnWait(), NamedBarSync("dq_turn", note="the turn has come for every thread", **turn), BwdDqAdd(),
+            NamedBarSync("dq_turn", note="every thread's additions issued before the turn is taken", **turn),
+            BwdDqTurnDone())
+
+
 def consumer_role(lay) -> RoleIR:
     """One instance per consumer warpgroup (``q`` in the IR: the warpgroup's index ``wg``)."""
     visit = Loop("v", "0", "visits", body=_visit_decls() + (
@@ -145,7 +159,7 @@ def consumer_role(lay) -> RoleIR:
          else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
         BwdDq(),
         Arrive("q_empty", "st", by="warp"),
-        BwdDqAdd(),
+        *_dq_add(lay),
     ), note="visits: query head major, Q tile ascending")
     body = _item_decls() + (Wait("kv_full", None, PhaseRef("0", storage="value"), 1), visit, BwdStoreDkDv())
     instances = tuple((g, tuple(range(4 * g + 4, 4 * g + 8))) for g in range(lay.mma_warpgroups))

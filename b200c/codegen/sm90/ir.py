@@ -229,6 +229,23 @@ class BwdDqAdd(Node):
         return "dq_accum += dQ (red.global.add.v2.f32)"
 
 
+class BwdDqTurnWait(Node):
+    """Deterministic dQ: one thread of the warpgroup waits (``ld.acquire.gpu``) until the Q tile's turn
+    counter reaches this work item's turn: every earlier K/V tile of the sequence (and, where the warpgroups
+    add into the same dQ elements, every earlier warpgroup of this CTA) has added into these rows."""
+
+    def describe(self) -> str:
+        return "wait dq_semaphore[b, h, i] >= turn (ld.acquire.gpu)"
+
+
+class BwdDqTurnDone(Node):
+    """Deterministic dQ: after the warpgroup's additions (every thread of it past a named barrier), one
+    thread adds 1 to the Q tile's turn counter (``red.release.gpu``)."""
+
+    def describe(self) -> str:
+        return "dq_semaphore[b, h, i] += 1 (red.release.gpu)"
+
+
 class BwdStoreDkDv(Node):
     """Epilogue: dK * softmax_scale and dV of this warpgroup's keys to global memory in BF16 (keys past
     S_kv dropped)."""

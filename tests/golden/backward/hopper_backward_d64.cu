@@ -26,6 +26,7 @@
 //   lse_log2        const float*: (B, H, S_pad) the forward's LSE times log2(e) (the preprocess's output)
 //   dpsum           const float*: (B, H, S_pad) rowsum(dO * O) (the preprocess's output)
 //   dq_accum        float*: (B, H, S_pad, D) FP32 dQ / softmax_scale, zeroed by the preprocess
+//   dq_semaphore    int*: (B, H, S_pad / BLOCK_M) dQ turns taken per Q tile, zeroed by the preprocess (dq_reduction='deterministic'; null otherwise)
 //   dk              __nv_bfloat16*: dK, logical (B, H_kv, S_kv, D)
 //   dk_stride_b     const int64_t: element stride of dK over B
 //   dk_stride_h     const int64_t: element stride of dK over H_kv
@@ -437,6 +438,9 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t DQ_WG_KEY_BYTES = 8192;  // its first key row in the dS^T and K tiles
 [[maybe_unused]] constexpr uint32_t DQ_WG_COL_BYTES = 0;  // its first column slice of K
 [[maybe_unused]] constexpr int DQ_WG_COL0 = 0;  // its first dQ column
+// dq_reduction atomic: red.global.add in whatever order the CTAs reach it
+[[maybe_unused]] constexpr bool DETERMINISTIC = false;
+[[maybe_unused]] constexpr bool DQ_TURN_WAIT_BY_WG = true;
 [[maybe_unused]] constexpr int Q_STAGES = 2;
 [[maybe_unused]] constexpr int NUM_THREADS = 384;
 [[maybe_unused]] constexpr int CONSUMER_THREADS = 256;
@@ -502,6 +506,7 @@ struct BwdCtx {
   const float* lse_log2;  // (B, H, S_pad)
   const float* dpsum;     // (B, H, S_pad)
   float* dq_accum;        // (B, H, S_pad, D)
+  int* dq_semaphore;      // (B, H, S_pad / BLOCK_M) deterministic dQ turns (null: atomic)
   __nv_bfloat16* dk;
   int64_t dk_stride_b, dk_stride_h, dk_stride_s;
   __nv_bfloat16* dv;
@@ -514,6 +519,9 @@ struct BwdCtx {
   __device__ __forceinline__ int kv_tiles() const { return (seq_kv + BLOCK_N - 1) / BLOCK_N; }
   __device__ __forceinline__ float scale_log2() const { return softmax_scale * 1.4426950408889634f; }
   __device__ __forceinline__ uint32_t bar(uint32_t i) const { return smem + SMEM_BARRIERS + 8u * i; }
+  __device__ __forceinline__ int* dq_turns(int b, int h, int i) const {  // Q tile i's turn counter
+    return dq_semaphore + ((size_t)b * heads + h) * (seq_pad / BLOCK_M) + i;
+  }
 };
 
 // The work item of one CTA, as BackwardDecomposition.item (b200c/codegen/backward_work.py): items are
@@ -645,6 +653,21 @@ __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.p
 // red.global.add.v2.f32 (PTX 9.7.13.7, sm_90): two adjacent FP32 additions in one request
 __device__ __forceinline__ void red_add_v2(float* addr, float x, float y) {
   asm volatile("red.global.add.v2.f32 [%0], { %1, %2 };" ::"l"(addr), "f"(x), "f"(y) : "memory");
+}
+// deterministic dQ turns (the pattern of CUTLASS's generic barrier, cutlass/barrier.h): one thread waits with
+// ld.acquire.gpu until the counter reaches its turn (the warpgroup then meets at a named barrier), and after
+// the warpgroup met again past its additions one thread makes them visible (fence.acq_rel.gpu, cumulative
+// over the barrier: PTX memory consistency model) and counts the turn taken.
+__device__ __forceinline__ void dq_turn_wait(const int* counter, int turn) {
+  int seen;
+  while (true) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    if (seen >= turn) break;
+    __nanosleep(64);
+  }
+}
+__device__ __forceinline__ void dq_turn_done(int* counter) {
+  asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
 }
 // byte offset of element (row, col) of a 128B-swizzled tile of 128-byte rows (BF16: col < 64): the 16-byte
 // chunk index is XORed with row % 8, as TMA writes it and wgmma reads it
@@ -823,6 +846,7 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
 b200c_attention_backward(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
     const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_do,
     const float* __restrict__ lse_log2, const float* __restrict__ dpsum, float* __restrict__ dq_accum,
+    int* __restrict__ dq_semaphore,
     __nv_bfloat16* __restrict__ dk, const int64_t dk_stride_b, const int64_t dk_stride_h, const int64_t dk_stride_s,
     __nv_bfloat16* __restrict__ dv, const int64_t dv_stride_b, const int64_t dv_stride_h, const int64_t dv_stride_s,
     const int batch, const int heads, const int heads_kv, const int seq_q, const int seq_kv, const int seq_pad,
@@ -837,6 +861,7 @@ b200c_attention_backward(const __grid_constant__ CUtensorMap tmap_q, const __gri
   c.lse_log2 = lse_log2;
   c.dpsum = dpsum;
   c.dq_accum = dq_accum;
+  c.dq_semaphore = dq_semaphore;
   c.dk = dk;
   c.dk_stride_b = dk_stride_b;
   c.dk_stride_h = dk_stride_h;
@@ -881,13 +906,15 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
     const int64_t out_stride_s, const __nv_bfloat16* __restrict__ dout, const int64_t dout_stride_b,
     const int64_t dout_stride_h, const int64_t dout_stride_s, const float* __restrict__ lse,
     const int64_t lse_stride_b, const int64_t lse_stride_h, const int64_t lse_stride_s,
-    float* __restrict__ lse_log2, float* __restrict__ dpsum, float* __restrict__ dq_accum, const int seq_q,
-    const int seq_pad) {
+    float* __restrict__ lse_log2, float* __restrict__ dpsum, float* __restrict__ dq_accum,
+    int* __restrict__ dq_semaphore, const int seq_q, const int seq_pad) {
   constexpr int LANES_PER_ROW = HEAD_DIM / 8;
   constexpr int ROWS_PER_PASS = 128 / LANES_PER_ROW;
   const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
   const int part = threadIdx.x % LANES_PER_ROW;
   const size_t vec0 = ((size_t)b * heads + h) * seq_pad;
+  if (dq_semaphore != nullptr && threadIdx.x == 0)  // deterministic dQ: no turn taken yet for this Q tile
+    dq_semaphore[((size_t)b * heads + h) * gridDim.x + blockIdx.x] = 0;
   for (int r = threadIdx.x / LANES_PER_ROW; r < BLOCK_M; r += ROWS_PER_PASS) {
     const int row = blockIdx.x * BLOCK_M + r;
     float acc = 0.f;
