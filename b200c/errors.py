@@ -84,13 +84,15 @@ class DriverError(LaunchError):
 
 class BackwardNotSupportedError(B200cError, NotImplementedError):
     """A gradient was requested through b200c for an input its backward kernels do not cover yet (a
-    device other than sm_90a, head dim 256, varlen, mods, a gradient into a returned LSE, or any input
+    device other than sm_90a, head dim 256, varlen, a gradient into a returned LSE, or any input
     without the opt-in ``B200C_UNVERIFIED_BACKWARD=1`` while the kernels await their GPU tests),
     or a backward schedule the generator does not cover yet; the message names which.
 
-    Raised when the backward pass runs (``loss.backward()``), never when the
+    Raised when the backward pass runs (``loss.backward()``), not when the
     forward runs: a call on inputs that require grad works, in eager mode and
-    under ``torch.compile``.
+    under ``torch.compile``. The exception: calls with mods (score_mod,
+    mask_mod, sinks) whose tensors require grad are refused when they run,
+    since their result would carry no gradient for those tensors.
     """
 
 

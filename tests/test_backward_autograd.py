@@ -124,6 +124,35 @@ def test_lse_gradient_is_refused_by_name(host_backward):
             (out.float().sum() + lse.sum()).backward()
 
 
+def test_compiled_forward_never_raises_the_backwards_refusals(host_backward, monkeypatch):
+    """torch.compile traces the autograd formula while it compiles the forward: its refusals (an LSE the loss
+    uses, the opt-in missing, varlen) are the backward op's, at run time, so the compiled forward runs and
+    backward() raises (found by review: they were raised from the traced formula, failing the forward)."""
+    s = b200c.Schedule()
+    q = torch.randn(1, 2, 128, 128).to(BF16).requires_grad_()
+    k, v = q.detach().clone(), q.detach().clone()
+    torch._dynamo.reset()
+    try:
+        with fake_driver.install():
+            fn = torch.compile(lambda q: b200c.attention(q, k, v, schedule=s, return_lse=True), fullgraph=True,
+                               backend="aot_eager")
+            out, lse = fn(q)
+            out.float().sum().backward(retain_graph=True)  # an LSE the loss does not use: zeros, fine
+            assert len(host_backward) == 1 and q.grad is not None
+            with pytest.raises(BackwardNotSupportedError, match="flows into the LSE"):
+                (out.float().sum() + lse.sum()).backward()
+        monkeypatch.delenv(backward_launch.OPT_IN)
+        torch._dynamo.reset()
+        with fake_driver.install(target="sm90a"):
+            fn = torch.compile(lambda q: b200c.attention(q, k, v, target="sm90a"), fullgraph=True, backend="aot_eager")
+            out = fn(q)  # the forward runs without the opt-in
+            with pytest.raises(BackwardNotSupportedError, match="B200C_UNVERIFIED_BACKWARD=1"):
+                out.float().sum().backward()
+    finally:
+        torch._dynamo.reset()
+    assert len(host_backward) == 1
+
+
 def test_the_launch_layer_refuses_other_devices():
     q = torch.randn(1, 2, 64, 128).to(BF16)
     with pytest.raises(BackwardNotSupportedError, match="run on sm_90a"):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from typing import Optional
 
 import torch
 
@@ -344,25 +345,19 @@ def _define(name: str, schema: str, impl, fake):
 
         @staticmethod
         def backward(ctx, grad_out, *grad_rest):
-            from ..errors import BackwardNotSupportedError
-
-            if ctx.varlen:
-                raise BackwardNotSupportedError(
-                    "b200c.attention_varlen has no backward pass yet (the sm90a backward kernels take dense "
-                    "(B, H, S, D) inputs); run it under torch.no_grad() or on detached q, k, v")
-            if any(g is not None for g in grad_rest):
-                raise BackwardNotSupportedError(
-                    "a gradient flows into the LSE that b200c.attention returned (return_lse=True); the backward "
-                    "kernels take the gradient of the output only: detach the LSE")
-            q, k, v, out, lse = ctx.saved_tensors
+            # every refusal is the backward op's, at run time: torch.compile traces this function while it
+            # compiles the forward (its fake impl then returns shapes), and the forward must not raise
             if grad_out is None:
                 return (None,) * (ctx.n_inputs + 1)
-            from . import backward_launch
-
-            why = backward_launch.backward_reason(q)  # the device's or head dim's refusal: the launch layer's own
-            if why is not None and why[0] == "grad:unverified":
-                raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
-            dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal)
+            if ctx.varlen:
+                q, k, v = ctx.saved_tensors
+                dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, grad_out, grad_out, 0.0, False,
+                                                                _VARLEN_REFUSAL)
+                return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
+            q, k, v, out, lse = ctx.saved_tensors
+            grad_lse = grad_rest[0] if grad_rest else None
+            dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal, "",
+                                                            grad_lse)
             return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
     Forward.__name__ = Forward.__qualname__ = f"b200c_{name}_forward"
@@ -443,23 +438,41 @@ attention_varlen_op = _define(
     _attention_varlen_impl, _attention_varlen_fake)
 
 
+_VARLEN_REFUSAL = ("b200c.attention_varlen has no backward pass yet (the sm90a backward kernels take dense "
+                   "(B, H, S, D) inputs); run it under torch.no_grad() or on detached q, k, v")
+_LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (return_lse=True); the backward "
+                "kernels take the gradient of the output only: detach the LSE")
+
+
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
 def attention_backward_op(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    softmax_scale: float, causal: bool
+    softmax_scale: float, causal: bool, refused: str = "", grad_lse: Optional[torch.Tensor] = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of ``b200c::attention`` / ``b200c::attention_lse``: dQ, dK, dV of logical (B, H, S, D)
     views from the sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward`).
+    ``refused``: a message to raise instead (what the autograd formula cannot differentiate);
+    ``grad_lse``: the gradient reaching a returned LSE (refused unless it is all zeros: torch.compile
+    passes zeros for an LSE the loss does not use).
 
     Raises:
-        BackwardNotSupportedError: a device other than compute capability 9.0 (the backward kernels are
-            sm_90a only), or an input the kernels do not cover yet (head dim 256).
+        BackwardNotSupportedError: ``refused``, a non-zero ``grad_lse``, the opt-in missing
+            (``B200C_UNVERIFIED_BACKWARD``), a device other than compute capability 9.0 (the backward
+            kernels are sm_90a only), or an input the kernels do not cover yet (head dim 256).
     """
+    from ..errors import BackwardNotSupportedError
     from . import backward_launch
 
+    if refused:
+        raise BackwardNotSupportedError(refused)
+    if grad_lse is not None and bool(grad_lse.ne(0).any()):
+        raise BackwardNotSupportedError(_LSE_REFUSAL)
+    why = backward_launch.backward_reason(q)  # the device's or head dim's refusal: the launch layer's own
+    if why is not None and why[0] == "grad:unverified":
+        raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
     return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale)
 
 
 @attention_backward_op.register_fake
-def _attention_backward_fake(grad_out, q, k, v, out, lse, softmax_scale, causal):
+def _attention_backward_fake(grad_out, q, k, v, out, lse, softmax_scale, causal, refused="", grad_lse=None):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
