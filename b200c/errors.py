@@ -84,7 +84,7 @@ class DriverError(LaunchError):
 
 class BackwardNotSupportedError(B200cError, NotImplementedError):
     """A gradient was requested through b200c for an input its backward kernels do not cover yet (a
-    device other than sm_90a, head dim 256, varlen, a gradient into a returned LSE, or any input
+    device other than sm_90a, head dim 256, a gradient into a returned LSE, or any input
     without the opt-in ``B200C_UNVERIFIED_BACKWARD=1`` while the kernels await their GPU tests),
     or a backward schedule the generator does not cover yet; the message names which.
 

@@ -233,3 +233,33 @@ def test_without_the_opt_in_the_backward_is_refused_by_name_and_the_dropin_falls
         with pytest.warns(FallbackWarning, match="have not passed their GPU tests"):
             b200c.scaled_dot_product_attention(q, k, v).float().sum().backward()
     assert len(fd.launches) == 1 and not host_backward  # the first forward only; no backward kernel ran
+
+
+def test_varlen_autograd_hands_the_packed_tensors_to_the_varlen_backward(monkeypatch):
+    """attention_varlen with inputs that require grad: the forward runs with return_lse=True (the LSE kept
+    for the backward, the caller's result as asked), and backward() hands q, k, v, out, the (H, total_q) LSE,
+    cu_seqlens, the longest lengths, scale and causal to attention_backward_varlen, whose dQ, dK, dV reach
+    q.grad, k.grad, v.grad (a stub in the kernels' place: the plumbing only; the kernels' numbers are the
+    GPU tests')."""
+    calls = []
+
+    def stub(q, k, v, out, dout, lse, cu_q, cu_k, max_q, max_k, *, causal=False, scale=None, **_):
+        calls.append(dict(lse=lse.shape, cu=(cu_q.tolist(), cu_k.tolist()), max=(max_q, max_k), causal=causal,
+                          scale=scale, dout=dout.shape))
+        return torch.full_like(q, 1.0), torch.full_like(k, 2.0), torch.full_like(v, 3.0)
+
+    monkeypatch.setattr(backward_launch, "attention_backward_varlen", stub)
+    cu_q = torch.tensor([0, 100, 300], dtype=torch.int32)
+    cu_k = torch.tensor([0, 150, 300], dtype=torch.int32)
+    q = torch.randn(300, 4, 128).to(BF16).requires_grad_()
+    k = torch.randn(300, 2, 128).to(BF16).requires_grad_()
+    v = torch.randn(300, 2, 128).to(BF16).requires_grad_()
+    with fake_driver.install(target="sm90a") as fd:
+        out = b200c.attention_varlen(q, k, v, cu_q, cu_k, 200, 150, causal=True, softmax_scale=0.2, target="sm90a")
+        assert isinstance(out, torch.Tensor) and out.shape == q.shape  # return_lse=False: the output alone
+        out.float().sum().backward()
+    assert len(fd.launches) == 1 and fd.launches[0].lse_ptr != 0  # the forward wrote an LSE for the backward
+    (call,) = calls
+    assert call == dict(lse=(4, 300), cu=([0, 100, 300], [0, 150, 300]), max=(200, 150), causal=True,
+                        scale=pytest.approx(0.2), dout=(300, 4, 128))
+    assert bool((q.grad == 1).all()) and bool((k.grad == 2).all()) and bool((v.grad == 3).all())

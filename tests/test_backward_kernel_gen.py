@@ -84,10 +84,10 @@ def test_golden(request, d, deterministic):
 
 
 # per head dim: the visit loop's wgmmas and MUFU.EX2, and its static SASS instructions with nvcc 13.0.88
-# (pinned on purpose; nvcc 13.5.37 gives 860 at 128 and 856 at 64). Wgmmas per consumer warpgroup and
+# (pinned on purpose; nvcc 13.5.37 gives 831 at 128 and 841 at 64). Wgmmas per consumer warpgroup and
 # visit: S^T and dP^T D / 16 each (k16 steps over D), dV and dK 4 each (64 rows), dQ one per 16 keys it sums
 # over (128 at D = 128, the warpgroup's own 64 at D = 64); 32 P values per thread (64 keys x 64 rows / 128).
-LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 859), 64: (4 + 4 + 4 + 4 + 4, 32, 859)}
+LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 828), 64: (4 + 4 + 4 + 4 + 4, 32, 844)}
 
 
 @pytest.mark.nvcc
@@ -350,6 +350,40 @@ def test_deterministic_module_takes_turns_in_kv_tile_order():
     assert main2.params["dq_semaphore"] == pre2.params["dq_semaphore"] == 0  # atomic: null
     assert main3.params["dq_semaphore"] == pre3.params["dq_semaphore"] != 0
     assert pre.grid == 2 and pre.grid_yz == (h, b)  # one counter per (Q tile, head, sequence): 2 x 4 x 2
+
+
+def test_fake_driver_varlen_backward_launch():
+    """Varlen (issue 48 step 3): packed (total, H, D) tensors read through (1, H, total, D) views, one TMA
+    "batch"; B is the number of sequences and S_q / S_kv the longest, every batch stride 0 (the kernels
+    address packed rows from cu_seqlens); an LSE of (H, total_q) as the varlen forward returns it."""
+    import torch
+
+    from b200c.runtime import fake_driver
+    from b200c.runtime.backward_launch import attention_backward_varlen
+
+    lens_q, lens_k, h, hk, d = [5, 0, 130], [7, 3, 300], 4, 2, 64
+    tq, tk = sum(lens_q), sum(lens_k)
+    cu_q = torch.tensor([0, 5, 5, 135], dtype=torch.int32)
+    cu_k = torch.tensor([0, 7, 10, 310], dtype=torch.int32)
+    q, out, dout = (torch.randn(tq, h, d).to(torch.bfloat16) for _ in range(3))
+    k, v = (torch.randn(tk, hk, d).to(torch.bfloat16) for _ in range(2))
+    lse = torch.randn(h, tq)
+    with fake_driver.install(target="sm90a") as fd:
+        dq, dk, dv = attention_backward_varlen(q, k, v, out, dout, lse, cu_q, cu_k, 130, 300, causal=True)
+        with pytest.raises(b200c.LaunchError, match="lse must be FP32"):
+            attention_backward_varlen(q, k, v, out, dout, lse.t(), cu_q, cu_k, 130, 300)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    pre, main, post = fd.launches
+    assert main.grid == 3 * hk * 3  # 3 sequences x 2 K/V heads x ceil(300 / 128) K/V tiles
+    assert (pre.grid, pre.grid_yz) == (3, (h, 3))  # ceil(130 / 64) Q tiles of the longest sequence
+    p = main.params
+    assert (p["batch"], p["seq_q"], p["seq_kv"], p["seq_pad"], p["causal"]) == (3, 130, 300, 192, 1)
+    assert (p["cu_seqlens_q"], p["cu_seqlens_k"]) == (cu_q.data_ptr(), cu_k.data_ptr())
+    assert (p["dk_stride_b"], p["dk_stride_h"], p["dk_stride_s"]) == (0, d, hk * d)
+    assert pre.params["cu_seqlens_q"] == post.params["cu_seqlens_q"] == cu_q.data_ptr()
+    assert (pre.params["lse_stride_b"], pre.params["lse_stride_h"], pre.params["lse_stride_s"]) == (0, tq, 1)
+    assert (pre.params["out_stride_b"], pre.params["out_stride_s"], post.params["dq_stride_b"]) == (0, h * d, 0)
+    assert [e[1] for e in fd.encodes] == [(d, tq, h, 1), (d, tk, hk, 1), (d, tk, hk, 1), (d, tq, h, 1)]
 
 
 def test_launch_layer_input_checks():

@@ -31,14 +31,16 @@ MAIN_SPEC = (("tmap_q", "tensor_map"), ("tmap_k", "tensor_map"), ("tmap_v", "ten
              ("dk", "bf16_ptr"), ("dk_stride_b", "i64"), ("dk_stride_h", "i64"), ("dk_stride_s", "i64"),
              ("dv", "bf16_ptr"), ("dv_stride_b", "i64"), ("dv_stride_h", "i64"), ("dv_stride_s", "i64"),
              ("batch", "i32"), ("heads", "i32"), ("heads_kv", "i32"), ("seq_q", "i32"), ("seq_kv", "i32"),
-             ("seq_pad", "i32"), ("causal", "i32"), ("softmax_scale", "f32"))
+             ("seq_pad", "i32"), ("causal", "i32"), ("softmax_scale", "f32"), ("cu_seqlens_q", "i32_ptr"),
+             ("cu_seqlens_k", "i32_ptr"))
 PRE_SPEC = (("out", "bf16_ptr"), ("out_stride_b", "i64"), ("out_stride_h", "i64"), ("out_stride_s", "i64"),
             ("dout", "bf16_ptr"), ("dout_stride_b", "i64"), ("dout_stride_h", "i64"), ("dout_stride_s", "i64"),
             ("lse", "f32_ptr"), ("lse_stride_b", "i64"), ("lse_stride_h", "i64"), ("lse_stride_s", "i64"),
             ("lse_log2", "f32_ptr"), ("dpsum", "f32_ptr"), ("dq_accum", "f32_ptr"), ("dq_semaphore", "i32_ptr"),
-            ("seq_q", "i32"), ("seq_pad", "i32"))
+            ("seq_q", "i32"), ("seq_pad", "i32"), ("cu_seqlens_q", "i32_ptr"))
 POST_SPEC = (("dq_accum", "f32_ptr"), ("dq", "bf16_ptr"), ("dq_stride_b", "i64"), ("dq_stride_h", "i64"),
-             ("dq_stride_s", "i64"), ("seq_q", "i32"), ("seq_pad", "i32"), ("softmax_scale", "f32"))
+             ("dq_stride_s", "i64"), ("seq_q", "i32"), ("seq_pad", "i32"), ("softmax_scale", "f32"),
+             ("cu_seqlens_q", "i32_ptr"))
 
 
 @dataclass(frozen=True)
@@ -85,31 +87,41 @@ def launch_plan(layout, batch: int, heads: int, heads_kv: int, seq_q: int, seq_k
 
 
 def param_values(lp: LaunchPlan, q, k, v, out, dout, lse, dq, dk, dv, lse_log2, dpsum, dq_accum, maps, *,
-                 causal: bool, scale: float, dq_semaphore=None) -> tuple:
+                 causal: bool, scale: float, dq_semaphore=None, cu_seqlens=None) -> tuple:
     """The ``{name: value}`` of the preprocess, main and postprocess kernels' parameters (:data:`PRE_SPEC`,
     :data:`MAIN_SPEC`, :data:`POST_SPEC`) for BHSD views ``q``, ``k``, ``v``, ``out``, ``dout``, ``lse``
     (B, H, S_q), the outputs ``dq``, ``dk``, ``dv``, the FP32 buffers and the four encoded tensor maps
     (q, k, v, dout); ``dq_semaphore``: the int32 (B, H, S_pad / block_m) turn counters of a deterministic
-    module (None: 0, the atomic module's null)."""
+    module (None: 0, the atomic module's null); ``cu_seqlens``: varlen's ``(cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_q, max_seqlen_k)``, the tensors then (1, H, total, D) views of packed ones (and the LSE
+    (1, H, total_q)): B is the number of sequences, S_q / S_kv the longest, the batch strides 0 (the
+    kernels address packed rows)."""
     b, h, sq, _ = q.shape
-    sem = 0 if dq_semaphore is None else dq_semaphore.data_ptr()
     hk, skv = k.shape[1], k.shape[2]
+    cu_q = cu_k = 0
+    if cu_seqlens is not None:
+        cu_q, cu_k = cu_seqlens[0].data_ptr(), cu_seqlens[1].data_ptr()
+        b, sq, skv = cu_seqlens[0].shape[0] - 1, int(cu_seqlens[2]), int(cu_seqlens[3])
+    sem = 0 if dq_semaphore is None else dq_semaphore.data_ptr()
 
     def st(t):
+        if cu_seqlens is not None:
+            return (0,) + tuple(int(x) for x in t.stride()[1:3])
         return tuple(int(x) for x in t.stride()[:3])
 
     pre = dict(out=out.data_ptr(), out_stride_b=st(out)[0], out_stride_h=st(out)[1], out_stride_s=st(out)[2],
                dout=dout.data_ptr(), dout_stride_b=st(dout)[0], dout_stride_h=st(dout)[1], dout_stride_s=st(dout)[2],
                lse=lse.data_ptr(), lse_stride_b=st(lse)[0], lse_stride_h=st(lse)[1], lse_stride_s=st(lse)[2],
                lse_log2=lse_log2.data_ptr(), dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), dq_semaphore=sem,
-               seq_q=sq, seq_pad=lp.seq_pad)
+               seq_q=sq, seq_pad=lp.seq_pad, cu_seqlens_q=cu_q)
     main = dict(tmap_q=maps[0], tmap_k=maps[1], tmap_v=maps[2], tmap_do=maps[3], lse_log2=lse_log2.data_ptr(),
                 dpsum=dpsum.data_ptr(), dq_accum=dq_accum.data_ptr(), dq_semaphore=sem, dk=dk.data_ptr(), dk_stride_b=st(dk)[0],
                 dk_stride_h=st(dk)[1], dk_stride_s=st(dk)[2], dv=dv.data_ptr(), dv_stride_b=st(dv)[0],
                 dv_stride_h=st(dv)[1], dv_stride_s=st(dv)[2], batch=b, heads=h, heads_kv=hk, seq_q=sq, seq_kv=skv,
-                seq_pad=lp.seq_pad, causal=int(bool(causal)), softmax_scale=float(scale))
+                seq_pad=lp.seq_pad, causal=int(bool(causal)), softmax_scale=float(scale), cu_seqlens_q=cu_q,
+                cu_seqlens_k=cu_k)
     post = dict(dq_accum=dq_accum.data_ptr(), dq=dq.data_ptr(), dq_stride_b=st(dq)[0], dq_stride_h=st(dq)[1],
-                dq_stride_s=st(dq)[2], seq_q=sq, seq_pad=lp.seq_pad, softmax_scale=float(scale))
+                dq_stride_s=st(dq)[2], seq_q=sq, seq_pad=lp.seq_pad, softmax_scale=float(scale), cu_seqlens_q=cu_q)
     return pre, main, post
 
 
@@ -307,6 +319,21 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
             generated kernels do not cover yet.
         BuildError: nvcc failed; LaunchError: a driver call failed.
     """
+    schedule = _schedule_for(q, schedule, deterministic)
+    gen = _generated(schedule.to_json())
+    lay = gen.layout
+    q, k, v, out, dout = (_tma_ready(t) for t in (q, k, v, out, dout))
+    b, h, hk, sq, skv, d = _check_inputs(q, k, v, out, dout, lse, lay)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
+    _run(gen, q, k, v, out, dout, lse, dq, dk, dv, b, h, hk, sq, skv, d, causal, scale, None)
+    return dq, dk, dv
+
+
+def _schedule_for(q, schedule, deterministic):
+    """The backward schedule of a call: ``schedule`` or the built-in one of q's head dim, deterministic
+    when asked (None: torch's deterministic-algorithms switch)."""
     from ..dsl.presets import default_backward_schedule
 
     cap = _capability(q)
@@ -325,17 +352,18 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         deterministic = torch.are_deterministic_algorithms_enabled()
     if deterministic and schedule.dq_reduction != "deterministic":
         schedule = schedule.replace(dq_reduction="deterministic")
-    gen = _generated(schedule.to_json())
+    return schedule
+
+
+def _run(gen, q, k, v, out, dout, lse, dq, dk, dv, b, h, hk, sq, skv, d, causal, scale, cu_seqlens):
+    """Launch the three kernels of ``gen`` on BHSD views (varlen: (1, H, total, D) views and
+    ``cu_seqlens`` as :func:`param_values` takes it; ``b``, ``sq``, ``skv`` then the sequences and the
+    longest lengths)."""
     lay = gen.layout
-    q, k, v, out, dout = (_tma_ready(t) for t in (q, k, v, out, dout))
-    b, h, hk, sq, skv, d = _check_inputs(q, k, v, out, dout, lse, lay)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     lp = launch_plan(lay, b, h, hk, sq, skv)
     dev = q.device
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=dev)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=dev)
     lse_log2 = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dpsum = torch.empty((b, h, lp.seq_pad), dtype=torch.float32, device=dev)
     dq_accum = torch.empty((b, h, lp.seq_pad, d), dtype=torch.float32, device=dev)
@@ -346,7 +374,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     with driver.in_context(mod.context):
         maps = [driver.encode_tensor_map(n, t, boxes) for n, t in (("q", q), ("k", k), ("v", v), ("q", dout))]
     pre, main, post = param_values(lp, q, k, v, out, dout, lse, dq, dk, dv, lse_log2, dpsum, dq_accum, maps,
-                                   causal=causal, scale=scale, dq_semaphore=sem)
+                                   causal=causal, scale=scale, dq_semaphore=sem, cu_seqlens=cu_seqlens)
     pre, main, post = ParamBlock(PRE_SPEC, pre), ParamBlock(MAIN_SPEC, main), ParamBlock(POST_SPEC, post)
     cu = mod.cu
     stream = _stream(dev)
@@ -360,7 +388,51 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
             if err != cu.CUresult.CUDA_SUCCESS:
                 raise LaunchError(f"cuLaunchKernel (backward {what}, grid {grid}, {block} threads, {smem} B SMEM) "
                                   f"failed: {driver._err_name(err)}")
+
+
+def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
+                              max_seqlen_k: int, *, causal: bool = False, scale: float | None = None,
+                              schedule=None, deterministic: bool | None = None):
+    """dQ, dK, dV of a varlen call (:func:`b200c.attention_varlen`) from its output and LSE.
+
+    Args:
+        q: (total_q, H, D) BF16 CUDA tensor, the sequences packed back to back; k, v: (total_kv, H_kv, D).
+        out: the forward's output, as q. dout: the gradient of the loss with respect to ``out``, as q.
+        lse: (H, total_q) FP32, the forward's LSE (``return_lse=True``; -inf: a row that saw no key).
+        cu_seqlens_q, cu_seqlens_k: int32 (B + 1) cumulative lengths on q's device.
+        max_seqlen_q, max_seqlen_k: the longest sequences (ints).
+        causal, scale, schedule, deterministic: as :func:`attention_backward` (causal: bottom-right per
+            sequence).
+
+    Returns:
+        ``(dq, dk, dv)`` BF16 tensors of q's, k's and v's shapes (rows of an empty sequence untouched: none).
+
+    Raises:
+        LaunchError: the varlen input rules (:func:`b200c.runtime.varlen.validate_varlen`), ``out``,
+            ``dout`` or ``lse`` of the wrong shape or dtype. BackwardNotSupportedError, BuildError: as
+            :func:`attention_backward`.
+    """
+    from .varlen import validate_varlen
+
+    schedule = _schedule_for(q, schedule, deterministic)
+    p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_device=False)
+    for name, t in (("out", out), ("dout", dout)):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(q.shape) or t.dtype != torch.bfloat16:
+            raise LaunchError(f"attention_backward_varlen: {name} must be BF16 of q's shape {tuple(q.shape)}")
+    if not isinstance(lse, torch.Tensor) or lse.dtype != torch.float32 or tuple(lse.shape) != (q.shape[1], q.shape[0]):
+        raise LaunchError(f"attention_backward_varlen: lse must be FP32 (H, total_q) = {(q.shape[1], q.shape[0])}")
+    gen = _generated(schedule.to_json())
+    if q.shape[-1] != gen.layout.head_dim:
+        raise BackwardNotSupportedError(f"attention_backward_varlen: head dim {q.shape[-1]}; this module is built "
+                                        f"for {gen.layout.head_dim}")
+    view = lambda t: _tma_ready(t).unsqueeze(0).transpose(1, 2)  # noqa: E731  (1, H, total, D)
+    q4, k4, v4, out4, dout4 = (view(t) for t in (q, k, v, out, dout))
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    out_view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731  fresh contiguous outputs
+    _run(gen, q4, k4, v4, out4, dout4, lse.unsqueeze(0), out_view(dq), out_view(dk), out_view(dv), p.batch, p.heads,
+         p.heads_kv, p.seq_q, p.seq_kv, q.shape[-1], causal, scale,
+         (cu_seqlens_q, cu_seqlens_k, p.seq_q, p.seq_kv))
     return dq, dk, dv
 
 
-__all__ = ["attention_backward", "backward_reason", "covered_head_dims", "opted_in", "OPT_IN", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]
+__all__ = ["attention_backward", "attention_backward_varlen", "backward_reason", "covered_head_dims", "opted_in", "OPT_IN", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]

@@ -13,11 +13,13 @@ repeated call only launches. ``b200c::attention`` returns ``out``,
 ``torch.compile(fullgraph=True)`` traces calls without touching data.
 
 The ops' autograd formulas (eager and ``torch.compile``): with an input that requires grad,
-``b200c::attention`` runs ``b200c::attention_lse`` and saves q, k, v, out and the LSE; the backward is
-``b200c::attention_backward`` (a custom op whose fake impl lets AOT autograd trace it), the sm90a
-backward kernels. What they do not cover yet raises :class:`b200c.BackwardNotSupportedError` when the
-backward runs, never in the forward: varlen, a gradient into a returned LSE, devices other than
-compute capability 9.0, head dim 256.
+``b200c::attention`` runs ``b200c::attention_lse`` (``b200c::attention_varlen`` itself with
+``return_lse=True``) and saves q, k, v, out and the LSE; the backward is ``b200c::attention_backward``
+(``b200c::attention_varlen_backward``: custom ops whose fake impls let AOT autograd trace them), the
+sm90a backward kernels. What they do not cover yet raises :class:`b200c.BackwardNotSupportedError` when
+the backward runs, never in the forward: a gradient into a returned LSE, devices other than compute
+capability 9.0, head dim 256, and every call without ``B200C_UNVERIFIED_BACKWARD=1`` until the
+kernels pass their GPU tests.
 """
 from __future__ import annotations
 
@@ -329,14 +331,22 @@ def _define(name: str, schema: str, impl, fake):
                 if name == "attention":  # the backward needs the LSE: run the LSE-returning op, hand out `out`
                     out, lse = attention_lse_op.redispatch(below, *args)
                     result = out
+                elif name == "attention_varlen":  # the same: the call with return_lse=True, its LSE kept
+                    full = list(args) + list(_VARLEN_DEFAULTS[len(args) - 10:])
+                    asked = bool(full[11])
+                    full[11] = True
+                    out, lse = overload.redispatch(below, *full)
+                    result = (out, lse if asked else _no_lse(out))
                 else:
                     result = overload.redispatch(below, *args)
                     out, lse = result
             ctx.n_inputs = len(args)
             ctx.set_materialize_grads(False)
             if name == "attention_varlen":
-                ctx.save_for_backward(*args[:3])
+                ctx.save_for_backward(args[0], args[1], args[2], out, lse, args[3], args[4])
                 ctx.varlen = True
+                ctx.max_seqlen = (args[5], args[6])
+                ctx.scale, ctx.causal = float(args[8]), bool(full[10])
             else:
                 ctx.save_for_backward(args[0], args[1], args[2], out, lse)
                 ctx.varlen = False
@@ -350,13 +360,14 @@ def _define(name: str, schema: str, impl, fake):
             if grad_out is None:
                 return (None,) * (ctx.n_inputs + 1)
             if ctx.varlen:
-                q, k, v = ctx.saved_tensors
-                dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, grad_out, grad_out, 0.0, False,
-                                                                _VARLEN_REFUSAL)
+                q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+                dq, dk, dv = torch.ops.b200c.attention_varlen_backward(
+                    grad_out, q, k, v, out, lse, cu_q, cu_k, ctx.max_seqlen[0], ctx.max_seqlen[1], ctx.scale,
+                    ctx.causal, grad_rest[0] if grad_rest else None)
                 return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
             q, k, v, out, lse = ctx.saved_tensors
             grad_lse = grad_rest[0] if grad_rest else None
-            dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal, "",
+            dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal,
                                                             grad_lse)
             return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
@@ -438,8 +449,8 @@ attention_varlen_op = _define(
     _attention_varlen_impl, _attention_varlen_fake)
 
 
-_VARLEN_REFUSAL = ("b200c.attention_varlen has no backward pass yet (the sm90a backward kernels take dense "
-                   "(B, H, S, D) inputs); run it under torch.no_grad() or on detached q, k, v")
+# attention_varlen's arguments from index 10 on, with their schema defaults (causal, return_lse, check_seqlens)
+_VARLEN_DEFAULTS = (False, False, True)
 _LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (return_lse=True); the backward "
                 "kernels take the gradient of the output only: detach the LSE")
 
@@ -447,24 +458,22 @@ _LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (re
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
 def attention_backward_op(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    softmax_scale: float, causal: bool, refused: str = "", grad_lse: Optional[torch.Tensor] = None
+    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of ``b200c::attention`` / ``b200c::attention_lse``: dQ, dK, dV of logical (B, H, S, D)
     views from the sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward`).
-    ``refused``: a message to raise instead (what the autograd formula cannot differentiate);
-    ``grad_lse``: the gradient reaching a returned LSE (refused unless it is all zeros: torch.compile
+    The refusals are here, at run time, not in the autograd formula, which torch.compile traces while it
+    compiles the forward. ``grad_lse``: the gradient reaching a returned LSE (refused unless it is all zeros: torch.compile
     passes zeros for an LSE the loss does not use).
 
     Raises:
-        BackwardNotSupportedError: ``refused``, a non-zero ``grad_lse``, the opt-in missing
+        BackwardNotSupportedError: a non-zero ``grad_lse``, the opt-in missing
             (``B200C_UNVERIFIED_BACKWARD``), a device other than compute capability 9.0 (the backward
             kernels are sm_90a only), or an input the kernels do not cover yet (head dim 256).
     """
     from ..errors import BackwardNotSupportedError
     from . import backward_launch
 
-    if refused:
-        raise BackwardNotSupportedError(refused)
     if grad_lse is not None and bool(grad_lse.ne(0).any()):
         raise BackwardNotSupportedError(_LSE_REFUSAL)
     why = backward_launch.backward_reason(q)  # the device's or head dim's refusal: the launch layer's own
@@ -473,6 +482,37 @@ def attention_backward_op(
     return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale)
 
 
+@torch.library.custom_op("b200c::attention_varlen_backward", mutates_args=())
+def attention_varlen_backward_op(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+    cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward of ``b200c::attention_varlen``: dQ, dK, dV of packed (total, H, D) tensors from the
+    sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward_varlen`); ``lse`` the
+    forward's (H, total_q) LSE, ``grad_lse`` as :func:`attention_backward_op`'s.
+
+    Raises:
+        BackwardNotSupportedError: as :func:`attention_backward_op`.
+    """
+    from ..errors import BackwardNotSupportedError
+    from . import backward_launch
+
+    if grad_lse is not None and grad_lse.numel() and bool(grad_lse.ne(0).any()):
+        raise BackwardNotSupportedError(_LSE_REFUSAL)
+    why = backward_launch.backward_reason(q)
+    if why is not None and why[0] == "grad:unverified":
+        raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
+    return backward_launch.attention_backward_varlen(q, k, v, out, grad_out, lse, cu_seqlens_q, cu_seqlens_k,
+                                                     max_seqlen_q, max_seqlen_k, causal=causal, scale=softmax_scale)
+
+
+@attention_varlen_backward_op.register_fake
+def _attention_varlen_backward_fake(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, softmax_scale, causal, grad_lse=None):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
+
+
 @attention_backward_op.register_fake
-def _attention_backward_fake(grad_out, q, k, v, out, lse, softmax_scale, causal, refused="", grad_lse=None):
+def _attention_backward_fake(grad_out, q, k, v, out, lse, softmax_scale, causal, grad_lse=None):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))

@@ -54,6 +54,9 @@ MAIN_PARAMS = (
     ("seq_pad", "const int: S_pad, S_q rounded up to BLOCK_M"),
     ("causal", "const int: 1: causal mask aligned to the bottom-right corner"),
     ("softmax_scale", "const float: natural-log units, usually 1/sqrt(D)"),
+    ("cu_seqlens_q", "const int*: varlen: (B + 1) first packed row of each sequence; then seq_q is the longest "
+                     "sequence and the tensors are packed (total, H, D) with batch strides 0 (null: dense)"),
+    ("cu_seqlens_k", "const int*: varlen: as cu_seqlens_q for the keys (null: dense)"),
 )
 
 

@@ -119,10 +119,10 @@ def load_role(lay) -> RoleIR:
     visit = Loop("v", "0", "visits", body=_visit_decls() + (
         Wait("q_empty", "st", PhaseRef("((v / Q_STAGES) & 1) ^ 1", storage="value"), 0, iter="v"),
         Arrive("q_full", "st", by="thread", tx_bytes=str(q_bytes + 2 * lay.row_vec_bytes)),
-        TmaLoadTile("q", "SMEM_Q + st * Q_TILE_BYTES", "i * BLOCK_M", "q_full", "st", head="h", rows="BLOCK_M",
-                    batch="w.b", box_cols="64", slice_bytes="Q_SLICE_BYTES"),
-        TmaLoadTile("do", "SMEM_DO + st * Q_TILE_BYTES", "i * BLOCK_M", "q_full", "st", head="h", rows="BLOCK_M",
-                    batch="w.b", box_cols="64", slice_bytes="Q_SLICE_BYTES"),
+        TmaLoadTile("q", "SMEM_Q + st * Q_TILE_BYTES", "w.q_row0 + i * BLOCK_M", "q_full", "st", head="h",
+                    rows="BLOCK_M", batch="w.tma_b", box_cols="64", slice_bytes="Q_SLICE_BYTES"),
+        TmaLoadTile("do", "SMEM_DO + st * Q_TILE_BYTES", "w.q_row0 + i * BLOCK_M", "q_full", "st", head="h",
+                    rows="BLOCK_M", batch="w.tma_b", box_cols="64", slice_bytes="Q_SLICE_BYTES"),
         BulkLoad("q_full", "st", str(lay.row_vec_bytes), dst="SMEM_LSE + st * ROW_VEC_BYTES",
                  src=f"c.lse_log2 + {row}"),
         BulkLoad("q_full", "st", str(lay.row_vec_bytes), dst="SMEM_DPSUM + st * ROW_VEC_BYTES",
@@ -130,10 +130,10 @@ def load_role(lay) -> RoleIR:
     ), note="visits: query head major, Q tile ascending")
     body = _item_decls() + (Single("elect", body=(
         Arrive("kv_full", None, by="thread", tx_bytes=str(2 * lay.kv_tile_bytes)),
-        TmaLoadTile("k", "SMEM_K", "w.kv_tile * BLOCK_N", "kv_full", None, head="w.h_kv", rows="BLOCK_N", batch="w.b",
-                    box_cols="64", slice_bytes="KV_SLICE_BYTES"),
-        TmaLoadTile("v", "SMEM_V", "w.kv_tile * BLOCK_N", "kv_full", None, head="w.h_kv", rows="BLOCK_N", batch="w.b",
-                    box_cols="64", slice_bytes="KV_SLICE_BYTES"),
+        TmaLoadTile("k", "SMEM_K", "w.kv_row0 + w.kv_tile * BLOCK_N", "kv_full", None, head="w.h_kv", rows="BLOCK_N",
+                    batch="w.tma_b", box_cols="64", slice_bytes="KV_SLICE_BYTES"),
+        TmaLoadTile("v", "SMEM_V", "w.kv_row0 + w.kv_tile * BLOCK_N", "kv_full", None, head="w.h_kv", rows="BLOCK_N",
+                    batch="w.tma_b", box_cols="64", slice_bytes="KV_SLICE_BYTES"),
         visit)),)
     return RoleIR("load", (0,), body, regs=lay.producer_regs, blog="FA3 §3.1: the producer warp")
 

@@ -43,11 +43,14 @@
 //   seq_pad         const int: S_pad, S_q rounded up to BLOCK_M
 //   causal          const int: 1: causal mask aligned to the bottom-right corner
 //   softmax_scale   const float: natural-log units, usually 1/sqrt(D)
+//   cu_seqlens_q    const int*: varlen: (B + 1) first packed row of each sequence; then seq_q is the longest sequence and the tensors are packed (total, H, D) with batch strides 0 (null: dense)
+//   cu_seqlens_k    const int*: varlen: as cu_seqlens_q for the keys (null: dense)
 // TMA maps: BF16, rank 4, dims {D, S, H, B}, strides of S/H/B in bytes, 128B swizzle, out-of-bounds rows
 //   read as zero; box {64, 64, 1, 1} for Q and dO, {64, 128, 1, 1} for K and V.
 // lse_log2, dpsum: FP32 (B, H, S_pad); dq_accum: FP32 (B, H, S_pad, D); S_pad = S_q rounded up to BLOCK_M.
 // Covers: MHA and GQA (H a multiple of H_kv), causal (bottom-right aligned) or not, any S_q, S_kv >= 1,
-//   head dim 64. Not covered (refused by the host before a launch): varlen, score_mod / mask_mod.
+//   varlen (cu_seqlens_q / cu_seqlens_k: packed (total, H, D) tensors, B sequences, S_q / S_kv the longest),
+//   head dim 64. Not covered (refused by the host before a launch): score_mod / mask_mod.
 // ==== end section: launch ====
 // ==== section: helpers ====
 // ---------------------------------------------------------------------------
@@ -507,6 +510,8 @@ struct BwdCtx {
   const float* dpsum;     // (B, H, S_pad)
   float* dq_accum;        // (B, H, S_pad, D)
   int* dq_semaphore;      // (B, H, S_pad / BLOCK_M) deterministic dQ turns (null: atomic)
+  const int* cu_seqlens_q;  // varlen: (B + 1) first packed row of each sequence (null: dense B x S tensors)
+  const int* cu_seqlens_k;
   __nv_bfloat16* dk;
   int64_t dk_stride_b, dk_stride_h, dk_stride_s;
   __nv_bfloat16* dv;
@@ -530,7 +535,11 @@ struct BwdCtx {
 struct BwdItem {
   int b, h_kv, kv_tile, h0;
   int q_lo, q_full_lo, n_q;
+  int len_q, len_kv;    // the sequence's lengths (dense: S_q, S_kv)
+  int q_row0, kv_row0;  // its first row in packed varlen tensors (dense: 0)
+  int tma_b;            // the TMA maps' batch coordinate (varlen: 0, one packed "batch")
   bool partial;
+  bool valid;           // false for a K/V tile past a shorter varlen sequence's keys: every role skips it
   __device__ __forceinline__ int visits_per_head() const { return n_q - q_lo; }
 };
 __device__ __forceinline__ BwdItem decode_item(const BwdCtx& c, int work) {
@@ -541,14 +550,28 @@ __device__ __forceinline__ BwdItem decode_item(const BwdCtx& c, int work) {
   w.b = rest / c.heads_kv;
   w.h_kv = rest % c.heads_kv;
   w.h0 = w.h_kv * c.group();
-  w.n_q = (c.seq_q + BLOCK_M - 1) / BLOCK_M;
+  if (c.cu_seqlens_q != nullptr) {  // varlen: packed (total, H, D) tensors
+    w.q_row0 = c.cu_seqlens_q[w.b];
+    w.len_q = c.cu_seqlens_q[w.b + 1] - w.q_row0;
+    w.kv_row0 = c.cu_seqlens_k[w.b];
+    w.len_kv = c.cu_seqlens_k[w.b + 1] - w.kv_row0;
+    w.tma_b = 0;
+  } else {
+    w.q_row0 = 0;
+    w.len_q = c.seq_q;
+    w.kv_row0 = 0;
+    w.len_kv = c.seq_kv;
+    w.tma_b = w.b;
+  }
+  w.n_q = (w.len_q + BLOCK_M - 1) / BLOCK_M;
   const int first_key = w.kv_tile * BLOCK_N;
-  const int last_key = min(first_key + BLOCK_N, c.seq_kv) - 1;
-  w.partial = first_key + BLOCK_N > c.seq_kv;
+  w.valid = first_key < w.len_kv;
+  const int last_key = min(first_key + BLOCK_N, w.len_kv) - 1;
+  w.partial = first_key + BLOCK_N > w.len_kv;
   w.q_lo = 0;
   w.q_full_lo = 0;
-  if (c.causal()) {  // bottom-right aligned: row r sees keys <= r + seq_kv - seq_q
-    const int off = c.seq_kv - c.seq_q;
+  if (c.causal()) {  // bottom-right aligned: row r sees keys <= r + len_kv - len_q
+    const int off = w.len_kv - w.len_q;
     const int first_row = first_key - off;  // the first row that sees the tile's first key
     w.q_lo = first_row > 0 ? first_row / BLOCK_M : 0;
     const int every_row = last_key - off;  // rows >= this see every key of the tile
@@ -683,6 +706,7 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int col) {
 __device__ __forceinline__ void role_load(const BwdCtx& c) {
   const BwdItem w = decode_item(c, (int)blockIdx.x);
   const int work = blockIdx.x;
+  if (!w.valid) return;  // a K/V tile past its varlen sequence's keys: the consumers skip it too
   const int per_head = w.visits_per_head();
   const int visits = per_head * c.group();
   if (elect_one()) {
@@ -690,11 +714,11 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
     #pragma unroll
     for (int sl = 0; sl < TMA_SLICES; ++sl)  // K tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
       tma_load_4d(c.smem + SMEM_K + sl * KV_SLICE_BYTES, c.tmap_k,
-                  c.bar(BAR_KV_FULL), sl * TMA_BOX_INNER, w.kv_tile * BLOCK_N, w.h_kv, w.b);
+                  c.bar(BAR_KV_FULL), sl * TMA_BOX_INNER, w.kv_row0 + w.kv_tile * BLOCK_N, w.h_kv, w.tma_b);
     #pragma unroll
     for (int sl = 0; sl < TMA_SLICES; ++sl)  // V tile: TMA_SLICES boxes of 64 columns x BLOCK_N rows
       tma_load_4d(c.smem + SMEM_V + sl * KV_SLICE_BYTES, c.tmap_v,
-                  c.bar(BAR_KV_FULL), sl * TMA_BOX_INNER, w.kv_tile * BLOCK_N, w.h_kv, w.b);
+                  c.bar(BAR_KV_FULL), sl * TMA_BOX_INNER, w.kv_row0 + w.kv_tile * BLOCK_N, w.h_kv, w.tma_b);
     #pragma unroll 1
     for (int v = 0; v < visits; ++v) {  // visits: query head major, Q tile ascending
       const int h = w.h0 + v / per_head;
@@ -705,11 +729,11 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
         tma_load_4d(c.smem + SMEM_Q + st * Q_TILE_BYTES + sl * Q_SLICE_BYTES, c.tmap_q,
-                    c.bar(BAR_Q_FULL + st), sl * TMA_BOX_INNER, i * BLOCK_M, h, w.b);
+                    c.bar(BAR_Q_FULL + st), sl * TMA_BOX_INNER, w.q_row0 + i * BLOCK_M, h, w.tma_b);
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // DO tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
         tma_load_4d(c.smem + SMEM_DO + st * Q_TILE_BYTES + sl * Q_SLICE_BYTES, c.tmap_do,
-                    c.bar(BAR_Q_FULL + st), sl * TMA_BOX_INNER, i * BLOCK_M, h, w.b);
+                    c.bar(BAR_Q_FULL + st), sl * TMA_BOX_INNER, w.q_row0 + i * BLOCK_M, h, w.tma_b);
       bulk_load(c.smem + SMEM_LSE + st * ROW_VEC_BYTES, c.lse_log2 + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 256, c.bar(BAR_Q_FULL + st));
       bulk_load(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES, c.dpsum + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 256, c.bar(BAR_Q_FULL + st));
     }
@@ -736,7 +760,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
   const int col_base = 2 * (lane % 4);     // + 8 (i / 4) + i % 2
   const int key0 = w.kv_tile * BLOCK_N + WG_KEYS * wg;  // this warpgroup's first key in the sequence
   const float scale_log2 = c.scale_log2();
-  const int off = c.seq_kv - c.seq_q;
+  if (!w.valid) return;  // a K/V tile past its varlen sequence's keys: the producer skips it too
+  const int off = w.len_kv - w.len_q;
   float dk[KV_ACC_REGS], dv[KV_ACC_REGS];
 #pragma unroll
   for (int r = 0; r < KV_ACC_REGS; ++r) {
@@ -775,8 +800,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       float x1 = fmaf(s[r + 1], scale_log2, -lse2.y);
       if (masked) {  // query row i BLOCK_M + col sees keys < min(S_kv, row + S_kv - S_q + 1) (causal)
         const int row = i * BLOCK_M + col;
-        const int limit0 = c.causal() ? min(c.seq_kv, row + off + 1) : c.seq_kv;
-        const int limit1 = c.causal() ? min(c.seq_kv, row + off + 2) : c.seq_kv;  // row + 1
+        const int limit0 = c.causal() ? min(w.len_kv, row + off + 1) : w.len_kv;
+        const int limit1 = c.causal() ? min(w.len_kv, row + off + 2) : w.len_kv;  // row + 1
         if (key >= limit0) x0 = -INFINITY;
         if (key >= limit1) x1 = -INFINITY;
       }
@@ -832,9 +857,11 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
   for (int r = 0; r < KV_ACC_REGS; r += 2) {
     const int key = key0 + key_row + 8 * ((r / 2) % 2);
     const int col = 8 * (r / 4) + col_base;
-    if (key < c.seq_kv) {
-      __nv_bfloat16* k_out = c.dk + w.b * c.dk_stride_b + w.h_kv * c.dk_stride_h + key * c.dk_stride_s + col;
-      __nv_bfloat16* v_out = c.dv + w.b * c.dv_stride_b + w.h_kv * c.dv_stride_h + key * c.dv_stride_s + col;
+    if (key < w.len_kv) {  // rows of the packed tensors under varlen (w.tma_b 0, w.kv_row0 the sequence's first)
+      __nv_bfloat16* k_out = c.dk + w.tma_b * c.dk_stride_b + w.h_kv * c.dk_stride_h + (w.kv_row0 + key) * c.dk_stride_s
+                             + col;
+      __nv_bfloat16* v_out = c.dv + w.tma_b * c.dv_stride_b + w.h_kv * c.dv_stride_h + (w.kv_row0 + key) * c.dv_stride_s
+                             + col;
       *reinterpret_cast<uint32_t*>(k_out) = pack_bf16x2(dk[r] * c.softmax_scale, dk[r + 1] * c.softmax_scale);
       *reinterpret_cast<uint32_t*>(v_out) = pack_bf16x2(dv[r], dv[r + 1]);
     }
@@ -850,7 +877,8 @@ b200c_attention_backward(const __grid_constant__ CUtensorMap tmap_q, const __gri
     __nv_bfloat16* __restrict__ dk, const int64_t dk_stride_b, const int64_t dk_stride_h, const int64_t dk_stride_s,
     __nv_bfloat16* __restrict__ dv, const int64_t dv_stride_b, const int64_t dv_stride_h, const int64_t dv_stride_s,
     const int batch, const int heads, const int heads_kv, const int seq_q, const int seq_kv, const int seq_pad,
-    const int causal, const float softmax_scale) {
+    const int causal, const float softmax_scale, const int* __restrict__ cu_seqlens_q,
+    const int* __restrict__ cu_seqlens_k) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   BwdCtx c;
   c.smem = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 128B-swizzled tiles need 1024-B alignment
@@ -878,6 +906,8 @@ b200c_attention_backward(const __grid_constant__ CUtensorMap tmap_q, const __gri
   c.seq_pad = seq_pad;
   c.causal_flag = causal;
   c.softmax_scale = softmax_scale;
+  c.cu_seqlens_q = cu_seqlens_q;
+  c.cu_seqlens_k = cu_seqlens_k;
   if (threadIdx.x == 0) {
     for (uint32_t i = 0; i < 1; ++i) mbar_init(c.bar(BAR_KV_FULL + i), 1);
     for (uint32_t i = 0; i < 2; ++i) mbar_init(c.bar(BAR_Q_FULL + i), 1);
@@ -907,22 +937,25 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
     const int64_t dout_stride_h, const int64_t dout_stride_s, const float* __restrict__ lse,
     const int64_t lse_stride_b, const int64_t lse_stride_h, const int64_t lse_stride_s,
     float* __restrict__ lse_log2, float* __restrict__ dpsum, float* __restrict__ dq_accum,
-    int* __restrict__ dq_semaphore, const int seq_q, const int seq_pad) {
+    int* __restrict__ dq_semaphore, const int seq_q, const int seq_pad, const int* __restrict__ cu_seqlens_q) {
   constexpr int LANES_PER_ROW = HEAD_DIM / 8;
   constexpr int ROWS_PER_PASS = 128 / LANES_PER_ROW;
   const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
   const int part = threadIdx.x % LANES_PER_ROW;
   const size_t vec0 = ((size_t)b * heads + h) * seq_pad;
+  // varlen: this sequence's rows of the packed (total, H, D) tensors (their batch strides are 0)
+  const int row0 = cu_seqlens_q != nullptr ? cu_seqlens_q[b] : 0;
+  const int len_q = cu_seqlens_q != nullptr ? cu_seqlens_q[b + 1] - row0 : seq_q;
   if (dq_semaphore != nullptr && threadIdx.x == 0)  // deterministic dQ: no turn taken yet for this Q tile
     dq_semaphore[((size_t)b * heads + h) * gridDim.x + blockIdx.x] = 0;
   for (int r = threadIdx.x / LANES_PER_ROW; r < BLOCK_M; r += ROWS_PER_PASS) {
     const int row = blockIdx.x * BLOCK_M + r;
     float acc = 0.f;
-    if (row < seq_q) {
-      const uint4 o8 = *reinterpret_cast<const uint4*>(out + b * out_stride_b + h * out_stride_h + row * out_stride_s
-                                                       + 8 * part);
+    if (row < len_q) {
+      const uint4 o8 = *reinterpret_cast<const uint4*>(out + b * out_stride_b + h * out_stride_h
+                                                       + (row0 + row) * out_stride_s + 8 * part);
       const uint4 g8 = *reinterpret_cast<const uint4*>(dout + b * dout_stride_b + h * dout_stride_h
-                                                       + row * dout_stride_s + 8 * part);
+                                                       + (row0 + row) * dout_stride_s + 8 * part);
       const uint32_t ow[4] = {o8.x, o8.y, o8.z, o8.w}, gw[4] = {g8.x, g8.y, g8.z, g8.w};
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc += bf16x2_lo(ow[k]) * bf16x2_lo(gw[k]) + bf16x2_hi(ow[k]) * bf16x2_hi(gw[k]);
@@ -932,8 +965,8 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
     if (part == 0) {
       dpsum[vec0 + row] = acc;
       float l = INFINITY;  // padding rows and rows that saw no key (LSE -inf): P = exp2(x - inf) = 0
-      if (row < seq_q) {
-        const float v = lse[b * lse_stride_b + h * lse_stride_h + row * lse_stride_s];
+      if (row < len_q) {
+        const float v = lse[b * lse_stride_b + h * lse_stride_h + (row0 + row) * lse_stride_s];
         if (v != -INFINITY) l = v * 1.4426950408889634f;
       }
       lse_log2[vec0 + row] = l;
@@ -948,14 +981,16 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
 extern "C" __global__ void __launch_bounds__(128)
 b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bfloat16* __restrict__ dq, const int64_t dq_stride_b,
     const int64_t dq_stride_h, const int64_t dq_stride_s, const int seq_q, const int seq_pad,
-    const float softmax_scale) {
+    const float softmax_scale, const int* __restrict__ cu_seqlens_q) {
   constexpr int LANES_PER_ROW = HEAD_DIM / 8;
   constexpr int ROWS_PER_PASS = 128 / LANES_PER_ROW;
   const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
   const int part = threadIdx.x % LANES_PER_ROW;
+  const int row0 = cu_seqlens_q != nullptr ? cu_seqlens_q[b] : 0;  // varlen: as the preprocess
+  const int len_q = cu_seqlens_q != nullptr ? cu_seqlens_q[b + 1] - row0 : seq_q;
   for (int r = threadIdx.x / LANES_PER_ROW; r < BLOCK_M; r += ROWS_PER_PASS) {
     const int row = blockIdx.x * BLOCK_M + r;
-    if (row >= seq_q) continue;
+    if (row >= len_q) continue;
     const float4* a = reinterpret_cast<const float4*>(dq_accum + (((size_t)b * heads + h) * seq_pad + row) * HEAD_DIM)
                       + 2 * part;
     const float4 x = a[0], y = a[1];
@@ -964,7 +999,8 @@ b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bf
     packed.y = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
     packed.z = pack_bf16x2(y.x * softmax_scale, y.y * softmax_scale);
     packed.w = pack_bf16x2(y.z * softmax_scale, y.w * softmax_scale);
-    *reinterpret_cast<uint4*>(dq + b * dq_stride_b + h * dq_stride_h + row * dq_stride_s + 8 * part) = packed;
+    *reinterpret_cast<uint4*>(dq + b * dq_stride_b + h * dq_stride_h + (row0 + row) * dq_stride_s + 8 * part) =
+        packed;
   }
 }
 // ==== end section: entry ====
