@@ -401,3 +401,28 @@ def test_launch_layer_input_checks():
         attention_backward(odd, q, q, q, q, torch.zeros(1, 2, 64))  # accepted as it is
         with pytest.raises(LaunchError, match="lse is on meta and q on cpu"):
             attention_backward(q, q, q, q, q, torch.zeros(1, 2, 64, device="meta"))
+
+
+def test_varlen_backward_launch_rules():
+    """Found by review: a dO of stride 0 (the gradient of out.sum()) is copied before the kernels' vector
+    loads read it; sequences longer than max_seqlen are refused by name (as the forward's check), not read
+    past the buffers; no keys or no queries anywhere: zero gradients without a launch."""
+    import torch
+
+    from b200c.runtime import fake_driver
+    from b200c.runtime.backward_launch import attention_backward_varlen
+
+    h, d = 2, 128
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32)
+    q, out = (torch.randn(300, h, d).to(torch.bfloat16) for _ in range(2))
+    lse = torch.randn(h, 300)
+    dout = torch.ones(1, 1, 1).to(torch.bfloat16).expand(300, h, d)  # stride (0, 0, 0)
+    with fake_driver.install(target="sm90a") as fd:
+        attention_backward_varlen(q, q, q, out, dout, lse, cu, cu, 200, 200)
+        (pre, _, _) = fd.launches
+        assert (pre.params["dout_stride_h"], pre.params["dout_stride_s"]) != (0, 0)  # a copy, not stride 0
+        with pytest.raises(b200c.LaunchError, match="max_seqlen"):
+            attention_backward_varlen(q, q, q, out, out, lse, cu, cu, 150, 200)  # a sequence of 200 rows
+        empty = torch.tensor([0, 0, 0], dtype=torch.int32)
+        grads = attention_backward_varlen(q, q, q, out, out, lse, cu, empty, 200, 0)
+        assert len(fd.launches) == 3 and all(bool((g == 0).all()) for g in grads)  # no new launch, zeros

@@ -405,29 +405,41 @@ def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
             sequence).
 
     Returns:
-        ``(dq, dk, dv)`` BF16 tensors of q's, k's and v's shapes (rows of an empty sequence untouched: none).
+        ``(dq, dk, dv)`` BF16 tensors of q's, k's and v's shapes (rows outside every sequence: 0).
 
     Raises:
-        LaunchError: the varlen input rules (:func:`b200c.runtime.varlen.validate_varlen`), ``out``,
-            ``dout`` or ``lse`` of the wrong shape or dtype. BackwardNotSupportedError, BuildError: as
+        LaunchError: the varlen input rules (:func:`b200c.runtime.varlen.validate_varlen`, the values of
+            cu_seqlens as :func:`b200c.runtime.varlen.check_seqlens`: checked unless a CUDA graph is being
+            captured), ``out``, ``dout`` or ``lse`` of the wrong shape, dtype or device. BackwardNotSupportedError, BuildError: as
             :func:`attention_backward`.
     """
-    from .varlen import validate_varlen
+    from .varlen import _capturing, check_devices, check_seqlens, validate_varlen
 
     schedule = _schedule_for(q, schedule, deterministic)
     p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_device=False)
+    check_devices(q, k, v, cu_seqlens_q, cu_seqlens_k)
     for name, t in (("out", out), ("dout", dout)):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(q.shape) or t.dtype != torch.bfloat16:
             raise LaunchError(f"attention_backward_varlen: {name} must be BF16 of q's shape {tuple(q.shape)}")
     if not isinstance(lse, torch.Tensor) or lse.dtype != torch.float32 or tuple(lse.shape) != (q.shape[1], q.shape[0]):
         raise LaunchError(f"attention_backward_varlen: lse must be FP32 (H, total_q) = {(q.shape[1], q.shape[0])}")
+    for name, t in (("out", out), ("dout", dout), ("lse", lse)):
+        if t.device != q.device:
+            raise LaunchError(f"attention_backward_varlen: {name} is on {t.device} and q on {q.device}; every "
+                              "tensor must be on q's device")
+    if not _capturing(q):  # as the forward: no sequence longer than its max_seqlen (a sync; skipped in capture)
+        check_seqlens(cu_seqlens_q, cu_seqlens_k, p)
+    # rows outside every sequence (cu_seqlens may start past 0 or end before the last row) get gradient 0
+    dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    if not p.needs_launch or p.seq_q == 0:  # no keys or no queries anywhere: every gradient is 0
+        return dq, dk, dv
     gen = _generated(schedule.to_json())
     if q.shape[-1] != gen.layout.head_dim:
         raise BackwardNotSupportedError(f"attention_backward_varlen: head dim {q.shape[-1]}; this module is built "
                                         f"for {gen.layout.head_dim}")
-    view = lambda t: _tma_ready(t).unsqueeze(0).transpose(1, 2)  # noqa: E731  (1, H, total, D)
+    # (1, H, total, D) views; _tma_ready copies what TMA cannot read (a gradient of out.sum() has stride 0)
+    view = lambda t: _tma_ready(t.unsqueeze(0).transpose(1, 2))  # noqa: E731
     q4, k4, v4, out4, dout4 = (view(t) for t in (q, k, v, out, dout))
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     out_view = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731  fresh contiguous outputs
     _run(gen, q4, k4, v4, out4, dout4, lse.unsqueeze(0), out_view(dq), out_view(dk), out_view(dv), p.batch, p.heads,
          p.heads_kv, p.seq_q, p.seq_kv, q.shape[-1], causal, scale,

@@ -166,11 +166,12 @@ def test_varlen_backward_matches_autograd_per_sequence(d, causal):
     scale = 1.0 / math.sqrt(d)
     cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device="cuda")
-    q = torch.randn(sum(lens_q), h, d, device="cuda").to(torch.bfloat16)
-    k, v = (torch.randn(sum(lens_k), hk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
+    # 5 query rows and 7 key rows past the last sequence: no sequence covers them, their gradients are 0
+    q = torch.randn(sum(lens_q) + 5, h, d, device="cuda").to(torch.bfloat16)
+    k, v = (torch.randn(sum(lens_k) + 7, hk, d, device="cuda").to(torch.bfloat16) for _ in range(2))
     dout = torch.randn_like(q)
-    out = torch.empty_like(q)
-    lse = torch.empty(h, q.shape[0], device="cuda")
+    out = torch.zeros_like(q)
+    lse = torch.full((h, q.shape[0]), float("-inf"), device="cuda")
     refs = []
     for i in range(len(lens_q)):
         rq, rk = slice(int(cu_q[i]), int(cu_q[i + 1])), slice(int(cu_k[i]), int(cu_k[i + 1]))
@@ -189,6 +190,7 @@ def test_varlen_backward_matches_autograd_per_sequence(d, causal):
     dq, dk, dv = attention_backward_varlen(q, k, v, out, dout, lse, cu_q, cu_k, max(lens_q), max(lens_k),
                                            causal=causal, scale=scale)
     torch.cuda.synchronize()
+    assert bool((dq[-5:] == 0).all()) and bool((dk[-7:] == 0).all()) and bool((dv[-7:] == 0).all())
     for rq, rk, qf, kf, vf, qb, kb, vb in refs:
         for name, got, r, rb in (("dQ", dq[rq], qf.grad, qb.grad), ("dK", dk[rk], kf.grad, kb.grad),
                                  ("dV", dv[rk], vf.grad, vb.grad)):
