@@ -8,8 +8,11 @@ nothing: a user opts in with ``activate_flash_attention_impl("b200c")`` and opts
 ``aten::_scaled_dot_product_flash_attention`` (what SDPA's flash backend calls, eagerly, under
 ``torch.compile`` (Inductor calls it as an extern kernel) and in CUDA graph capture) is b200c's: the
 built-in schedule of the device's native target for the head dim (``b200c.attention(schedule=None)``,
-the Hopper presets on an H100/H200). The autograd formula stays torch's: the backward is torch's own
-flash backward on b200c's output and log-sum-exp (the same (B, H, S_q) natural-log format).
+the Hopper presets on an H100/H200). The autograd formula stays torch's; the kernel of its backward op
+``aten::_scaled_dot_product_flash_attention_backward`` is b200c's too where its sm90a backward kernels
+cover the call (compute capability 9.0, head dim 64 or 128, and until their GPU tests pass the opt-in
+``B200C_UNVERIFIED_BACKWARD=1``), torch's own flash backward otherwise, on b200c's output and
+log-sum-exp (the same (B, H, S_q) natural-log format).
 
 Calls b200c does not serve fall back to torch's memory-efficient kernel (``aten::_scaled_dot_product_
 efficient_attention``, the same semantics): float16 inputs, head dims other than 64/128/256, a causal
@@ -21,6 +24,7 @@ SDPA picks is torch's decision: on Hopper GPUs it ranks cuDNN before flash, so r
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 NAME = "b200c"
@@ -71,6 +75,12 @@ def activate(dispatch_key: str = "CUDA") -> Handle:
 
     lib = torch.library.Library("aten", "IMPL", dispatch_key)
     lib.impl("_scaled_dot_product_flash_attention", flash_forward, dispatch_key)
+    try:  # torch's own kernel, for the backward calls b200c's kernels do not cover
+        original = torch.library.get_kernel("aten::_scaled_dot_product_flash_attention_backward", dispatch_key)
+    except RuntimeError:  # no kernel for this key (the CPU key the tests use)
+        original = None
+    lib.impl("_scaled_dot_product_flash_attention_backward", functools.partial(flash_backward, original),
+             dispatch_key, with_keyset=True)
     return Handle(lib)
 
 
@@ -87,6 +97,44 @@ def _reason(query, key, value, is_causal: bool):
     if is_causal and query.shape[2] != key.shape[2]:
         return "a top-left aligned causal mask with S_q != S_kv"
     return None
+
+
+def _backward_reason(query, key, dropout_p: float, is_causal: bool):
+    """Why b200c's backward kernels do not serve this flash backward (None: they do)."""
+    import torch
+
+    from . import backward_launch
+
+    if dropout_p != 0.0:
+        return f"dropout_p={dropout_p}"
+    if query.dtype != torch.bfloat16 or query.dim() != 4:
+        return f"a {query.dim()}-D {query.dtype} query"
+    if is_causal and query.shape[2] != key.shape[2]:
+        return "a top-left aligned causal mask with S_q != S_kv"
+    why = backward_launch.backward_reason(query)
+    return None if why is None else why[1]
+
+
+def flash_backward(original, keyset, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+                   max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    """``aten::_scaled_dot_product_flash_attention_backward`` by b200c's sm90a backward kernels where they
+    cover the call (compute capability 9.0, head dim 64 or 128, no dropout, bfloat16, the opt-in
+    ``B200C_UNVERIFIED_BACKWARD=1`` until their GPU tests pass); otherwise torch's own kernel
+    (``original``), as before. Returns ``(grad_query, grad_key, grad_value)``.
+
+    Raises:
+        NotImplementedError: a call the kernels do not cover on a dispatch key without a torch kernel.
+    """
+    why = _backward_reason(query, key, dropout_p, is_causal)
+    if why is None:
+        from . import backward_launch
+
+        return backward_launch.attention_backward(query, key, value, out, grad_out, logsumexp, causal=is_causal,
+                                                  scale=scale)
+    if original is None:
+        raise NotImplementedError(f"b200c's flash provider: no kernel for this backward ({why}) on this device")
+    return original.call_boxed(keyset, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
+                               max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=scale)
 
 
 def flash_forward(query, key, value, dropout_p: float = 0.0, is_causal: bool = False,
@@ -127,4 +175,4 @@ def flash_forward(query, key, value, dropout_p: float = 0.0, is_causal: bool = F
                                                                                         dtype=query.dtype)
 
 
-__all__ = ["NAME", "available", "register", "activate", "flash_forward", "Handle"]
+__all__ = ["NAME", "available", "register", "activate", "flash_forward", "flash_backward", "Handle"]
