@@ -33,6 +33,7 @@ def test_the_built_in_backward_schedules_fit_their_budgets():
     assert {d: p.acc_regs for d, p in plans.items()} == {64: 128, 128: 192, 256: 192}
     assert all(p.reg_pool == (128 * (24 + 2 * 240), 384 * 168) and p.threads == 384 for p in plans.values())
     assert "SMEM k 32768 B" in plans[128].describe()
+    assert "dQ split by columns" in plans[128].describe() and "dQ split by keys" in plans[64].describe()
 
 
 def test_fa3_tiles_fit():

@@ -61,6 +61,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
     acc_parts: tuple
     reg_pool: tuple
     offsets: tuple = ()
+    dq_shape: tuple = ()  # (head_dim, mma_warpgroups): what dq_split decides from
 
     def describe(self) -> str:
         """A few lines for ``--emit plan``-style printing."""
@@ -68,8 +69,15 @@ class BackwardPlan(msgspec.Struct, frozen=True):
                  "  SMEM " + ", ".join(f"{n} {b} B" for n, b in self.smem) + f": {self.smem_bytes} B",
                  "  accumulators per consumer thread: " + ", ".join(f"{n} {r}" for n, r in self.acc_parts)
                  + f" (peak {self.acc_regs})",
-                 f"  register pool: {self.reg_pool[0]} of {self.reg_pool[1]}"]
+                 f"  register pool: {self.reg_pool[0]} of {self.reg_pool[1]} registers (the setmaxnreg budgets x 128 "
+                 "threads per warpgroup, of the CTA's launch allocation)",
+                 f"  dQ split by {_SPLIT_TEXT[dq_split(*self.dq_shape)]}" if self.dq_shape else ""]
+        lines = [ln for ln in lines if ln]
         return "\n".join(lines)
+
+
+_SPLIT_TEXT = {"columns": "columns (each consumer warpgroup: its columns over every key)",
+               "keys": "keys (each consumer warpgroup: every column over its own keys)"}
 
 
 def dq_split(head_dim: int, mma_warpgroups: int) -> str:
@@ -148,7 +156,8 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"backward schedule {s.name!r}: setmaxnreg budgets take {used} registers (128 x ({s.producer_regs} + "
             f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
             "lower consumer_regs or producer_regs")
-    return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets))
+    return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets),
+                        (d, s.mma_warpgroups))
 
 
 __all__ = ["BackwardPlan", "dq_split", "plan_backward", "RESERVED_REGS"]
