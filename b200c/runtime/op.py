@@ -455,6 +455,20 @@ _LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (re
                 "kernels take the gradient of the output only: detach the LSE")
 
 
+def _refuse_backward(q, grad_lse) -> None:
+    """The backward ops' own refusals, at run time: a non-zero gradient into a returned LSE (an empty or
+    all-zero one is what torch passes for an LSE the loss does not use), the missing opt-in. The device's
+    and head dim's refusals are the launch layer's."""
+    from ..errors import BackwardNotSupportedError
+    from . import backward_launch
+
+    if grad_lse is not None and bool(grad_lse.ne(0).any()):
+        raise BackwardNotSupportedError(_LSE_REFUSAL)
+    why = backward_launch.backward_reason(q)
+    if why is not None and why[0] == "grad:unverified":
+        raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
+
+
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
 def attention_backward_op(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
@@ -471,14 +485,9 @@ def attention_backward_op(
             (``B200C_UNVERIFIED_BACKWARD``), a device other than compute capability 9.0 (the backward
             kernels are sm_90a only), or an input the kernels do not cover yet (head dim 256).
     """
-    from ..errors import BackwardNotSupportedError
     from . import backward_launch
 
-    if grad_lse is not None and bool(grad_lse.ne(0).any()):
-        raise BackwardNotSupportedError(_LSE_REFUSAL)
-    why = backward_launch.backward_reason(q)  # the device's or head dim's refusal: the launch layer's own
-    if why is not None and why[0] == "grad:unverified":
-        raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
+    _refuse_backward(q, grad_lse)
     return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale)
 
 
@@ -495,24 +504,17 @@ def attention_varlen_backward_op(
     Raises:
         BackwardNotSupportedError: as :func:`attention_backward_op`.
     """
-    from ..errors import BackwardNotSupportedError
     from . import backward_launch
 
-    if grad_lse is not None and grad_lse.numel() and bool(grad_lse.ne(0).any()):
-        raise BackwardNotSupportedError(_LSE_REFUSAL)
-    why = backward_launch.backward_reason(q)
-    if why is not None and why[0] == "grad:unverified":
-        raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
+    _refuse_backward(q, grad_lse)
     return backward_launch.attention_backward_varlen(q, k, v, out, grad_out, lse, cu_seqlens_q, cu_seqlens_k,
                                                      max_seqlen_q, max_seqlen_k, causal=causal, scale=softmax_scale)
 
 
-@attention_varlen_backward_op.register_fake
-def _attention_varlen_backward_fake(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                    max_seqlen_k, softmax_scale, causal, grad_lse=None):
+def _backward_fake(grad_out, q, k, v, *rest, **kwargs):
+    """Both backward ops' fake impl: dQ, dK, dV shaped as q, k, v."""
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
 
 
-@attention_backward_op.register_fake
-def _attention_backward_fake(grad_out, q, k, v, out, lse, softmax_scale, causal, grad_lse=None):
-    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
+attention_backward_op.register_fake(_backward_fake)
+attention_varlen_backward_op.register_fake(_backward_fake)
