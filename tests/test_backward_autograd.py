@@ -177,9 +177,10 @@ def test_scale_default_is_one_over_sqrt_d(host_backward):
 # ---- the SDPA drop-in (issue 48 step 4): gradients through b200c where its backward kernels cover the call ----
 
 
-def test_dropin_with_grad_runs_b200c_forward_and_backward(host_backward):
+@pytest.mark.parametrize("d", [64, 256])
+def test_dropin_with_grad_runs_b200c_forward_and_backward(host_backward, d):
     torch.manual_seed(3)
-    b, h, hk, s, d = 1, 4, 2, 80, 64
+    b, h, hk, s = 1, 4, 2, 80
     q = torch.randn(b, h, s, d).to(BF16).requires_grad_()
     k = torch.randn(b, hk, s, d).to(BF16).requires_grad_()
     v = torch.randn(b, hk, s, d).to(BF16).requires_grad_()
@@ -204,10 +205,12 @@ def test_dropin_with_grad_runs_b200c_forward_and_backward(host_backward):
     ("head_dim", "at head dim 256"),
     ("device", "on compute capability 10.0"),
 ])
-def test_dropin_with_grad_falls_back_where_the_backward_does_not_cover(host_backward, case, match):
+def test_dropin_with_grad_falls_back_where_the_backward_does_not_cover(host_backward, monkeypatch, case, match):
     from b200c.errors import FallbackWarning
 
     d = 256 if case == "head_dim" else 128
+    if case == "head_dim":  # every built-in head dim is covered now: a generator that covers fewer
+        monkeypatch.setattr(backward_launch, "covered_head_dims", lambda: (64, 128))
     q = torch.randn(1, 2, 64, d).to(BF16).requires_grad_()
     k, v = torch.randn(1, 2, 64, d).to(BF16), torch.randn(1, 2, 64, d).to(BF16)
     mask = torch.ones(64, 64, dtype=torch.bool).tril() if case == "mask" else None

@@ -51,11 +51,35 @@ def test_d64_layout_by_hand():
         {"ds_ready": (1, 1, 256)}
 
 
+def test_d256_layout_by_hand():
+    """Head dim 256, 64 x 64 tiles: dK and dV of 64 keys x 256 columns would take 256 registers per thread in
+    one warpgroup, so the two warpgroups split them by columns (128 each: warpgroup 1's B operands start at the
+    third 64-column slice of Q and dO, 2 x 64 rows x 128 B further on) and each computes S^T and dP^T of all 64
+    keys; each stores half of the dS^T rows (two of its four warps), and dQ is split by columns as at 128."""
+    lay = backward_layout(b200c.default_backward_schedule(256))
+    kb = 64 * 256 * 2  # one 64-key x 256-column BF16 tile (also one 64-row Q tile)
+    assert (lay.block_m, lay.block_n, lay.q_stages, lay.slices, lay.threads) == (64, 64, 2, 4, 384)
+    assert (lay.kv_split, lay.wg_keys, lay.wg_key_stride, lay.kv_cols, lay.kv_wg_col_bytes, lay.kv_wg_col0,
+            lay.ds_rows_by_warp) == ("columns", 64, 0, 128, 2 * 64 * 128, 128, True)
+    assert (lay.dq_split, lay.dq_cols, lay.dq_keys, lay.dq_wg_key_bytes, lay.dq_wg_col_bytes, lay.dq_wg_col0) == \
+        ("columns", 128, 64, 0, 2 * 64 * 128, 128)
+    offsets = {name: off for name, off, _, _ in lay.regions}
+    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 4 * kb, "ds": 6 * kb, "lse": 6 * kb + 2 * 64 * 64 * 2,
+                       "dpsum": 6 * kb + 2 * 64 * 64 * 2 + 1024, "barriers": 6 * kb + 2 * 64 * 64 * 2 + 1024 + 512}
+    assert lay.smem_bytes == offsets["barriers"] + 5 * 8 + 1024
+    assert {nb.name: (nb.first_id, nb.count, nb.threads) for nb in _ir(256).plan.named_barriers} == \
+        {"ds_ready": (1, 1, 256)}  # each warpgroup's dQ reads the dS^T rows both stored
+    src = generate_backward(b200c.default_backward_schedule(256)).source
+    assert "wgmma_rs_n<128>" in src and "wgmma_ss_tt_n<128>" in src and "wgmma_rs_n<256>" not in src
+    assert "constexpr bool DS_ROWS_BY_WARP = true" in src
+    d128 = generate_backward(b200c.default_backward_schedule(128)).source
+    assert "constexpr bool DS_ROWS_BY_WARP = false" in d128 and "constexpr int WG_KEY_STRIDE = 64;" in d128
+
+
 @pytest.mark.parametrize("change,word", [
     (dict(head_dim=64, block_m=128), "block_m = 128"),
-    (dict(head_dim=256, block_n=64, q_stages=1), "head dim 256"),
     (dict(block_m=32), "block_m = 32"),
-    (dict(block_n=64), "block_n = 64"),
+    (dict(block_n=32), "block_n = 32 at head dim 128"),  # dK, dV split by columns: 64 keys only
     (dict(persistent=True), "persistent"),
 ])
 def test_not_yet_generated_is_refused_by_name(change, word):
@@ -70,7 +94,7 @@ def _schedule(d, deterministic=False):
     return s.replace(dq_reduction="deterministic", name=s.name + "_deterministic") if deterministic else s
 
 
-@pytest.mark.parametrize("d,deterministic", [(64, False), (128, False), (128, True)])
+@pytest.mark.parametrize("d,deterministic", [(64, False), (128, False), (128, True), (256, False)])
 def test_golden(request, d, deterministic):
     g = generate_backward(_schedule(d, deterministic))
     golden = GOLDEN / f"hopper_backward_d{d}{'_deterministic' if deterministic else ''}.cu"
@@ -84,14 +108,18 @@ def test_golden(request, d, deterministic):
 
 
 # per head dim: the visit loop's wgmmas and MUFU.EX2, and its static SASS instructions with nvcc 13.0.88
-# (pinned on purpose; nvcc 13.5.37 gives 831 at 128 and 841 at 64). Wgmmas per consumer warpgroup and
-# visit: S^T and dP^T D / 16 each (k16 steps over D), dV and dK 4 each (64 rows), dQ one per 16 keys it sums
-# over (128 at D = 128, the warpgroup's own 64 at D = 64); 32 P values per thread (64 keys x 64 rows / 128).
-LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 828), 64: (4 + 4 + 4 + 4 + 4, 32, 844)}
+# (pinned on purpose; nvcc 13.5.37 gives 771 at 64, 713 at 128 and 1190 at 256; before dQ's additions took
+# one address per thread with immediate offsets the loop was 844 at 64 and 828 at 128, and head dim 256
+# spilled 16 B). Wgmmas per consumer warpgroup and visit: S^T and dP^T D / 16 each (k16 steps over D), dV
+# and dK 4 each (64 rows), dQ one per 16 keys it sums over (128 at D = 128, the warpgroup's own 64 at D = 64,
+# the tile's 64 at D = 256); 32 P values per thread (64 keys x 64 rows / 128: at 256 every warpgroup
+# computes all 64 keys).
+LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 711), 64: (4 + 4 + 4 + 4 + 4, 32, 774), 256: (16 + 16 + 4 + 4 + 4, 32, 1192)}
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("d,deterministic", [(64, False), (128, False), (64, True), (128, True)])
+@pytest.mark.parametrize("d,deterministic", [(64, False), (128, False), (256, False), (64, True), (128, True),
+                                             (256, True)])
 def test_compiles_without_spills(tmp_path, d, deterministic):
     from b200c.nvcc import compile_cuda
 
@@ -310,25 +338,45 @@ def test_fake_driver_backward_launch_follows_the_decomposition():
             attention_backward(q, k, v, out, dout, lse)
 
 
+def test_fake_driver_d256_backward_launch():
+    """Head dim 256: one CTA per 64-key K/V tile (300 keys: 5 tiles), 215592 B of shared memory, K/V boxes of
+    64 columns x 64 rows, and the kernel module generated from the 256 schedule."""
+    import torch
+
+    from b200c.runtime import fake_driver
+    from b200c.runtime.backward_launch import attention_backward
+
+    b, h, hk, sq, skv, d = 2, 4, 2, 100, 300, 256
+    q, out, dout = (torch.randn(b, h, sq, d).to(torch.bfloat16) for _ in range(3))
+    k, v = (torch.randn(b, hk, skv, d).to(torch.bfloat16) for _ in range(2))
+    with fake_driver.install(target="sm90a") as fd:
+        dq, dk, dv = attention_backward(q, k, v, out, dout, torch.randn(b, h, sq))
+    pre, main, post = fd.launches
+    assert (main.grid, main.block, main.smem) == (b * hk * 5, 384, 215592)
+    assert (pre.grid, pre.grid_yz) == (2, (h, b)) and dq.shape == q.shape and dk.shape == k.shape
+    assert [(e[1], e[3], e[4]) for e in fd.encodes] == [((d, sq, h, b), 64, 64), ((d, skv, hk, b), 64, 64),
+                                                         ((d, skv, hk, b), 64, 64), ((d, sq, h, b), 64, 64)]
+
+
 def test_deterministic_module_takes_turns_in_kv_tile_order():
     """dq_reduction="deterministic" (FA3's Deterministic): the visit's dQ addition sits inside the Q tile's
     turn (wait for it, meet, add, meet, take it) with one named barrier per warpgroup; at head dim 64 the
-    warpgroups of a CTA also take turns (they add into the same dQ elements), at 128 not (their columns
-    differ). The launch passes an int32 (B, H, S_pad / 64) counter buffer that the preprocess zeroes."""
+    warpgroups of a CTA also take turns (they add into the same dQ elements), at 128 and 256 not (their
+    columns differ). The launch passes an int32 (B, H, S_pad / 64) counter buffer that the preprocess zeroes."""
     import torch
 
     from b200c.codegen.sm90.backward import backward_kernel_ir
     from b200c.runtime import fake_driver
     from b200c.runtime.backward_launch import attention_backward
 
-    for d, ds_ready, by_wg in ((128, (1, 1, 256), False), (64, (1, 2, 128), True)):
+    for d, ds_ready, by_wg in ((128, (1, 1, 256), False), (64, (1, 2, 128), True), (256, (1, 1, 256), False)):
         lay = backward_layout(_schedule(d, True))
         assert lay.deterministic and lay.dq_turn_wait_by_wg is by_wg
         ir = backward_kernel_ir(_schedule(d, True))
         named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in ir.plan.named_barriers}
         assert named == {"ds_ready": ds_ready, "dq_turn": (ds_ready[0] + ds_ready[1], 2, 128)}
         src = generate_backward(_schedule(d, True)).source
-        add = src.index("red_add_v2(dq_rows")
+        add = src.index("red_add_v2(dq_thread")
         assert src.rindex("dq_turn_wait(", 0, add) < src.rindex("named_bar_sync(NBAR_DQ_TURN", 0, add) < add
         assert add < src.index("named_bar_sync(NBAR_DQ_TURN", add) < src.index("dq_turn_done(", add)
         assert f"DQ_TURN_WAIT_BY_WG = {'true' if by_wg else 'false'}" in src

@@ -20,32 +20,35 @@ def test_the_built_in_backward_schedules_fit_their_budgets():
     # head dim 64, 64 x 128: k, v 128x64x2 = 16384 each; q, do 2 x 64x64x2 = 16384 each; ds two 128x64x2 =
     # 32768 -> 98304; lse 512 (padded to 1024) and dpsum 512 -> 99840; 40 B of barriers, 1024 slack -> 100904
     assert plans[64].smem_bytes == 100904
-    # head dim 256, 64 x 64, 1 stage: k, v, q, do 32768 each; ds two 64x64x2 = 16384 -> 147456; lse, dpsum
-    # 256 each (one padded to 1024) -> 148736; 3 barriers 24 B, 1024 slack -> 149784
-    assert plans[256].smem_bytes == 149784
+    # head dim 256, 64 x 64, 2 stages: k, v 64x256x2 = 32768 each; q, do 2 x 32768 each; ds two 64x64x2 = 16384
+    # -> 212992; lse 512 (padded to 1024) and dpsum 512 -> 214528; 40 B of barriers, 1024 slack -> 215592
+    assert plans[256].smem_bytes == 215592
     assert dict(plans[128].offsets) == {"k": 0, "v": 32768, "q": 65536, "do": 98304, "ds": 131072, "lse": 163840,
                                         "dpsum": 164864, "barriers": 165376}
     # accumulators per consumer thread (256 threads in two warpgroups): dK + dV = 2 x block_n x D / 256
     assert dict(plans[128].acc_parts) == {"dK + dV": 128, "S + dP": 64, "dQ": 32}
     # head dim 64: each warpgroup's dQ is all 64 columns of the 64 rows (over its own keys): 64 x 64 / 128
     assert dict(plans[64].acc_parts) == {"dK + dV": 64, "S + dP": 64, "dQ": 32}
-    assert dict(plans[256].acc_parts) == {"dK + dV": 128, "S + dP": 32, "dQ": 64}
+    # head dim 256: dK and dV split by columns (64 keys x 128 columns per warpgroup), so each warpgroup computes
+    # S and dP of all 64 x 64: 2 x 64 x 64 / 128 = 64; dQ its 128 columns: 64 x 128 / 128 = 64
+    assert dict(plans[256].acc_parts) == {"dK + dV": 128, "S + dP": 64, "dQ": 64}
     assert {d: p.acc_regs for d, p in plans.items()} == {64: 128, 128: 192, 256: 192}
     assert all(p.reg_pool == (128 * (24 + 2 * 240), 384 * 168) and p.threads == 384 for p in plans.values())
     assert "SMEM k 32768 B" in plans[128].describe()
     assert "dQ split by columns" in plans[128].describe() and "dQ split by keys" in plans[64].describe()
+    assert "dK, dV split by keys" in plans[128].describe() and "dK, dV split by columns" in plans[256].describe()
 
 
 def test_fa3_tiles_fit():
-    """FlashAttention-3's sm90 tiles fit b200c's layout (K, V, the Q / dO ring, two dS^T tiles, LSE and D):
-    at head dim 64 and 128 (causal 64 x 128, dense 80 x 128) and its 64 x 80 at head dim 256, one stage:
-    k, v 80x256x2 = 40960 each, q, do 32768 each, ds two 64x80x2 = 20480 -> 167936; lse 256 (padded to 1024)
-    and dpsum 256 -> 169216;
-    24 B of barriers and 1024 slack -> 170264."""
+    """FlashAttention-3's sm90 tiles at head dim 64 and 128 (causal 64 x 128, dense 80 x 128) fit b200c's layout
+    (K, V, the Q / dO ring, two dS^T tiles, LSE and D). Its 64 x 80 at head dim 256 does not fit b200c's
+    registers: 80 keys do not split into two 64-key warpgroups, so dK and dV split by columns (2 x 80 x 256 / 256
+    = 160) and each warpgroup holds S and dP of every key (2 x 64 x 80 / 128 = 80): 240 + 16 over 240 (FA3 keeps
+    P and dS in shared memory with swapped operands instead)."""
     for d, m, n in ((64, 128, 128), (128, 64, 128), (128, 80, 128)):
         b200c.plan_backward(BackwardSchedule(head_dim=d, block_m=m, block_n=n))
-    p = b200c.plan_backward(BackwardSchedule(head_dim=256, block_m=64, block_n=80, q_stages=1, mma_warpgroups=2))
-    assert p.smem_bytes == 170264
+    with pytest.raises(ResourceError, match=r"need 240 registers per thread \(dK \+ dV 160, S \+ dP 80, dQ 64\)"):
+        b200c.plan_backward(BackwardSchedule(head_dim=256, block_m=64, block_n=80, q_stages=1, mma_warpgroups=2))
 
 
 @pytest.mark.parametrize("changes, words", [

@@ -20,13 +20,14 @@ Q, dO, LSE, D per visit) and ``mma_warpgroups`` consumer warpgroups. Shared memo
 The visit's dQ is added into the FP32 dQ buffer from the consumers' registers (``red.global.add``);
 FA3's dQ warp with a TMA reduce-add from a shared-memory tile is not built yet.
 
-Registers per consumer thread (FP32 accumulators, split evenly over the consumer warpgroups' threads):
-dK and dV (``2 x block_n x D``) live for the whole work item; S and dP (``2 x block_m x block_n``) live
-until dS is written; dQ (``block_m x D`` split over the warpgroups, or ``block_m x D`` in each warpgroup:
-:func:`dq_split`) after that, so the peak is dK + dV + max(S + dP, dQ). The rest
-(addresses, indices, the softmax's per-row values) must fit in what is left of ``consumer_regs``
-(counts rounded up where the split is uneven):
-:data:`RESERVED_REGS`, a budget, not ptxas's count (the generated kernel's spill check will be the judge).
+Registers per consumer thread (FP32 accumulators): dK and dV (``2 x block_n x D``, split evenly over the
+consumer warpgroups' threads) live for the whole work item; S and dP (``2 x block_m x block_n``) live until
+dS is written, split over the warpgroups where each owns its keys and whole in every warpgroup where each
+owns a slice of dK's and dV's columns (:func:`kv_split`); dQ (``block_m x D`` split over the warpgroups,
+or ``block_m x D`` in each warpgroup: :func:`dq_split`) after that, so the peak is
+dK + dV + max(S + dP, dQ). The rest (addresses, indices, the softmax's per-row values) must fit in what is
+left of ``consumer_regs`` (counts rounded up where the split is uneven): :data:`RESERVED_REGS`, a budget,
+not ptxas's count (the generated kernel's spill check is the judge).
 """
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
     reg_pool: tuple
     offsets: tuple = ()
     dq_shape: tuple = ()  # (head_dim, mma_warpgroups): what dq_split decides from
+    kv_shape: tuple = ()  # (block_n, head_dim, mma_warpgroups): what kv_split decides from
 
     def describe(self) -> str:
         """A few lines for ``--emit plan``-style printing."""
@@ -71,6 +73,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
                  + f" (peak {self.acc_regs})",
                  f"  register pool: {self.reg_pool[0]} of {self.reg_pool[1]} registers (the setmaxnreg budgets x 128 "
                  "threads per warpgroup, of the CTA's launch allocation)",
+                 f"  dK, dV split by {_KV_SPLIT_TEXT[kv_split(*self.kv_shape)]}" if self.kv_shape else "",
                  f"  dQ split by {_SPLIT_TEXT[dq_split(*self.dq_shape)]}" if self.dq_shape else ""]
         lines = [ln for ln in lines if ln]
         return "\n".join(lines)
@@ -78,6 +81,25 @@ class BackwardPlan(msgspec.Struct, frozen=True):
 
 _SPLIT_TEXT = {"columns": "columns (each consumer warpgroup: its columns over every key)",
                "keys": "keys (each consumer warpgroup: every column over its own keys)"}
+
+
+_KV_SPLIT_TEXT = {"keys": "keys (each consumer warpgroup: every column of its own keys)",
+                  "columns": "columns (each consumer warpgroup: its columns of every key; S^T and dP^T computed "
+                             "whole in each)"}
+
+
+def kv_split(block_n: int, head_dim: int, mma_warpgroups: int) -> str:
+    """How the consumer warpgroups share the work item's dK and dV (block_n keys x head_dim columns each).
+
+    ``"keys"`` when ``block_n`` splits into the warpgroups' 64-row wgmma M blocks (``block_n`` a multiple of
+    ``64 x mma_warpgroups``): warpgroup w owns keys ``[w block_n / W, (w + 1) block_n / W)``, computes S^T and
+    dP^T of those keys only and keeps every column of their dK and dV. ``"columns"`` otherwise (head dim 256
+    at ``block_n`` 64: dK and dV of 64 keys x 256 columns would be 256 registers per thread in one warpgroup):
+    warpgroup w owns columns ``[w D / W, (w + 1) D / W)`` of every key's dK and dV, so every warpgroup computes
+    S^T and dP^T of all ``block_n`` keys (the same values: two of the five products done twice, the price of
+    keeping P^T and dS^T in registers) and writes its share of the dS^T rows.
+    """
+    return "keys" if block_n % (64 * mma_warpgroups) == 0 else "columns"
 
 
 def dq_split(head_dim: int, mma_warpgroups: int) -> str:
@@ -138,7 +160,8 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"{limits.smem_bytes}): largest regions {', '.join(f'{a} {b} B' for a, b in biggest)}; lower block_m, "
             "block_n or q_stages")
     consumer_threads = 128 * s.mma_warpgroups
-    parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", -(-2 * m * n // consumer_threads)),
+    sdp_threads = consumer_threads if kv_split(n, d, s.mma_warpgroups) == "keys" else 128
+    parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", -(-2 * m * n // sdp_threads)),
              ("dQ", -(-m * d // (consumer_threads if dq_split(d, s.mma_warpgroups) == "columns" else 128))))
     # rounded up: an uneven split leaves some threads one more
     acc = parts[0][1] + max(parts[1][1], parts[2][1])
@@ -157,7 +180,7 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
             "lower consumer_regs or producer_regs")
     return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets),
-                        (d, s.mma_warpgroups))
+                        (d, s.mma_warpgroups), (n, d, s.mma_warpgroups))
 
 
-__all__ = ["BackwardPlan", "dq_split", "plan_backward", "RESERVED_REGS"]
+__all__ = ["BackwardPlan", "dq_split", "kv_split", "plan_backward", "RESERVED_REGS"]

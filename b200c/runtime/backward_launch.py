@@ -201,7 +201,7 @@ def opted_in() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def covered_head_dims() -> tuple:
-    """Head dims whose built-in backward schedule the sm90a generator covers (64 and 128 today)."""
+    """Head dims whose built-in backward schedule the sm90a generator covers (64, 128 and 256 today)."""
     from ..codegen.sm90.backward import supported
     from ..dsl.presets import SM90_BACKWARD
 

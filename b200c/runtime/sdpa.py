@@ -201,7 +201,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     that scale * log2(e) overflows FP32), strides the TMA rules accept, a
     schedule that holds D, a device that runs ``target``; with inputs that
     require grad (and grad mode on) also no ``attn_mask``, compute capability
-    9.0 and D 64 or 128: b200c's backward kernels then give the gradients
+    9.0 and D 64, 128 or 256: b200c's backward kernels then give the gradients
     (through :func:`b200c.attention`'s autograd formula). Every other call runs
     torch's own SDPA, with a :class:`b200c.FallbackWarning` saying why on every
     eager call that falls back (the warning filters apply: ``warnings.filterwarnings(

@@ -56,6 +56,8 @@ def _grads(fn, q, k, v, dout):
     (2, 4, 4, 256, 256, False, "bhsd", 64),
     (2, 8, 2, 300, 300, True, "bshd", 64),      # GQA
     (1, 2, 2, 400, 150, True, "bhsd", 64),
+    (2, 4, 4, 256, 256, False, "bhsd", 256),
+    (2, 8, 2, 300, 300, True, "bshd", 256),     # GQA
 ])
 def test_attention_backward(b, h, hk, sq, skv, causal, layout, d):
     _hopper()

@@ -4,7 +4,8 @@ per gradient, twice the max error of the same computation in BF16 plus 1e-3 of t
 magnitude. The forward's output and LSE come from FP32 attention (O rounded to BF16, as a forward kernel
 hands it over). Cases: dense and causal, S not a multiple of the tiles, S_q != S_kv (bottom-right causal,
 rows that see no key: their dQ exactly 0), 1 to 16 heads, GQA; head dims 128 (each consumer warpgroup
-computes half of dQ's columns) and 64 (each computes every column over its own keys)."""
+computes half of dQ's columns), 64 (each computes every column over its own keys) and 256 (each keeps half
+of dK's and dV's columns, and computes half of dQ's)."""
 import math
 
 import pytest
@@ -55,6 +56,12 @@ CASES = [
     (1, 2, 2, 512, 200, True, 64),
     (1, 2, 2, 77, 1000, True, 64),
     (2, 8, 2, 320, 320, True, 64),
+    (1, 1, 1, 128, 128, False, 256),
+    (1, 2, 2, 200, 333, False, 256),
+    (2, 3, 3, 256, 256, True, 256),
+    (1, 2, 2, 512, 200, True, 256),
+    (1, 2, 2, 77, 1000, True, 256),
+    (2, 8, 2, 320, 320, True, 256),
 ]
 
 
@@ -116,7 +123,7 @@ def test_backward_kernel_bhsd_and_bshd_views_agree():
     assert float((a[0].float() - c[0].float()).abs().max()) <= 1e-2 * float(c[0].float().abs().max())
 
 
-@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("d", [128, 64, 256])
 def test_deterministic_backward_is_bit_equal_over_runs(d):
     """dq_reduction="deterministic" (deterministic=True): dQ, dK, dV bit-equal over three runs (a Q tile's dQ
     takes the K/V tiles' parts in K/V tile order), and within the tolerance of FP32 autograd."""
@@ -150,7 +157,7 @@ def test_deterministic_backward_is_bit_equal_over_runs(d):
         assert err <= tol, f"{name}: max error {err:.4g} over the tolerance {tol:.4g}"
 
 
-@pytest.mark.parametrize("d,causal", [(128, True), (64, False), (64, True)])
+@pytest.mark.parametrize("d,causal", [(128, True), (64, False), (64, True), (256, True)])
 def test_varlen_backward_matches_autograd_per_sequence(d, causal):
     """Varlen (packed (total, H, D) tensors, cu_seqlens): every sequence's dQ, dK, dV against FP32 autograd of
     that sequence alone, with FlashAttention's tolerance; an empty sequence, one very long among short ones,

@@ -66,7 +66,18 @@ class BackwardLayout(msgspec.Struct, frozen=True):
     Attributes:
         name: the schedule's name.
         head_dim, block_m, block_n, q_stages, mma_warpgroups: the schedule's tiles.
-        wg_keys: keys per consumer warpgroup (the M of its S^T, dP^T, dV and dK wgmmas).
+        wg_keys: keys of each consumer warpgroup's S^T and dP^T (the M of its wgmmas: 64).
+        kv_split: ``"keys"`` or ``"columns"``: how the warpgroups share dK and dV
+            (:func:`b200c.codegen.backward_plan.kv_split`).
+        wg_key_stride: keys between the warpgroups' first keys (``"keys"``: wg_keys; ``"columns"``: 0, every
+            warpgroup computes S^T and dP^T of the whole tile).
+        kv_cols: dK and dV columns per consumer warpgroup (the N of its dV and dK wgmmas).
+        kv_wg_col_bytes: per warpgroup index, the byte offset of its first column slice in the Q and dO tiles
+            (the B of dK and dV; ``"keys"``: 0).
+        kv_wg_col0: per warpgroup index, its first dK / dV column (``"keys"``: 0).
+        ds_rows_by_warp: ``"columns"`` with several warpgroups: each warpgroup writes only the dS^T rows of
+            its share of the warps (``4 / mma_warpgroups`` warps' 16-row blocks), the others' copies of the
+            same values are not stored twice.
         dq_split: ``"columns"`` or ``"keys"``: how the warpgroups share dQ
             (:func:`b200c.codegen.backward_plan.dq_split`).
         dq_cols: dQ columns per consumer warpgroup (the N of its dQ wgmma).
@@ -99,6 +110,12 @@ class BackwardLayout(msgspec.Struct, frozen=True):
     q_stages: int
     mma_warpgroups: int
     wg_keys: int
+    kv_split: str
+    wg_key_stride: int
+    kv_cols: int
+    kv_wg_col_bytes: int
+    kv_wg_col0: int
+    ds_rows_by_warp: bool
     dq_split: str
     dq_cols: int
     dq_keys: int
@@ -150,24 +167,27 @@ _WHAT = {"k": "the item's K tile (BLOCK_N x D, K-major)", "v": "the item's V til
 def supported(schedule) -> None:
     """Refuse a schedule whose kernel is not generated yet, naming the missing piece.
 
-    Covered: head dims 64 and 128 with ``block_m == 64`` and 64 keys per consumer warpgroup
-    (``block_n == 64 * mma_warpgroups``), atomic or deterministic dQ reduction, one CTA per work item.
+    Covered: head dims 64, 128 and 256 with ``block_m == 64``; dK and dV split by keys with 64 keys per
+    consumer warpgroup (``block_n == 64 * mma_warpgroups``), or by columns (``block_n == 64``, each warpgroup's
+    ``head_dim / mma_warpgroups`` columns a multiple of 64: head dim 256 over two warpgroups); atomic or
+    deterministic dQ reduction; one CTA per work item.
 
     Raises:
-        BackwardNotSupportedError: another head dim or tile shape, or ``persistent=True``.
+        BackwardNotSupportedError: another tile shape, or ``persistent=True``.
     """
     from ...errors import BackwardNotSupportedError
+    from ..backward_plan import kv_split
 
     s = schedule
     why = None
-    if s.head_dim not in (64, 128):
-        why = (f"head dim {s.head_dim} (64 and 128 are generated; 256 needs dK and dV split over the warpgroups' "
-               "columns, not generated yet)")
-    elif s.block_m != 64:
+    w = s.mma_warpgroups
+    if s.block_m != 64:
         why = f"block_m = {s.block_m} (the kernel's dS^T tile holds 64 query rows per 128-byte row: use 64)"
-    elif s.block_n != 64 * s.mma_warpgroups:
-        why = (f"block_n = {s.block_n} with {s.mma_warpgroups} consumer warpgroups (each owns 64 keys: use "
-               f"block_n = {64 * s.mma_warpgroups})")
+    elif kv_split(s.block_n, s.head_dim, w) == "keys" and s.block_n != 64 * w:
+        why = (f"block_n = {s.block_n} with {w} consumer warpgroups (each owns 64 keys: use block_n = {64 * w})")
+    elif kv_split(s.block_n, s.head_dim, w) == "columns" and (s.block_n != 64 or (s.head_dim // w) % 64):
+        why = (f"block_n = {s.block_n} at head dim {s.head_dim} with {w} consumer warpgroups (dK and dV split by "
+               f"columns: block_n 64, and {s.head_dim // w} columns per warpgroup must be a multiple of 64)")
     elif s.persistent:
         why = "persistent=True (the persistent backward grid)"
     if why is not None:
@@ -182,7 +202,7 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
         ScheduleError, ResourceError: from :func:`b200c.codegen.backward_plan.plan_backward`.
         BackwardNotSupportedError: from :func:`supported`.
     """
-    from ..backward_plan import dq_split, plan_backward
+    from ..backward_plan import dq_split, kv_split, plan_backward
 
     plan = plan_backward(schedule, target)
     s = schedule
@@ -196,11 +216,16 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
                 ("q_empty", 1 + st, st, 4 * s.mma_warpgroups,
                  "each consumer warp once its wgmmas reading the stage completed; waited by the producer"))
     split = dq_split(s.head_dim, s.mma_warpgroups)
+    kv = kv_split(s.block_n, s.head_dim, s.mma_warpgroups)
+    kv_cols = s.head_dim if kv == "keys" else s.head_dim // s.mma_warpgroups
     q_tile = s.block_m * s.head_dim * 2
     row_vec = s.block_m * 4
     return BackwardLayout(
         name=s.name, head_dim=s.head_dim, block_m=s.block_m, block_n=s.block_n, q_stages=st,
-        mma_warpgroups=s.mma_warpgroups, wg_keys=s.block_n // s.mma_warpgroups, dq_split=split,
+        mma_warpgroups=s.mma_warpgroups, wg_keys=64, kv_split=kv, wg_key_stride=64 if kv == "keys" else 0,
+        kv_cols=kv_cols, kv_wg_col_bytes=0 if kv == "keys" else kv_cols // 64 * s.block_m * 128,
+        kv_wg_col0=0 if kv == "keys" else kv_cols, ds_rows_by_warp=kv == "columns" and s.mma_warpgroups > 1,
+        dq_split=split,
         dq_cols=s.head_dim // s.mma_warpgroups if split == "columns" else s.head_dim,
         dq_keys=s.block_n if split == "columns" else s.block_n // s.mma_warpgroups,
         dq_wg_key_bytes=0 if split == "columns" else s.block_n // s.mma_warpgroups * 128,
@@ -248,7 +273,7 @@ def generate_backward(schedule, target: str = "sm90a") -> GeneratedBackward:
              if f == "name" or getattr(schedule, f) != getattr(defaults, f)]
     text = env.get_template("backward.cu.j2").render(
         lay=lay, version=__version__, schedule_lines=lines or ["(all defaults)"], helpers=helper_header(),
-        wgmma_wrappers=backward_wrappers(lay.block_m, lay.head_dim, lay.dq_cols), main_params=MAIN_PARAMS,
+        wgmma_wrappers=backward_wrappers(lay.block_m, lay.kv_cols, lay.dq_cols), main_params=MAIN_PARAMS,
         roles=roles, named=ir.plan.named_barriers,
         names=dict(main=MAIN_KERNEL, preprocess=PREPROCESS_KERNEL, postprocess=POSTPROCESS_KERNEL))
     return GeneratedBackward(text.rstrip() + "\n", lay, schedule.to_json(), target)

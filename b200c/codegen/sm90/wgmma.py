@@ -75,10 +75,10 @@ def ss_tt(n: int) -> str:
     )
 
 
-def backward_wrappers(block_m: int, head_dim: int, dq_cols: int) -> str:
+def backward_wrappers(block_m: int, kv_cols: int, dq_cols: int) -> str:
     """The wrappers of the sm_90a backward kernel (namespace b200c): SS ``m64n{block_m}`` for S^T and dP^T,
-    RS ``m64n{head_dim}`` for dV and dK, SS transposed ``m64n{dq_cols}`` for dQ."""
-    return "namespace b200c {\n" + ss(block_m) + rs(head_dim) + ss_tt(dq_cols) + "}  // namespace b200c"
+    RS ``m64n{kv_cols}`` for dV and dK (a warpgroup's columns of them), SS transposed ``m64n{dq_cols}`` for dQ."""
+    return "namespace b200c {\n" + ss(block_m) + rs(kv_cols) + ss_tt(dq_cols) + "}  // namespace b200c"
 
 
 def wrappers(ss_n: int, rs_n: int) -> str:

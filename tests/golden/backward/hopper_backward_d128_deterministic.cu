@@ -432,8 +432,17 @@ namespace bwd {
 [[maybe_unused]] constexpr int BLOCK_M = 64;  // query rows per visit (N of S^T, K of dV / dK)
 [[maybe_unused]] constexpr int BLOCK_N = 128;  // keys of the work item's K/V tile
 [[maybe_unused]] constexpr int HEAD_DIM = 128;
-[[maybe_unused]] constexpr int MMA_WARPGROUPS = 2;  // consumer warpgroups; warpgroup w owns keys [64 w, 64 (w + 1))
-[[maybe_unused]] constexpr int WG_KEYS = 64;  // keys per consumer warpgroup (wgmma M)
+[[maybe_unused]] constexpr int MMA_WARPGROUPS = 2;  // consumer warpgroups
+// how the warpgroups share dK and dV (keys): warpgroup w owns keys [WG_KEYS w, WG_KEYS (w + 1)): their S^T, dP^T
+// and every column of their dK and dV
+[[maybe_unused]] constexpr int WG_KEYS = 64;  // keys of a warpgroup's S^T and dP^T (wgmma M)
+[[maybe_unused]] constexpr int WG_KEY_STRIDE = 64;  // keys between the warpgroups' first keys
+[[maybe_unused]] constexpr int KV_COLS = 128;  // dK and dV columns per warpgroup (N of its dV and dK wgmmas)
+[[maybe_unused]] constexpr uint32_t KV_WG_COL_BYTES = 0;  // per warpgroup index: its first column slice of Q and dO
+[[maybe_unused]] constexpr int KV_WG_COL0 = 0;  // per warpgroup index: its first dK / dV column
+// whether warpgroup w stores only the dS^T rows of its warps [4 w / MMA_WARPGROUPS, 4 (w + 1) / MMA_WARPGROUPS)
+// (every warpgroup computed all of them)
+[[maybe_unused]] constexpr bool DS_ROWS_BY_WARP = false;
 [[maybe_unused]] constexpr int DQ_COLS = 64;  // dQ columns per consumer warpgroup (N of its dQ wgmma)
 [[maybe_unused]] constexpr int DQ_KEYS = 128;  // keys each warpgroup's dQ sums over (K of its dQ wgmmas)
 // how the warpgroups share dQ (columns): warpgroup w computes columns [DQ_COLS w, DQ_COLS (w + 1)) over every key,
@@ -451,7 +460,7 @@ namespace bwd {
 // registers per consumer thread (a warpgroup's 64 x N FP32 accumulator is N / 2 registers per thread)
 [[maybe_unused]] constexpr int ST_REGS = BLOCK_M / 2;   // S^T and dP^T of the warpgroup's keys x the visit's rows
 [[maybe_unused]] constexpr int PT_REGS = BLOCK_M / 4;   // P^T / dS^T as bf16x2 (the A fragments of dV / dK)
-[[maybe_unused]] constexpr int KV_ACC_REGS = HEAD_DIM / 2;  // dK, dV of the warpgroup's keys
+[[maybe_unused]] constexpr int KV_ACC_REGS = KV_COLS / 2;  // dK, dV of the warpgroup's keys and columns
 [[maybe_unused]] constexpr int DQ_REGS = DQ_COLS / 2;   // the visit's dQ, the warpgroup's columns
 
 // SMEM layout: byte offsets from the 1024-aligned base (166440 bytes dynamic, incl. 1024 B realignment slack)
@@ -636,6 +645,7 @@ __device__ __forceinline__ void wgmma_sdp(float (&acc)[ST_REGS], uint32_t kv_add
 // dV += P^T dO (or dK += dS^T Q): KV_K_STEPS RS wgmmas. A = registers 4 kk .. 4 kk + 3 of the packed
 // P^T / dS^T (the accumulator layout of columns [16 kk, 16 kk + 16) packed pairwise is the m64k16 A
 // fragment, PTX 9.7.15.5.1.1.1); B = dO / Q, MN-major (imm-trans-b = 1), k-step kk = rows [16 kk, 16 kk + 16).
+// b_addr: the warpgroup's first column slice (KV_COLS columns of dO / Q, N of the wgmma).
 __device__ __forceinline__ void wgmma_kv(float (&acc)[KV_ACC_REGS], uint32_t (&a)[PT_REGS], uint32_t b_addr) {
   const uint32_t bd = wgmma_desc_lo(b_addr, Q_SLICE_BYTES);
   constexpr uint32_t hi = wgmma_desc_hi(MN_SBO);
@@ -644,7 +654,7 @@ __device__ __forceinline__ void wgmma_kv(float (&acc)[KV_ACC_REGS], uint32_t (&a
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < KV_K_STEPS; ++kk)
-    wgmma_rs_n<HEAD_DIM>(acc, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
+    wgmma_rs_n<KV_COLS>(acc, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
                          wgmma_desc(bd + (mn_kstep(kk) >> 4), hi), 1);
   wgmma_commit();
   reg_fence_all(acc);
@@ -761,7 +771,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
   const int lane = threadIdx.x & 31;
   const int key_row = 16 * wi + lane / 4;  // + 8 for the fragment's second row
   const int col_base = 2 * (lane % 4);     // + 8 (i / 4) + i % 2
-  const int key0 = w.kv_tile * BLOCK_N + WG_KEYS * wg;  // this warpgroup's first key in the sequence
+  const int key0 = w.kv_tile * BLOCK_N + WG_KEY_STRIDE * wg;  // this warpgroup's first key in the sequence
   const float scale_log2 = c.scale_log2();
   if (!w.valid) return;  // a K/V tile past its varlen sequence's keys: the producer skips it too
   const int off = w.len_kv - w.len_q;
@@ -771,8 +781,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     dk[r] = 0.f;
     dv[r] = 0.f;
   }
-  const uint32_t k_w = c.smem + SMEM_K + WG_KEYS * 128 * wg;  // rows of this warpgroup's keys (each slice)
-  const uint32_t v_w = c.smem + SMEM_V + WG_KEYS * 128 * wg;
+  const uint32_t k_w = c.smem + SMEM_K + WG_KEY_STRIDE * 128 * wg;  // rows of this warpgroup's keys (each slice)
+  const uint32_t v_w = c.smem + SMEM_V + WG_KEY_STRIDE * 128 * wg;
   const int per_head = w.visits_per_head();
   const int visits = per_head * c.group();
   mbar_wait(c.bar(BAR_KV_FULL), 0, 1, -1, work);  // wait site 1
@@ -812,7 +822,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       s[r + 1] = ex2_approx_ftz(x1);
       p[r / 2] = pack_bf16x2(s[r], s[r + 1]);
     }
-    wgmma_kv(dv, p, do_addr);  // dV += P^T dO
+    wgmma_kv(dv, p, do_addr + KV_WG_COL_BYTES * wg);  // dV += P^T dO (the warpgroup's columns)
     wgmma_wait<1>();  // dP^T done (the dV group may still run)
     reg_fence_all(dp);
     // dS^T = P^T (dP^T - dpsum[row]), to registers (dK's A) and to SMEM (dQ's A, keys x rows)
@@ -827,11 +837,12 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       const float g0 = s[r] * (dp[r] - d2.x);
       const float g1 = s[r + 1] * (dp[r + 1] - d2.y);
       ds[r / 2] = pack_bf16x2(g0, g1);
-      const int key_in_tile = WG_KEYS * wg + key_row + 8 * ((r / 2) % 2);
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_tile + sw128_offset(key_in_tile, col)), "r"(ds[r / 2])
-                   : "memory");
+      const int key_in_tile = WG_KEY_STRIDE * wg + key_row + 8 * ((r / 2) % 2);
+      if (!DS_ROWS_BY_WARP || wi * MMA_WARPGROUPS / 4 == wg)  // warp-uniform: its share of the rows
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_tile + sw128_offset(key_in_tile, col)), "r"(ds[r / 2])
+                     : "memory");
     }
-    wgmma_kv(dk, ds, q_addr);  // dK += dS^T Q (unscaled; scaled once at the end)
+    wgmma_kv(dk, ds, q_addr + KV_WG_COL_BYTES * wg);  // dK += dS^T Q (the warpgroup's columns; unscaled, scaled at the end)
     fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
     named_bar_sync(NBAR_DS_READY, NBAR_DS_READY_THREADS);  // every key's dS^T of this visit is in SMEM
     float dq[DQ_REGS];
@@ -850,23 +861,21 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     }
     named_bar_sync(NBAR_DQ_TURN + wg, NBAR_DQ_TURN_THREADS);  // the turn has come for every thread
     {  // dq_accum[b, h, i BLOCK_M + row, DQ_WG_COL0 wg + col] += dQ (rows past S_q land in the padding)
-      float* dq_rows = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
-                       + DQ_WG_COL0 * wg;
+      // one address per thread, every register's element at a constant offset from it (immediate offsets)
+      float* dq_thread = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M + key_row) * HEAD_DIM
+                         + DQ_WG_COL0 * wg + col_base;
     #pragma unroll
-      for (int r = 0; r < DQ_REGS; r += 2) {
-        const int row = key_row + 8 * ((r / 2) % 2);
-        const int col = 8 * (r / 4) + col_base;
-        red_add_v2(dq_rows + (size_t)row * HEAD_DIM + col, dq[r], dq[r + 1]);
-      }
+      for (int r = 0; r < DQ_REGS; r += 2)
+        red_add_v2(dq_thread + 8 * HEAD_DIM * ((r / 2) % 2) + 8 * (r / 4), dq[r], dq[r + 1]);
     }
     named_bar_sync(NBAR_DQ_TURN + wg, NBAR_DQ_TURN_THREADS);  // every thread's additions issued before the turn is taken
     if (threadIdx.x % 128 == 0) dq_turn_done(c.dq_turns(w.b, h, i));  // this warpgroup's turn taken
   }
-  // epilogue: dK (times the softmax scale) and dV of this warpgroup's keys, BF16, keys past S_kv dropped
+  // epilogue: dK (times the softmax scale) and dV of this warpgroup's keys and columns, BF16, keys past S_kv dropped
   #pragma unroll
   for (int r = 0; r < KV_ACC_REGS; r += 2) {
     const int key = key0 + key_row + 8 * ((r / 2) % 2);
-    const int col = 8 * (r / 4) + col_base;
+    const int col = KV_WG_COL0 * wg + 8 * (r / 4) + col_base;
     if (key < w.len_kv) {  // rows of the packed tensors under varlen (w.tma_b 0, w.kv_row0 the sequence's first)
       __nv_bfloat16* k_out = c.dk + w.tma_b * c.dk_stride_b + w.h_kv * c.dk_stride_h + (w.kv_row0 + key) * c.dk_stride_s
                              + col;
