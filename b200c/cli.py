@@ -454,15 +454,15 @@ def _iterations(text: str) -> int:
 
 
 def _draw(args) -> int:
-    from . import load_schedule_file
     from .draw import draw_schedule
+    from .dsl.loader import load_compile_input
     from .draw.render import check_format
 
     _check_schedule_paths([args.file], one=True)
     out = _output_path(args.output) if args.output is not None else Path(Path(args.file).stem + ".svg")
     _not_an_input(out, args.file)
     check_format(out)  # before any work: a wrong extension is an error at once
-    schedule = load_schedule_file(args.file)
+    schedule, _ = load_compile_input(args.file)  # a forward Schedule or a BackwardSchedule
     t = draw_schedule(schedule, out, target=args.target, iterations=args.iterations)
     print(f"wrote {out} ({len(t.lanes)} warp-role lanes, {len(t.steps)} steps, {len(t.edges)} barrier arrows)",
           file=sys.stderr)

@@ -25,14 +25,22 @@ def test_the_built_in_backward_schedules_fit_their_budgets():
     assert plans[256].smem_bytes == 215592
     assert dict(plans[128].offsets) == {"k": 0, "v": 32768, "q": 65536, "do": 98304, "ds": 131072, "lse": 163840,
                                         "dpsum": 164864, "barriers": 165376}
-    # accumulators per consumer thread (256 threads in two warpgroups): dK + dV = 2 x block_n x D / 256
-    assert dict(plans[128].acc_parts) == {"dK + dV": 128, "S + dP": 64, "dQ": 32}
+    # accumulators per consumer thread (256 threads in two warpgroups): dK + dV = 2 x block_n x D / 256; S + dP
+    # = 2 x 64 x 128 / 256; P^T and dS^T as BF16 pairs (the A operands of dV and dK) half that
+    assert dict(plans[128].acc_parts) == {"dK + dV": 128, "S + dP": 64, "P^T + dS^T": 32, "dQ": 32}
     # head dim 64: each warpgroup's dQ is all 64 columns of the 64 rows (over its own keys): 64 x 64 / 128
-    assert dict(plans[64].acc_parts) == {"dK + dV": 64, "S + dP": 64, "dQ": 32}
+    assert dict(plans[64].acc_parts) == {"dK + dV": 64, "S + dP": 64, "P^T + dS^T": 32, "dQ": 32}
     # head dim 256: dK and dV split by columns (64 keys x 128 columns per warpgroup), so each warpgroup computes
     # S and dP of all 64 x 64: 2 x 64 x 64 / 128 = 64; dQ its 128 columns: 64 x 128 / 128 = 64
-    assert dict(plans[256].acc_parts) == {"dK + dV": 128, "S + dP": 64, "dQ": 64}
-    assert {d: p.acc_regs for d, p in plans.items()} == {64: 128, 128: 192, 256: 192}
+    assert dict(plans[256].acc_parts) == {"dK + dV": 128, "S + dP": 64, "P^T + dS^T": 32, "dQ": 64}
+    # peak: dK + dV + S + dP + P^T in the dS loop (P^T, the dV wgmma's A, lives through it while S and dP die as
+    # dS^T is made): 64 + 64 + 16 at 64, 128 + 64 + 16 at 128 and 256; dQ comes after S and dP: 64 + 32 + 32,
+    # 128 + 32 + 32 with P^T and dS^T still live; 128 + 64 at 256, where dK completes first
+    assert {d: p.acc_regs for d, p in plans.items()} == {64: 144, 128: 208, 256: 208}
+    # dQ's wgmmas queue behind dK's (P^T, dS^T and dQ live together) where 32 registers stay free beside them:
+    # 128 + 32 + 32 + 32 = 224 <= 240 at 128; 128 + 32 + 64 + 32 = 256 > 240 at 256: dK completes first there
+    assert {d: p.dk_first for d, p in plans.items()} == {64: False, 128: False, 256: True}
+    assert "complete before dQ" in plans[256].describe() and "complete before dQ" not in plans[128].describe()
     assert all(p.reg_pool == (128 * (24 + 2 * 240), 384 * 168) and p.threads == 384 for p in plans.values())
     assert "SMEM k 32768 B" in plans[128].describe()
     assert "dQ split by columns" in plans[128].describe() and "dQ split by keys" in plans[64].describe()
@@ -40,14 +48,19 @@ def test_the_built_in_backward_schedules_fit_their_budgets():
 
 
 def test_fa3_tiles_fit():
-    """FlashAttention-3's sm90 tiles at head dim 64 and 128 (causal 64 x 128, dense 80 x 128) fit b200c's layout
-    (K, V, the Q / dO ring, two dS^T tiles, LSE and D). Its 64 x 80 at head dim 256 does not fit b200c's
-    registers: 80 keys do not split into two 64-key warpgroups, so dK and dV split by columns (2 x 80 x 256 / 256
-    = 160) and each warpgroup holds S and dP of every key (2 x 64 x 80 / 128 = 80): 240 + 16 over 240 (FA3 keeps
-    P and dS in shared memory with swapped operands instead)."""
-    for d, m, n in ((64, 128, 128), (128, 64, 128), (128, 80, 128)):
+    """FlashAttention-3's sm90 tiles in b200c's layout (K, V, the Q / dO ring, two dS^T tiles, LSE and D; P^T
+    and dS^T in registers). 128 x 128 at head dim 64 and 64 x 128 at 128 fit (64 x 128 x 64: dK + dV 64, S + dP
+    128 and P^T 32: 224 + 16). Its dense 80 x 128 at 128 does not: dK + dV 128, S + dP 80, P^T 20: 228 + 16 over
+    240. Nor does its 64 x 80 at 256: 80 keys do not split into two 64-key warpgroups, so dK and dV split by
+    columns (2 x 80 x 256 / 256 = 160) and each warpgroup holds S and dP of every key (2 x 64 x 80 / 128 = 80)
+    and P^T (20): 260 + 16 (FA3 keeps P and dS in shared memory with swapped operands instead)."""
+    for d, m, n in ((64, 128, 128), (128, 64, 128)):
         b200c.plan_backward(BackwardSchedule(head_dim=d, block_m=m, block_n=n))
-    with pytest.raises(ResourceError, match=r"need 240 registers per thread \(dK \+ dV 160, S \+ dP 80, dQ 64\)"):
+    with pytest.raises(ResourceError, match=r"need 228 registers per thread \(dK \+ dV 128, S \+ dP 80, "
+                                            r"P\^T \+ dS\^T 40, dQ 40\)"):
+        b200c.plan_backward(BackwardSchedule(head_dim=128, block_m=80, block_n=128))
+    with pytest.raises(ResourceError, match=r"need 260 registers per thread \(dK \+ dV 160, S \+ dP 80, "
+                                            r"P\^T \+ dS\^T 40, dQ 64\)"):
         b200c.plan_backward(BackwardSchedule(head_dim=256, block_m=64, block_n=80, q_stages=1, mma_warpgroups=2))
 
 
@@ -75,8 +88,9 @@ def test_budgets_are_refused_with_what_to_change():
     with pytest.raises(ResourceError, match="lower block_m, block_n or q_stages"):
         b200c.plan_backward(BackwardSchedule(block_m=128, block_n=128))
     # block_n 256 at head dim 128: dK + dV = 2 x 256 x 128 / 256 = 256 registers per thread; S + dP = 2 x 16 x 256 / 256
-    # = 32, dQ = 16 x 128 / 256 = 8: 256 + max(32, 8) = 288
-    with pytest.raises(ResourceError, match=r"need 288 registers per thread \(dK \+ dV 256, S \+ dP 32, dQ 8\)"):
+    # = 32, P^T + dS^T 16, dQ = 16 x 128 / 256 = 8: 256 + max(32 + 8, 8) = 296
+    with pytest.raises(ResourceError, match=r"need 296 registers per thread \(dK \+ dV 256, S \+ dP 32, "
+                                            r"P\^T \+ dS\^T 16, dQ 8\)"):
         b200c.plan_backward(BackwardSchedule(block_m=16, block_n=256))
     # 128 x (24 + 2 x 248) = 66560 > 384 x 168 = 64512
     with pytest.raises(ResourceError, match="take 66560 registers"):

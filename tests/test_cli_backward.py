@@ -1,5 +1,5 @@
 """`b200c compile` of a BackwardSchedule file (issue 48 step 1): its plan, its IR, its generated module (the
-golden file), its cubin (0 spill bytes), its `b200c check` row, and `b200c draw` refuses it by name."""
+golden file), its cubin (0 spill bytes), its `b200c check` row, and its `b200c draw` picture."""
 import subprocess
 import sys
 
@@ -41,7 +41,7 @@ def test_emit_ir():
 
 @pytest.mark.parametrize("args,words", [
     (("compile", FILE, "--target", "sm100a"), "target 'sm100a' has no backward design yet"),
-    (("draw", FILE), "'schedule' is a BackwardSchedule"),
+    (("draw", FILE, "--target", "sm100a"), "target 'sm100a' has no backward design yet"),
 ])
 def test_refusals_name_the_missing_piece(args, words):
     r = run(*args)
@@ -57,3 +57,17 @@ def test_check_gives_the_backward_row():
     cols = line.split()
     assert cols[2:4] == ["load:1", "spare:3"] and "384" in cols and "166440" in cols
     assert "1 schedule ok (sm_90a, 0 spill bytes)" in r.stdout
+
+
+def test_draw_pictures_the_backward_roles(tmp_path):
+    """`b200c draw` of a backward schedule: lanes for the producer and the two consumer warpgroups, one step per
+    visit, the ring's hand-offs as arrows (the timeline itself is checked in tests/test_draw.py): 3 visits make
+    1 + 3 producer steps and 2 x 3 consumer steps; kv_full 2, q_full 2 x 3 and q_empty 2 arrows (visit 0 frees
+    the stage visit 2 loads, in each warpgroup)."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "bwd.svg"
+    r = run("draw", FILE, "-o", str(out), "--iterations", "3")
+    assert r.returncode == 0, r.stderr
+    assert "wrote" in r.stderr and "3 warp-role lanes, 10 steps, 10 barrier arrows" in r.stderr
+    text = out.read_text()
+    assert "hopper_backward_d128" in text and "visits (Q tiles)" in text and "q_empty[0]" in text

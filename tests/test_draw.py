@@ -172,3 +172,32 @@ def test_import_b200c_does_not_load_matplotlib():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+# ---- backward schedules ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_backward_timeline_follows_the_ring(d):
+    """A backward schedule's timeline: the producer thread and one lane per consumer warpgroup; the producer
+    loads K and V once, then Q and dO per visit; each consumer visit waits for its stage's q_full (an arrow
+    from that visit's load) and frees it (q_empty: an arrow to the load two visits later, the ring's depth)."""
+    from b200c.draw.backward import backward_timeline
+
+    n = 4
+    t = backward_timeline(b200c.default_backward_schedule(d), iterations=n)
+    assert [ln.key for ln in t.lanes] == ["load", "consumer[0]", "consumer[1]"]
+    loads = [s.label for s in t.lane_steps("load")]
+    assert loads == ["load K, V"] + [f"load Q, dO ({v})" for v in range(n)]
+    by_id = {s.id: s for s in t.steps}
+    for wg in (0, 1):
+        visits = t.lane_steps(f"consumer[{wg}]")
+        assert [s.label for s in visits] == [f"visit ({v})" for v in range(n)]
+        for v, s in enumerate(visits):
+            srcs = {by_id[e.src].label for e in t.edges if e.dst == s.id and e.barrier == "q_full"}
+            assert srcs == {f"load Q, dO ({v})"}
+            dsts = {by_id[e.dst].label for e in t.edges if e.src == s.id and e.barrier == "q_empty"}
+            assert dsts == ({f"load Q, dO ({v + 2})"} if v + 2 < n else set())
+            assert any(w.startswith("ds_ready") for w in s.waits)
+    assert [b.name for b in t.smem] == ["k", "v", "q", "do", "ds", "lse", "dpsum", "barriers"]
+    assert t.tmem == () and "visits (Q tiles)" in t.unit and "dK, dV" in t.registers

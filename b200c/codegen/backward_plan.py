@@ -24,8 +24,10 @@ Registers per consumer thread (FP32 accumulators): dK and dV (``2 x block_n x D`
 consumer warpgroups' threads) live for the whole work item; S and dP (``2 x block_m x block_n``) live until
 dS is written, split over the warpgroups where each owns its keys and whole in every warpgroup where each
 owns a slice of dK's and dV's columns (:func:`kv_split`); dQ (``block_m x D`` split over the warpgroups,
-or ``block_m x D`` in each warpgroup: :func:`dq_split`) after that, so the peak is
-dK + dV + max(S + dP, dQ). The rest (addresses, indices, the softmax's per-row values) must fit in what is
+or ``block_m x D`` in each warpgroup: :func:`dq_split`) after that, next to P^T and dS^T (BF16 pairs, the A
+operands of dV and dK, live until those wgmmas complete) unless the visit waits for them first
+(:func:`dk_before_dq`), so the peak is dK + dV + max(S + dP + P^T, dQ [+ P^T + dS^T]) (P^T, the A of the
+dV wgmma still running, lives through the dS loop, whose S and dP die as dS^T is made). The rest (addresses, indices, the softmax's per-row values) must fit in what is
 left of ``consumer_regs`` (counts rounded up where the split is uneven): :data:`RESERVED_REGS`, a budget,
 not ptxas's count (the generated kernel's spill check is the judge).
 """
@@ -49,7 +51,8 @@ class BackwardPlan(msgspec.Struct, frozen=True):
         offsets: ``(region, byte offset)`` of each region (and ``barriers``) from the 1024-aligned base.
         smem_bytes: their sum with the alignment padding, bytes.
         acc_regs: peak FP32 accumulator registers per consumer thread.
-        acc_parts: ``(name, registers per consumer thread)``: dK + dV, S + dP, dQ.
+        acc_parts: ``(name, registers per consumer thread)``: dK + dV, S + dP, P^T + dS^T (BF16 pairs, the A
+            operands of dV and dK: live until those wgmmas complete), dQ.
         reg_pool: ``(producer + consumer warpgroups' setmaxnreg budgets) x 128`` against the launch allocation.
     """
 
@@ -64,6 +67,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
     offsets: tuple = ()
     dq_shape: tuple = ()  # (head_dim, mma_warpgroups): what dq_split decides from
     kv_shape: tuple = ()  # (block_n, head_dim, mma_warpgroups): what kv_split decides from
+    dk_first: bool = False  # dk_before_dq: dV and dK complete before dQ's wgmmas are issued
 
     def describe(self) -> str:
         """A few lines for ``--emit plan``-style printing."""
@@ -71,6 +75,8 @@ class BackwardPlan(msgspec.Struct, frozen=True):
                  "  SMEM " + ", ".join(f"{n} {b} B" for n, b in self.smem) + f": {self.smem_bytes} B",
                  "  accumulators per consumer thread: " + ", ".join(f"{n} {r}" for n, r in self.acc_parts)
                  + f" (peak {self.acc_regs})",
+                 "  dV and dK complete before dQ's wgmmas are issued (their P^T and dS^T registers freed first)"
+                 if self.dk_first else "",
                  f"  register pool: {self.reg_pool[0]} of {self.reg_pool[1]} registers (the setmaxnreg budgets x 128 "
                  "threads per warpgroup, of the CTA's launch allocation)",
                  f"  dK, dV split by {_KV_SPLIT_TEXT[kv_split(*self.kv_shape)]}" if self.kv_shape else "",
@@ -100,6 +106,19 @@ def kv_split(block_n: int, head_dim: int, mma_warpgroups: int) -> str:
     keeping P^T and dS^T in registers) and writes its share of the dS^T rows.
     """
     return "keys" if block_n % (64 * mma_warpgroups) == 0 else "columns"
+
+
+#: registers per consumer thread that ptxas needs beside the accumulators while dQ's wgmmas are issued with the
+#: dV and dK wgmmas still in flight (addresses, indices, loop state): with less, nvcc 13.0 serializes every wgmma
+#: of the kernel (ptxas C7512; measured at head dim 256: dK + dV 128, P^T + dS^T 32, dQ 64 of 240)
+OVERLAP_RESERVE = 32
+
+
+def dk_before_dq(kv_regs: int, packed_regs: int, dq_regs: int, consumer_regs: int) -> bool:
+    """Whether a visit waits for its dV and dK wgmmas before it issues dQ's: when dK + dV, the P^T and dS^T
+    pairs those wgmmas read and dQ's accumulators, with :data:`OVERLAP_RESERVE` beside them, exceed
+    ``consumer_regs`` (head dim 256; at 64 and 128 dQ's wgmmas queue behind dK's with both live)."""
+    return kv_regs + packed_regs + dq_regs + OVERLAP_RESERVE > consumer_regs
 
 
 def dq_split(head_dim: int, mma_warpgroups: int) -> str:
@@ -161,10 +180,15 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             "block_n or q_stages")
     consumer_threads = 128 * s.mma_warpgroups
     sdp_threads = consumer_threads if kv_split(n, d, s.mma_warpgroups) == "keys" else 128
-    parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", -(-2 * m * n // sdp_threads)),
+    sdp = -(-2 * m * n // sdp_threads)
+    parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", sdp), ("P^T + dS^T", -(-sdp // 2)),
              ("dQ", -(-m * d // (consumer_threads if dq_split(d, s.mma_warpgroups) == "columns" else 128))))
     # rounded up: an uneven split leaves some threads one more
-    acc = parts[0][1] + max(parts[1][1], parts[2][1])
+    kv, _, packed, dq = (r for _, r in parts)
+    first = dk_before_dq(kv, packed, dq, s.consumer_regs)
+    # P^T (the dV wgmma's A) lives through the dS loop, whose S and dP die as dS^T is made; dQ's accumulators
+    # come after, next to P^T and dS^T unless the dV and dK wgmmas completed first
+    acc = kv + max(sdp + packed // 2, dq + (0 if first else packed))
     if acc + RESERVED_REGS > s.consumer_regs:
         raise ResourceError(
             f"backward schedule {s.name!r}: the consumers' accumulators need {acc} registers per thread "
@@ -180,7 +204,7 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
             "lower consumer_regs or producer_regs")
     return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets),
-                        (d, s.mma_warpgroups), (n, d, s.mma_warpgroups))
+                        (d, s.mma_warpgroups), (n, d, s.mma_warpgroups), first)
 
 
-__all__ = ["BackwardPlan", "dq_split", "kv_split", "plan_backward", "RESERVED_REGS"]
+__all__ = ["BackwardPlan", "dk_before_dq", "dq_split", "kv_split", "plan_backward", "OVERLAP_RESERVE", "RESERVED_REGS"]

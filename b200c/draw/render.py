@@ -73,7 +73,7 @@ def render(timeline, output, fmt: str | None = None) -> None:
         _draw_smem(fig.add_subplot(gs[0, 1]), t, patches)
         _draw_tmem(fig.add_subplot(gs[0, 2]), t, patches)
         stage = f"{stage_label(t.blog_stage, t.backend)}, " if t.blog_stage else ""
-        title = f"{t.name} ({stage}{t.backend}): {t.iterations} K/V tiles, one work item"
+        title = f"{t.name} ({stage}{t.backend}): {t.iterations} {t.unit}"
         if t.issue_order:
             title += f";  MMA issue order: {t.issue_order}"
         fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold")
@@ -199,7 +199,7 @@ def _draw_tmem(ax, t, patches):
     if not t.tmem:
         ax.set_ylim(1, 0)
         ax.set_title("TMEM", fontsize=9, loc="left")
-        ax.text(0.0, 0.1, f"none ({t.backend}): S, P and O\nlive in registers", fontsize=8, va="top")
+        ax.text(0.0, 0.1, t.registers or f"none ({t.backend}): S, P and O\nlive in registers", fontsize=8, va="top")
         return
     limit = max(t.tmem_limit, t.tmem_alloc, 1)
     ax.set_ylim(limit * 1.06, -limit * 0.1)

@@ -124,6 +124,8 @@ class Timeline:
         smem, smem_bytes, smem_limit: the SMEM map (bytes).
         tmem, tmem_alloc, tmem_limit: the TMEM map (columns; empty on sm_90a).
         issue_order: the MMA warp's steady-state issue order, or ``""``.
+        unit: what ``iterations`` counts, for the title (the backward's pictures: visits of a K/V tile).
+        registers: the TMEM panel's text where there is no TMEM (``""``: the forward's S, P and O).
     """
 
     name: str
@@ -140,6 +142,8 @@ class Timeline:
     tmem_alloc: int
     tmem_limit: int
     issue_order: str = ""
+    unit: str = "K/V tiles, one work item"
+    registers: str = ""
 
     @property
     def columns(self) -> int:

@@ -126,8 +126,8 @@ def _load_file(p: Path, resolved: str) -> Schedule:
             return s
         raise ScheduleError(
             f"schedule file {str(p)!r}: 'schedule' is a BackwardSchedule; `b200c compile` prints its plan, IR, CUDA, "
-            "PTX or cubin (--emit plan|ir|cu|ptx|cubin) and `b200c check` checks it; the other commands take a "
-            "forward b200c.Schedule (the backward's drawing is not built yet)")
+            "PTX or cubin (--emit plan|ir|cu|ptx|cubin), `b200c check` checks it and `b200c draw` draws it; the other "
+            "commands take a forward b200c.Schedule")
     if not isinstance(s, Schedule):
         raise ScheduleError(
             f"schedule file {str(p)!r}: 'schedule' is a {type(s).__name__}, expected b200c.Schedule"
@@ -252,7 +252,7 @@ def _is_helper(name: str, folder: Path) -> bool:
 
 
 def load_compile_input(path: str | os.PathLike):
-    """:func:`load_with_dependencies` for ``b200c compile`` and ``b200c check``, whose file may also define a
+    """:func:`load_with_dependencies` for ``b200c compile``, ``check`` and ``draw``, whose file may also define a
     :class:`b200c.BackwardSchedule` (returned as it is).
 
     Raises:

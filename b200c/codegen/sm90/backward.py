@@ -75,6 +75,8 @@ class BackwardLayout(msgspec.Struct, frozen=True):
         kv_wg_col_bytes: per warpgroup index, the byte offset of its first column slice in the Q and dO tiles
             (the B of dK and dV; ``"keys"``: 0).
         kv_wg_col0: per warpgroup index, its first dK / dV column (``"keys"``: 0).
+        dk_before_dq: wait for the visit's dV and dK wgmmas before dQ's are issued
+            (:func:`b200c.codegen.backward_plan.dk_before_dq`).
         ds_rows_by_warp: ``"columns"`` with several warpgroups: each warpgroup writes only the dS^T rows of
             its share of the warps (``4 / mma_warpgroups`` warps' 16-row blocks), the others' copies of the
             same values are not stored twice.
@@ -116,6 +118,7 @@ class BackwardLayout(msgspec.Struct, frozen=True):
     kv_wg_col_bytes: int
     kv_wg_col0: int
     ds_rows_by_warp: bool
+    dk_before_dq: bool
     dq_split: str
     dq_cols: int
     dq_keys: int
@@ -225,6 +228,7 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
         mma_warpgroups=s.mma_warpgroups, wg_keys=64, kv_split=kv, wg_key_stride=64 if kv == "keys" else 0,
         kv_cols=kv_cols, kv_wg_col_bytes=0 if kv == "keys" else kv_cols // 64 * s.block_m * 128,
         kv_wg_col0=0 if kv == "keys" else kv_cols, ds_rows_by_warp=kv == "columns" and s.mma_warpgroups > 1,
+        dk_before_dq=plan.dk_first,
         dq_split=split,
         dq_cols=s.head_dim // s.mma_warpgroups if split == "columns" else s.head_dim,
         dq_keys=s.block_n if split == "columns" else s.block_n // s.mma_warpgroups,

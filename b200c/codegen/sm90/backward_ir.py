@@ -157,7 +157,7 @@ def consumer_role(lay) -> RoleIR:
         BwdDsDk(),
         (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split == "columns"
          else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
-        BwdDq(),
+        BwdDq(dk_first=lay.dk_before_dq),
         Arrive("q_empty", "st", by="warp"),
         *_dq_add(lay),
     ), note="visits: query head major, Q tile ascending")

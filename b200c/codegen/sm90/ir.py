@@ -216,10 +216,15 @@ class BwdDsDk(Node):
 
 class BwdDq(Node):
     """This warpgroup's columns of dQ = dS K (SS wgmma, both operands MN-major), then
-    ``wgmma.wait_group 0``: every wgmma of the visit done (the stage's Q and dO no longer read)."""
+    ``wgmma.wait_group 0``: every wgmma of the visit done (the stage's Q and dO no longer read).
+    ``dk_first``: wait for the dV and dK wgmmas before dQ's are issued, so that the P^T and dS^T registers
+    they read are free before dQ's accumulators are live (:func:`b200c.codegen.backward_plan.dk_before_dq`)."""
+
+    dk_first: bool = False
 
     def describe(self) -> str:
-        return "wgmma dQ[:, cols of wg] = dS K; wait_group 0"
+        first = "wait_group 0 (dV, dK); " if self.dk_first else ""
+        return f"{first}wgmma dQ[:, cols of wg] = dS K; wait_group 0"
 
 
 class BwdDqAdd(Node):

@@ -843,6 +843,11 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     wgmma_kv(dk, ds, q_addr + KV_WG_COL_BYTES * wg);  // dK += dS^T Q (the warpgroup's columns; unscaled, scaled at the end)
     fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
     named_bar_sync(NBAR_DS_READY, NBAR_DS_READY_THREADS);  // every key's dS^T of this visit is in SMEM
+    wgmma_wait<0>();  // dV and dK done: their P^T and dS^T registers are free before dQ's accumulators are live
+    reg_fence_all(dk);
+    reg_fence_all(dv);
+    reg_fence_all(p);
+    reg_fence_all(ds);
     float dq[DQ_REGS];
     wgmma_dq(dq, ds_tile + (uint32_t)wg * DQ_WG_KEY_BYTES,
              c.smem + SMEM_K + (uint32_t)wg * (DQ_WG_KEY_BYTES + DQ_WG_COL_BYTES));
