@@ -45,8 +45,9 @@ def host_backward(monkeypatch):
 
     calls = []
 
-    def fake(q, k, v, out, dout, lse, *, causal=False, scale=None, schedule=None):
-        calls.append(dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, causal=causal, scale=scale))
+    def fake(q, k, v, out, dout, lse, *, causal=False, scale=None, schedule=None, deterministic=None):
+        calls.append(dict(q=q, k=k, v=v, out=out, dout=dout, lse=lse, causal=causal, scale=scale,
+                          deterministic=deterministic))
         # the fake driver's forward wrote no real O / LSE: give the model its own (FP64 attention)
         qd, kd, vd = (x.double() for x in (q, k, v))
         g = q.shape[1] // k.shape[1]
@@ -246,9 +247,10 @@ def test_varlen_autograd_hands_the_packed_tensors_to_the_varlen_backward(monkeyp
     GPU tests')."""
     calls = []
 
-    def stub(q, k, v, out, dout, lse, cu_q, cu_k, max_q, max_k, *, causal=False, scale=None, **_):
+    def stub(q, k, v, out, dout, lse, cu_q, cu_k, max_q, max_k, *, causal=False, scale=None, deterministic=None,
+             **_):
         calls.append(dict(lse=lse.shape, cu=(cu_q.tolist(), cu_k.tolist()), max=(max_q, max_k), causal=causal,
-                          scale=scale, dout=dout.shape))
+                          scale=scale, dout=dout.shape, deterministic=deterministic))
         return torch.full_like(q, 1.0), torch.full_like(k, 2.0), torch.full_like(v, 3.0)
 
     monkeypatch.setattr(backward_launch, "attention_backward_varlen", stub)
@@ -264,5 +266,41 @@ def test_varlen_autograd_hands_the_packed_tensors_to_the_varlen_backward(monkeyp
     assert len(fd.launches) == 1 and fd.launches[0].lse_ptr != 0  # the forward wrote an LSE for the backward
     (call,) = calls
     assert call == dict(lse=(4, 300), cu=([0, 100, 300], [0, 150, 300]), max=(200, 150), causal=True,
-                        scale=pytest.approx(0.2), dout=(300, 4, 128))
+                        scale=pytest.approx(0.2), dout=(300, 4, 128), deterministic=None)
     assert bool((q.grad == 1).all()) and bool((k.grad == 2).all()) and bool((v.grad == 3).all())
+
+
+def test_deterministic_keyword_reaches_the_backward(host_backward, monkeypatch):
+    """b200c.attention(deterministic=True) (flash_attn_func's keyword) asks the backward for the deterministic
+    dQ reduction; without it the launch layer decides from torch's switch (None); torch.compile traces it;
+    attention_varlen takes it too; a non-bool is refused by name."""
+    q = torch.randn(1, 2, 64, 128).to(BF16).requires_grad_()
+    k, v = torch.randn(1, 2, 64, 128).to(BF16), torch.randn(1, 2, 64, 128).to(BF16)
+    with fake_driver.install(target="sm90a"):
+        b200c.attention(q, k, v, target="sm90a", deterministic=True).float().sum().backward()
+        b200c.attention(q, k, v, target="sm90a", return_lse=True, layout="bshd",
+                        deterministic=True)[0].float().sum().backward()
+        b200c.attention(q, k, v, target="sm90a").float().sum().backward()
+        torch._dynamo.reset()
+        try:
+            f = torch.compile(lambda a, b, c: b200c.attention(a, b, c, target="sm90a", deterministic=True),
+                              fullgraph=True, backend="aot_eager")
+            f(q, k, v).float().sum().backward()
+        finally:
+            torch._dynamo.reset()
+        with pytest.raises(b200c.LaunchError, match="deterministic='yes'"):
+            b200c.attention(q, k, v, target="sm90a", deterministic="yes")
+    assert [c["deterministic"] for c in host_backward] == [True, True, None, True]
+    calls = []
+
+    def stub(q, k, v, out, dout, lse, *rest, deterministic=None, **_):
+        calls.append(deterministic)
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+    monkeypatch.setattr(backward_launch, "attention_backward_varlen", stub)
+    cu = torch.tensor([0, 40, 64], dtype=torch.int32)
+    with fake_driver.install(target="sm90a"):
+        qv = torch.randn(64, 2, 128).to(BF16).requires_grad_()
+        kv = torch.randn(64, 2, 128).to(BF16)
+        b200c.attention_varlen(qv, kv, kv, cu, cu, 40, 40, target="sm90a", deterministic=True).float().sum().backward()
+    assert calls == [True]

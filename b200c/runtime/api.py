@@ -395,7 +395,7 @@ except AttributeError:  # a torch without these internals: always use the dispat
 
 def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=None, return_lse: bool = False,
               layout: str = "bhsd", target: str = "auto", score_mod=None, mask_mod=None, sinks=None,
-              window_size=None, **kwargs):
+              window_size=None, deterministic: bool = False, **kwargs):
     """Attention ``softmax(q @ k^T * softmax_scale [+ causal mask]) @ v`` with a b200c kernel,
     like FlashAttention's ``flash_attn_func``.
 
@@ -467,6 +467,11 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             (bottom-right aligned; -1: unbounded on that side). A built-in
             mask_mod (combined with ``mask_mod`` and ``causal``); no mask
             tensor.
+        deterministic: as flash_attn_func's: the backward adds the K/V
+            tiles' parts of dQ in K/V tile order, so gradients are bit-equal
+            from run to run (slower than the default atomic additions). Also
+            on whenever ``torch.use_deterministic_algorithms(True)`` is. The
+            forward is deterministic either way.
 
     Calls with ``score_mod``, ``mask_mod``, ``sinks`` or ``window_size`` run
     eagerly (torch.compile breaks the graph around them) and are forward-only.
@@ -531,13 +536,15 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
     """
     if kwargs:
         raise _unexpected_keyword(kwargs)
+    if deterministic is not False:
+        deterministic = flag_value("deterministic", deterministic)
     if window_size is not None and type(window_size) in (tuple, list) and tuple(window_size) == (-1, -1):
         window_size = None  # flash_attn's "no window": the plain kernel
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
         return _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, score_mod,
-                               mask_mod, sinks, window_size)
+                               mask_mod, sinks, window_size, deterministic=deterministic)
     if torch.compiler.is_compiling():
-        return _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target)
+        return _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, deterministic)
     if not (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor):
         check_tensor_types(q, k, v)  # subclasses (fake tensors, Parameters) pass; anything else raises
     if type(target) is not str or target not in _TARGETS or layout not in _LAYOUTS:
@@ -553,12 +560,12 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
     if _direct_path_ok(q, k, v):
         out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
         return (out, lse) if return_lse else out
-    return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse)
+    return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse, deterministic)
 
 
 @torch.compiler.disable
 def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, score_mod, mask_mod,
-                    sinks, window_size, prepared=None):
+                    sinks, window_size, prepared=None, deterministic=False):
     """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
     kernel arguments; see :mod:`b200c.runtime.mod_call`). ``prepared``: a ModCall made by the caller
     (the SDPA drop-in's attn_mask, :mod:`b200c.runtime.sdpa_mask`) instead of the functions."""
@@ -582,7 +589,7 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
     if s_q == s_kv and window_size is None and causal_top_left(mc.mods):  # the causal knob's mask, as a mask_mod
         return attention(q, k, v, schedule=schedule, causal=True, softmax_scale=softmax_scale, return_lse=return_lse,
-                         layout=layout, target=target)
+                         layout=layout, target=target, deterministic=deterministic)
     mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
     mc.check(q, heads)
     schedule_json = _mods_schedule_json(q, schedule, schedule_json, target, mc)
@@ -592,26 +599,27 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
 
 
 def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str, causal: bool,
-             return_lse: bool):
+             return_lse: bool, deterministic: bool = False):
     if layout == "bshd":  # views only: the kernel reads any strides
         q, k, v = (t.transpose(1, 2) if t.dim() == 4 else t for t in (q, k, v))
     if scale is None:
         scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 and q.shape[-1] > 0 else 1.0
+    more = (True,) if deterministic else ()  # the schema's default otherwise: one argument less per call
     if return_lse:
-        out, lse = torch.ops.b200c.attention_lse(q, k, v, schedule_json, scale, target, causal)
+        out, lse = torch.ops.b200c.attention_lse(q, k, v, schedule_json, scale, target, causal, *more)
         return (out.transpose(1, 2) if layout == "bshd" else out), lse
-    out = torch.ops.b200c.attention(q, k, v, schedule_json, scale, target, causal)
+    out = torch.ops.b200c.attention(q, k, v, schedule_json, scale, target, causal, *more)
     return out.transpose(1, 2) if layout == "bshd" else out
 
 
-def _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target):
+def _attention_traced(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, deterministic=False):
     check_tensor_types(q, k, v)
     _check_options(target, layout)
     causal = flag_value("causal", causal)
     return_lse = flag_value("return_lse", return_lse)
     scale = _check_scale(softmax_scale)
     return _call_op(q, k, v, _traced_json(q, schedule, target, _seq_kv(k, layout)), scale, layout, target, causal,
-                    return_lse)
+                    return_lse, deterministic)
 
 
 def _seq_kv(k, layout: str):
@@ -659,7 +667,8 @@ def _unexpected_keyword(kwargs: dict) -> LaunchError:
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule=None,
                      causal: bool = False, softmax_scale=None, return_lse: bool = False, target: str = "auto",
-                     check_seqlens: bool = True, score_mod=None, mask_mod=None, sinks=None, window_size=None):
+                     check_seqlens: bool = True, score_mod=None, mask_mod=None, sinks=None, window_size=None,
+                     deterministic: bool = False):
     """Attention over a batch of sequences of different lengths packed into one tensor, like
     FlashAttention's ``flash_attn_varlen_func``.
 
@@ -693,6 +702,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         score_mod, mask_mod, sinks, window_size: as :func:`b200c.attention`,
             with ``b`` the sequence and ``q_idx`` / ``kv_idx`` positions within
             it (the window per sequence; eager only, forward-only).
+        deterministic: as :func:`b200c.attention`: dQ's parts added in K/V
+            tile order in the backward.
 
     Returns:
         ``out`` (q's shape, bfloat16) or ``(out, lse)`` with ``return_lse``.
@@ -718,6 +729,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     causal = flag_value("causal", causal)
     return_lse = flag_value("return_lse", return_lse)
     check_seqlens = flag_value("check_seqlens", check_seqlens)
+    deterministic = flag_value("deterministic", deterministic)
     scale = _check_scale(softmax_scale)
     if torch.compiler.is_compiling():
         schedule_json = _traced_json(q, schedule, target)
@@ -734,8 +746,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise LaunchError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
     if scale is None:
         scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 and q.shape[-1] > 0 else 1.0
+    more = (True,) if deterministic else ()  # the schema's default otherwise
     out, lse = torch.ops.b200c.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                schedule_json, scale, target, causal, return_lse, check_seqlens)
+                                                schedule_json, scale, target, causal, return_lse, check_seqlens,
+                                                *more)
     return (out, lse) if return_lse else out
 
 

@@ -347,10 +347,12 @@ def _define(name: str, schema: str, impl, fake):
                 ctx.varlen = True
                 ctx.max_seqlen = (args[5], args[6])
                 ctx.scale, ctx.causal = float(args[8]), bool(full[10])
+                ctx.deterministic = bool(full[13])
             else:
                 ctx.save_for_backward(args[0], args[1], args[2], out, lse)
                 ctx.varlen = False
                 ctx.scale, ctx.causal = float(args[4]), bool(args[6]) if len(args) > 6 else False
+                ctx.deterministic = bool(args[7]) if len(args) > 7 else False
             return result
 
         @staticmethod
@@ -363,12 +365,12 @@ def _define(name: str, schema: str, impl, fake):
                 q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
                 dq, dk, dv = torch.ops.b200c.attention_varlen_backward(
                     grad_out, q, k, v, out, lse, cu_q, cu_k, ctx.max_seqlen[0], ctx.max_seqlen[1], ctx.scale,
-                    ctx.causal, grad_rest[0] if grad_rest else None)
+                    ctx.causal, grad_rest[0] if grad_rest else None, ctx.deterministic)
                 return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
             q, k, v, out, lse = ctx.saved_tensors
             grad_lse = grad_rest[0] if grad_rest else None
             dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal,
-                                                            grad_lse)
+                                                            grad_lse, ctx.deterministic)
             return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
     Forward.__name__ = Forward.__qualname__ = f"b200c_{name}_forward"
@@ -386,29 +388,30 @@ def _define(name: str, schema: str, impl, fake):
 
 
 _ATTENTION_SCHEMA = ("(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, str target, "
-                     "bool causal=False)")
+                     "bool causal=False, bool deterministic=False)")
 
 
-def _attention_impl(q, k, v, schedule_json, softmax_scale, target, causal=False):
+def _attention_impl(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
     """``b200c::attention`` on logical (B, H, S_q, D) q and (B, H_kv, S_kv, D) k, v (bf16);
-    see :func:`b200c.attention`. Returns out, like q. (``b200c::attention_lse`` also returns
+    see :func:`b200c.attention`. Returns out, like q. (``deterministic`` is read by the autograd
+    formula only: the backward's dQ reduction.) (``b200c::attention_lse`` also returns
     the LSE; two ops because a second output costs every dispatcher call more.)"""
     return launcher.run(schedule_json, target, "bhsd", q, k, v, softmax_scale, SCHEDULES, causal, False)[0]
 
 
-def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):
+def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
     p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
     if p.needs_launch:
         specialized_json(schedule_json, p.head_dim)
     return torch.empty_like(q)
 
 
-def _attention_lse_impl(q, k, v, schedule_json, softmax_scale, target, causal=False):
+def _attention_lse_impl(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
     """As ``b200c::attention``, returning ``(out, lse)``: lse FP32 (B, H, S_q), natural-log units."""
     return launcher.run(schedule_json, target, "bhsd", q, k, v, softmax_scale, SCHEDULES, causal, True)
 
 
-def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=False):
+def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
     p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
     if p.needs_launch:
         specialized_json(schedule_json, p.head_dim)
@@ -416,7 +419,8 @@ def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=Fa
 
 
 def _attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
-                           softmax_scale, target, causal=False, return_lse=False, check_seqlens=True):
+                           softmax_scale, target, causal=False, return_lse=False, check_seqlens=True,
+                           deterministic=False):
     """Varlen attention on packed (total, H, D) tensors; see :func:`b200c.attention_varlen`.
 
     Returns ``(out, lse)``: out like q; lse FP32 (H, total_q), or empty unless ``return_lse``.
@@ -427,7 +431,8 @@ def _attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
-                           softmax_scale, target, causal=False, return_lse=False, check_seqlens=True):
+                           softmax_scale, target, causal=False, return_lse=False, check_seqlens=True,
+                           deterministic=False):
     from .varlen import validate_varlen
 
     p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_device=False,
@@ -445,12 +450,13 @@ attention_varlen_op = _define(
     "attention_varlen",
     "(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, "
     "SymInt max_seqlen_k, str schedule_json, float softmax_scale, str target, bool causal=False, "
-    "bool return_lse=False, bool check_seqlens=True) -> (Tensor, Tensor)",
+    "bool return_lse=False, bool check_seqlens=True, bool deterministic=False) -> (Tensor, Tensor)",
     _attention_varlen_impl, _attention_varlen_fake)
 
 
-# attention_varlen's arguments from index 10 on, with their schema defaults (causal, return_lse, check_seqlens)
-_VARLEN_DEFAULTS = (False, False, True)
+# attention_varlen's arguments from index 10 on, with their schema defaults (causal, return_lse, check_seqlens,
+# deterministic)
+_VARLEN_DEFAULTS = (False, False, True, False)
 _LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (return_lse=True); the backward "
                 "kernels take the gradient of the output only: detach the LSE")
 
@@ -472,34 +478,37 @@ def _refuse_backward(q, grad_lse) -> None:
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
 def attention_backward_op(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None
+    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None, deterministic: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of ``b200c::attention`` / ``b200c::attention_lse``: dQ, dK, dV of logical (B, H, S, D)
     views from the sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward`).
     The refusals are here, at run time, not in the autograd formula, which torch.compile traces while it
-    compiles the forward. ``grad_lse``: the gradient reaching a returned LSE (refused unless it is all zeros: torch.compile
-    passes zeros for an LSE the loss does not use).
+    compiles the forward. ``grad_lse``: the gradient reaching a returned LSE (refused unless it is all zeros:
+    torch.compile passes zeros for an LSE the loss does not use). ``deterministic``: the forward call's
+    (``b200c.attention(deterministic=True)``): dQ added in K/V tile order; False: as
+    ``torch.are_deterministic_algorithms_enabled()``.
 
     Raises:
         BackwardNotSupportedError: a non-zero ``grad_lse``, the opt-in missing
             (``B200C_UNVERIFIED_BACKWARD``), a device other than compute capability 9.0 (the backward
-            kernels are sm_90a only), or an input the kernels do not cover yet (head dim 256).
+            kernels are sm_90a only), or an input the kernels do not cover yet.
     """
     from . import backward_launch
 
     _refuse_backward(q, grad_lse)
-    return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale)
+    return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale,
+                                              deterministic=True if deterministic else None)
 
 
 @torch.library.custom_op("b200c::attention_varlen_backward", mutates_args=())
 def attention_varlen_backward_op(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
     cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None
+    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None, deterministic: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of ``b200c::attention_varlen``: dQ, dK, dV of packed (total, H, D) tensors from the
     sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward_varlen`); ``lse`` the
-    forward's (H, total_q) LSE, ``grad_lse`` as :func:`attention_backward_op`'s.
+    forward's (H, total_q) LSE, ``grad_lse`` and ``deterministic`` as :func:`attention_backward_op`'s.
 
     Raises:
         BackwardNotSupportedError: as :func:`attention_backward_op`.
@@ -508,7 +517,8 @@ def attention_varlen_backward_op(
 
     _refuse_backward(q, grad_lse)
     return backward_launch.attention_backward_varlen(q, k, v, out, grad_out, lse, cu_seqlens_q, cu_seqlens_k,
-                                                     max_seqlen_q, max_seqlen_k, causal=causal, scale=softmax_scale)
+                                                     max_seqlen_q, max_seqlen_k, causal=causal, scale=softmax_scale,
+                                                     deterministic=True if deterministic else None)
 
 
 def _backward_fake(grad_out, q, k, v, *rest, **kwargs):
