@@ -84,9 +84,8 @@ class DriverError(LaunchError):
 
 class BackwardNotSupportedError(B200cError, NotImplementedError):
     """A gradient was requested through b200c for an input its backward kernels do not cover yet (a
-    device other than sm_90a, head dim 256, a gradient into a returned LSE, or any input
-    without the opt-in ``B200C_UNVERIFIED_BACKWARD=1`` while the kernels await their GPU tests),
-    or a backward schedule the generator does not cover yet; the message names which.
+    device other than sm_90a, a gradient into a returned LSE, mods), or a backward schedule the generator
+    does not cover yet; the message names which.
 
     Raised when the backward pass runs (``loss.backward()``), not when the
     forward runs: a call on inputs that require grad works, in eager mode and

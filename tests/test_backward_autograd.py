@@ -32,12 +32,6 @@ def _reference_grads(q, k, v, dout, causal, scale):
     return qd.grad, kd.grad, vd.grad
 
 
-@pytest.fixture(autouse=True)
-def _opted_in(monkeypatch):
-    """These tests check the plumbing behind the opt-in (backward_launch.OPT_IN); its absence is tested below."""
-    monkeypatch.setenv(backward_launch.OPT_IN, "1")
-
-
 @pytest.fixture
 def host_backward(monkeypatch):
     """Replace the kernels' launch layer by the host model; record each call's arguments."""
@@ -125,9 +119,9 @@ def test_lse_gradient_is_refused_by_name(host_backward):
             (out.float().sum() + lse.sum()).backward()
 
 
-def test_compiled_forward_never_raises_the_backwards_refusals(host_backward, monkeypatch):
+def test_compiled_forward_never_raises_the_backwards_refusals(host_backward):
     """torch.compile traces the autograd formula while it compiles the forward: its refusals (an LSE the loss
-    uses, the opt-in missing, varlen) are the backward op's, at run time, so the compiled forward runs and
+    uses) are the backward op's, at run time, so the compiled forward runs and
     backward() raises (found by review: they were raised from the traced formula, failing the forward)."""
     s = b200c.Schedule()
     q = torch.randn(1, 2, 128, 128).to(BF16).requires_grad_()
@@ -142,13 +136,6 @@ def test_compiled_forward_never_raises_the_backwards_refusals(host_backward, mon
             assert len(host_backward) == 1 and q.grad is not None
             with pytest.raises(BackwardNotSupportedError, match="flows into the LSE"):
                 (out.float().sum() + lse.sum()).backward()
-        monkeypatch.delenv(backward_launch.OPT_IN)
-        torch._dynamo.reset()
-        with fake_driver.install(target="sm90a"):
-            fn = torch.compile(lambda q: b200c.attention(q, k, v, target="sm90a"), fullgraph=True, backend="aot_eager")
-            out = fn(q)  # the forward runs without the opt-in
-            with pytest.raises(BackwardNotSupportedError, match="B200C_UNVERIFIED_BACKWARD=1"):
-                out.float().sum().backward()
     finally:
         torch._dynamo.reset()
     assert len(host_backward) == 1
@@ -220,23 +207,6 @@ def test_dropin_with_grad_falls_back_where_the_backward_does_not_cover(host_back
             out = b200c.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         out.float().sum().backward()
     assert not fd.launches and not host_backward and q.grad is not None  # torch's SDPA, forward and backward
-
-
-def test_without_the_opt_in_the_backward_is_refused_by_name_and_the_dropin_falls_back(host_backward, monkeypatch):
-    """Until the kernels pass their GPU tests the backward runs only with B200C_UNVERIFIED_BACKWARD=1: without
-    it backward() raises the typed error naming the variable, and the drop-in leaves such calls to torch."""
-    from b200c.errors import FallbackWarning
-
-    monkeypatch.delenv(backward_launch.OPT_IN)
-    q = torch.randn(1, 2, 64, 128).to(BF16).requires_grad_()
-    k, v = torch.randn(1, 2, 64, 128).to(BF16), torch.randn(1, 2, 64, 128).to(BF16)
-    with fake_driver.install(target="sm90a") as fd:
-        out = b200c.attention(q, k, v, target="sm90a")
-        with pytest.raises(BackwardNotSupportedError, match="B200C_UNVERIFIED_BACKWARD=1"):
-            out.float().sum().backward()
-        with pytest.warns(FallbackWarning, match="have not passed their GPU tests"):
-            b200c.scaled_dot_product_attention(q, k, v).float().sum().backward()
-    assert len(fd.launches) == 1 and not host_backward  # the first forward only; no backward kernel ran
 
 
 def test_varlen_autograd_hands_the_packed_tensors_to_the_varlen_backward(monkeypatch):

@@ -356,3 +356,34 @@ def test_backward_table(monkeypatch):
         r = subprocess.run([sys.executable, "-m", "b200c", "bench", "--backward"], capture_output=True, text=True,
                            cwd=ROOT)
         assert r.returncode == 2 and r.stderr.startswith("b200c: error: b200c bench needs a CUDA GPU"), r.stderr
+
+
+def test_backward_varlen_check_compares_the_first_sequence():
+    """The varlen row's check (no cuDNN varlen baseline): the first sequence's dQ, dK, dV against a dense
+    backward of that sequence alone (here torch's math backend on the CPU). Gradients from a per-sequence
+    autograd reference pass; one element off in sequence 0 is seen; a change in sequence 1 is not its business."""
+    import torch
+    import torch.nn.functional as F
+
+    from b200c.bench import backward
+
+    torch.manual_seed(0)
+    shape = parse_shapes("varlen:48+80x4/2c")[0]
+    total = 128
+    q = torch.randn(total, 4, 64)
+    k, v = torch.randn(total, 2, 64), torch.randn(total, 2, 64)
+    dout = torch.randn(total, 4, 64)
+    grads = [torch.zeros_like(t) for t in (q, k, v)]
+    for lo, hi in ((0, 48), (48, 128)):
+        xs = [t[lo:hi].transpose(0, 1)[None].clone().requires_grad_() for t in (q, k, v)]
+        o = F.scaled_dot_product_attention(*xs, is_causal=True, enable_gqa=True)
+        for g, r in zip(grads, torch.autograd.grad(o, xs, dout[lo:hi].transpose(0, 1)[None])):
+            g[lo:hi] = r[0].transpose(0, 1)
+    inputs = SimpleNamespace(shape=shape, q=q, k=k, v=v)
+    assert backward._first_sequence_diff(inputs, grads, dout, backend="MATH") < 1e-5
+    off = [g.clone() for g in grads]
+    off[1][5, 1, 7] += 0.5 * float(grads[1].abs().max())
+    assert backward._first_sequence_diff(inputs, off, dout, backend="MATH") == pytest.approx(0.5, rel=1e-3)
+    off = [g.clone() for g in grads]
+    off[0][100] += 1.0  # sequence 1
+    assert backward._first_sequence_diff(inputs, off, dout, backend="MATH") < 1e-5

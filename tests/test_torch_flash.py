@@ -71,7 +71,7 @@ def test_calls_b200c_does_not_serve_are_named():
 
 def test_active_backward_op_runs_b200c_where_covered(monkeypatch):
     """Issue 48 step 4: while active, the flash backward op's kernel is b200c's where its sm90a backward
-    kernels cover the call (with the opt-in until their GPU tests pass): q, k, v, out, dO, the LSE, causal
+    kernels cover the call: q, k, v, out, dO, the LSE, causal
     and scale reach the launch layer (a stub here); a call they do not cover goes to torch's kernel (none
     on the CPU key: NotImplementedError naming why)."""
     from b200c.runtime import backward_launch
@@ -83,7 +83,6 @@ def test_active_backward_op_runs_b200c_where_covered(monkeypatch):
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
 
     monkeypatch.setattr(backward_launch, "attention_backward", stub)
-    monkeypatch.setenv(backward_launch.OPT_IN, "1")
     q, k, v = _qkv()
     bwd = torch.ops.aten._scaled_dot_product_flash_attention_backward
     rng, unused, none = torch.zeros(2, dtype=torch.uint64), torch.empty((), dtype=torch.uint64), torch.empty(0)
@@ -96,9 +95,6 @@ def test_active_backward_op_runs_b200c_where_covered(monkeypatch):
             assert dq.shape == q.shape and dk.shape == k.shape
             with pytest.raises(NotImplementedError, match="dropout_p=0.1"):
                 bwd(q, q, k, v, q, lse, none, none, 256, 256, 0.1, True, rng, unused, scale=0.1)
-            monkeypatch.delenv(backward_launch.OPT_IN)
-            with pytest.raises(NotImplementedError, match="have not passed their GPU tests"):
-                bwd(q, q, k, v, q, lse, none, none, 256, 256, 0.0, True, rng, unused, scale=0.1)
         finally:
             handle.remove()
     assert len(calls) == 1

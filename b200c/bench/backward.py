@@ -8,11 +8,13 @@ on :func:`b200c.runtime.backward_launch.attention_backward` with its own forward
 kernels: preprocess, main, postprocess). TFLOPS = 2.5 x the forward's FLOPs over the backward's time (the
 forward counts 4 H D per attending query-key pair, so causal is about half; FlashAttention's convention).
 Before timing, b200c's dQ, dK, dV are compared with cuDNN's on the same inputs (max |difference| over the
-largest |gradient|, at most :data:`MAX_REL_DIFF`).
+largest |gradient|, at most :data:`MAX_REL_DIFF`); a varlen batch's, on its first sequence, with cuDNN's
+dense backward of that sequence alone (a sequence's gradients do not depend on the others).
 
 Shapes: the forward bench's syntax (:mod:`b200c.bench.shapes`); the named set ``backward`` is head dims
 64, 128 and 256, dense and causal, at 2K, 8K and 16K (32K tokens per call, 16 heads), GQA 32/8 causal at
-8K and the FA4 varlen batch. What b200c's backward does not cover yet (head dims 64 and 256, varlen) is a
+8K and the FA4 varlen batch (b200c: :func:`b200c.attention_varlen` with the LSE, then
+:func:`b200c.runtime.backward_launch.attention_backward_varlen`). What b200c's backward does not cover is a
 "not supported yet" cell with the reason under the table, not a failure.
 """
 from __future__ import annotations
@@ -91,16 +93,39 @@ def kernels(inputs, capability: tuple, dout) -> list:
         out.append((name, fa4))
 
     def ours():
-        from ..errors import BackwardNotSupportedError
         from ..runtime.api import attention
         from ..runtime.backward_launch import attention_backward
 
         if s.varlen:
-            raise BackwardNotSupportedError("varlen: b200c's backward kernels take dense (B, H, S, D) inputs yet")
+            from ..runtime.api import attention_varlen
+            from ..runtime.backward_launch import attention_backward_varlen
+
+            n = max(s.lengths)
+            cu = inputs.cu
+            o, lse = attention_varlen(inputs.q, inputs.k, inputs.v, cu, cu, n, n, causal=s.causal, return_lse=True)
+            return lambda: attention_backward_varlen(inputs.q, inputs.k, inputs.v, o, dout, lse, cu, cu, n, n,
+                                                     causal=s.causal)
         o, lse = attention(inputs.q, inputs.k, inputs.v, causal=s.causal, return_lse=True)
         return lambda: attention_backward(inputs.q, inputs.k, inputs.v, o, dout, lse, causal=s.causal)
     out.append(("b200c", ours))
     return out
+
+
+def _first_sequence_diff(inputs, grads, dout, backend: str = "CUDNN_ATTENTION") -> float:
+    """A varlen batch's gradients of its first sequence against cuDNN's dense backward of that sequence alone
+    (torch SDPA with ``backend`` forced, (1, H, n, D) views, GQA through ``enable_gqa``)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    s = inputs.shape
+    n = s.lengths[0]
+    q, k, v = (t[:n].transpose(0, 1)[None].detach().requires_grad_() for t in (inputs.q, inputs.k, inputs.v))
+    kw = {"enable_gqa": True} if s.h_kv != s.heads else {}
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=s.causal, **kw)
+    ref = torch.autograd.grad(o, (q, k, v), dout[:n].transpose(0, 1)[None])
+    return _rel_diff([g[:n].transpose(0, 1)[None] for g in grads], ref)
 
 
 def _rel_diff(a, b) -> float:
@@ -127,6 +152,8 @@ def measure(shapes, device, *, timer, warmup: int = 5, iters: int = 30, make_inp
                 fns[name] = fn = make()
                 if check and name == "b200c" and "cuDNN" in fns:
                     row.rel_diff = _rel_diff(fn(), fns["cuDNN"]())
+                elif check and name == "b200c" and shape.varlen:
+                    row.rel_diff = _first_sequence_diff(inputs, fn(), dout)
                 t = timer(fn, warmup=warmup, iters=iters)
                 row.ms, row.runs_ms = t.median_ms, list(t.runs_ms)
                 row.tflops = 2.5 * shape.flops / (t.median_ms * 1e-3) / 1e12

@@ -507,9 +507,7 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         BackwardNotSupportedError: raised by ``backward()`` through this op (the
             forward works on inputs that require grad) for what the backward kernels
             do not cover yet: a device other than compute capability 9.0 (H100 /
-            H200), head dim 256, a gradient into the returned LSE; and
-            every call until the kernels pass their GPU tests, unless the
-            environment sets ``B200C_UNVERIFIED_BACKWARD=1``. Where covered,
+            H200), a gradient into the returned LSE. Where covered,
             ``backward()`` runs b200c's sm90a backward kernels.
 
     Performance: the first call per (schedule, head dim, target, device)

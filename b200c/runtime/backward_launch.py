@@ -185,18 +185,6 @@ def _capability(q):
     return tuple(torch.cuda.get_device_capability(q.device))
 
 
-#: the environment variable that opts in to the backward kernels until they have passed their GPU tests
-OPT_IN = "B200C_UNVERIFIED_BACKWARD"
-UNVERIFIED = (f"b200c's sm90a backward kernels have not passed their GPU tests yet (no GPU run of this release); "
-              f"set {OPT_IN}=1 to run them anyway (unverified gradients), or compute the gradient with "
-              "torch.nn.functional.scaled_dot_product_attention")
-
-
-def opted_in() -> bool:
-    """Whether the user opted in to the not yet GPU-verified backward kernels (:data:`OPT_IN` = ``1``)."""
-    import os
-
-    return os.environ.get(OPT_IN) == "1"
 
 
 @functools.lru_cache(maxsize=None)
@@ -230,8 +218,6 @@ def backward_reason(q, attn_mask=None):
     if d not in covered_head_dims():
         return f"grad:head_dim:{d}", (f"inputs require grad at head dim {d} (b200c's backward kernels cover "
                                       f"{' and '.join(map(str, covered_head_dims()))}; torch's SDPA computes them)")
-    if not opted_in():
-        return "grad:unverified", f"inputs require grad: {UNVERIFIED}"
     return None
 
 
@@ -447,4 +433,4 @@ def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     return dq, dk, dv
 
 
-__all__ = ["attention_backward", "attention_backward_varlen", "backward_reason", "covered_head_dims", "opted_in", "OPT_IN", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]
+__all__ = ["attention_backward", "attention_backward_varlen", "backward_reason", "covered_head_dims", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]

@@ -18,8 +18,7 @@ The ops' autograd formulas (eager and ``torch.compile``): with an input that req
 (``b200c::attention_varlen_backward``: custom ops whose fake impls let AOT autograd trace them), the
 sm90a backward kernels. What they do not cover yet raises :class:`b200c.BackwardNotSupportedError` when
 the backward runs, never in the forward: a gradient into a returned LSE, devices other than compute
-capability 9.0, head dim 256, and every call without ``B200C_UNVERIFIED_BACKWARD=1`` until the
-kernels pass their GPU tests.
+capability 9.0.
 """
 from __future__ import annotations
 
@@ -462,17 +461,13 @@ _LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (re
 
 
 def _refuse_backward(q, grad_lse) -> None:
-    """The backward ops' own refusals, at run time: a non-zero gradient into a returned LSE (an empty or
-    all-zero one is what torch passes for an LSE the loss does not use), the missing opt-in. The device's
-    and head dim's refusals are the launch layer's."""
+    """The backward ops' own refusal, at run time: a non-zero gradient into a returned LSE (an empty or
+    all-zero one is what torch passes for an LSE the loss does not use). The device's and head dim's
+    refusals are the launch layer's."""
     from ..errors import BackwardNotSupportedError
-    from . import backward_launch
 
     if grad_lse is not None and bool(grad_lse.ne(0).any()):
         raise BackwardNotSupportedError(_LSE_REFUSAL)
-    why = backward_launch.backward_reason(q)
-    if why is not None and why[0] == "grad:unverified":
-        raise BackwardNotSupportedError(backward_launch.UNVERIFIED)
 
 
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
@@ -489,9 +484,8 @@ def attention_backward_op(
     ``torch.are_deterministic_algorithms_enabled()``.
 
     Raises:
-        BackwardNotSupportedError: a non-zero ``grad_lse``, the opt-in missing
-            (``B200C_UNVERIFIED_BACKWARD``), a device other than compute capability 9.0 (the backward
-            kernels are sm_90a only), or an input the kernels do not cover yet.
+        BackwardNotSupportedError: a non-zero ``grad_lse``, a device other than compute capability 9.0 (the
+            backward kernels are sm_90a only), or an input the kernels do not cover yet.
     """
     from . import backward_launch
 

@@ -10,8 +10,7 @@ nothing: a user opts in with ``activate_flash_attention_impl("b200c")`` and opts
 built-in schedule of the device's native target for the head dim (``b200c.attention(schedule=None)``,
 the Hopper presets on an H100/H200). The autograd formula stays torch's; the kernel of its backward op
 ``aten::_scaled_dot_product_flash_attention_backward`` is b200c's too where its sm90a backward kernels
-cover the call (compute capability 9.0, head dim 64, 128 or 256, and until their GPU tests pass the
-opt-in ``B200C_UNVERIFIED_BACKWARD=1``), torch's own flash backward otherwise, on b200c's output and
+cover the call (compute capability 9.0, head dim 64, 128 or 256), torch's own flash backward otherwise, on b200c's output and
 log-sum-exp (the same (B, H, S_q) natural-log format).
 
 Calls b200c does not serve fall back to torch's memory-efficient kernel (``aten::_scaled_dot_product_
@@ -118,9 +117,8 @@ def _backward_reason(query, key, dropout_p: float, is_causal: bool):
 def flash_backward(original, keyset, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
                    max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
     """``aten::_scaled_dot_product_flash_attention_backward`` by b200c's sm90a backward kernels where they
-    cover the call (compute capability 9.0, head dim 64, 128 or 256, no dropout, bfloat16, the opt-in
-    ``B200C_UNVERIFIED_BACKWARD=1`` until their GPU tests pass); otherwise torch's own kernel
-    (``original``), as before. Returns ``(grad_query, grad_key, grad_value)``.
+    cover the call (compute capability 9.0, head dim 64, 128 or 256, no dropout, bfloat16); otherwise torch's
+    own kernel (``original``), as before. Returns ``(grad_query, grad_key, grad_value)``.
 
     Raises:
         NotImplementedError: a call the kernels do not cover on a dispatch key without a torch kernel.

@@ -17,13 +17,6 @@ def _hopper():
         pytest.skip("the sm90a backward kernels run on compute capability 9.0 (H100 / H200)")
 
 
-@pytest.fixture(autouse=True)
-def _opted_in(monkeypatch):
-    """The backward runs with B200C_UNVERIFIED_BACKWARD=1 until these tests have passed on a GPU (then the
-    opt-in goes)."""
-    monkeypatch.setenv("B200C_UNVERIFIED_BACKWARD", "1")
-
-
 def _ref(q, k, v, causal, dtype):
     """Attention in ``dtype`` with autograd (BHSD, GQA by repetition, bottom-right causal)."""
     import torch

@@ -128,7 +128,6 @@ def test_forward_and_backward_with_grad_inputs(setup, monkeypatch):
 
     import b200c
 
-    monkeypatch.setenv("B200C_UNVERIFIED_BACKWARD", "1")  # the opt-in, until these GPU tests have passed
     q, k, v = (rand(1, 2, 256, 128).requires_grad_() for _ in range(3))
     out = b200c.attention(q, k, v, schedule=setup, target="emulate")
     sdpa_close(out.detach(), q.detach(), k.detach(), v.detach())

@@ -89,7 +89,6 @@ def test_flash_provider_backward_runs_b200c_kernels(monkeypatch):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.profiler import ProfilerActivity, profile
 
-    monkeypatch.setenv("B200C_UNVERIFIED_BACKWARD", "1")  # the opt-in, until these GPU tests have passed
     torch.manual_seed(2)
     q, k, v = (torch.randn(2, 8, 512, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     dout = torch.randn_like(q)
