@@ -714,6 +714,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     torch.compile: the custom op ``torch.ops.b200c.attention_varlen``;
     ``max_seqlen_*`` are graph constants.
     """
+    deterministic = flag_value("deterministic", deterministic)  # mods have no backward: checked, not used
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
         return _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule,
                                       causal, softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod,
@@ -727,7 +728,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     causal = flag_value("causal", causal)
     return_lse = flag_value("return_lse", return_lse)
     check_seqlens = flag_value("check_seqlens", check_seqlens)
-    deterministic = flag_value("deterministic", deterministic)
     scale = _check_scale(softmax_scale)
     if torch.compiler.is_compiling():
         schedule_json = _traced_json(q, schedule, target)

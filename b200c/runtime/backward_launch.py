@@ -185,8 +185,6 @@ def _capability(q):
     return tuple(torch.cuda.get_device_capability(q.device))
 
 
-
-
 @functools.lru_cache(maxsize=None)
 def covered_head_dims() -> tuple:
     """Head dims whose built-in backward schedule the sm90a generator covers (64, 128 and 256 today)."""

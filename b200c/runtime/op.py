@@ -460,7 +460,7 @@ _LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (re
                 "kernels take the gradient of the output only: detach the LSE")
 
 
-def _refuse_backward(q, grad_lse) -> None:
+def _refuse_backward(grad_lse) -> None:
     """The backward ops' own refusal, at run time: a non-zero gradient into a returned LSE (an empty or
     all-zero one is what torch passes for an LSE the loss does not use). The device's and head dim's
     refusals are the launch layer's."""
@@ -489,7 +489,7 @@ def attention_backward_op(
     """
     from . import backward_launch
 
-    _refuse_backward(q, grad_lse)
+    _refuse_backward(grad_lse)
     return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale,
                                               deterministic=True if deterministic else None)
 
@@ -509,7 +509,7 @@ def attention_varlen_backward_op(
     """
     from . import backward_launch
 
-    _refuse_backward(q, grad_lse)
+    _refuse_backward(grad_lse)
     return backward_launch.attention_backward_varlen(q, k, v, out, grad_out, lse, cu_seqlens_q, cu_seqlens_k,
                                                      max_seqlen_q, max_seqlen_k, causal=causal, scale=softmax_scale,
                                                      deterministic=True if deterministic else None)

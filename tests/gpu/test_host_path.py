@@ -121,7 +121,7 @@ def test_torch_compile_matches_eager(setup):
     assert torch.equal(compiled(q, k, v), eager)
 
 
-def test_forward_and_backward_with_grad_inputs(setup, monkeypatch):
+def test_forward_and_backward_with_grad_inputs(setup):
     """Inputs that require grad: the emulated forward, then b200c's sm90a backward kernels (head dim 128),
     eager and under torch.compile, against FP32 torch autograd."""
     import torch
