@@ -5,8 +5,8 @@ ptxas, SASS counts). For sm100a a second table gives each warp role's
 steady-state (K/V) loop from the SASS (:mod:`b200c.sass.roles`); for sm90a
 the row has the consumer's hot-loop size and the wgmma register-hazard count
 (:mod:`b200c.sass.hopper`). ``--json`` prints the rows as JSON instead. Exit
-status 1 if any schedule fails to validate or compile, spills, or (sm90a)
-has a hazard. On an emulation target (``emulate``) a build that spills is also
+status 1 if any schedule fails to validate or compile, spills, has its wgmmas
+serialized by ptxas (C751x: too few registers), or (sm90a) has a hazard. On an emulation target (``emulate``) a build that spills is also
 compiled for the target it emulates (sm100a): the emulator's software model
 takes registers the schedule does not, so the row passes, saying so, when that
 build is clean. The temporary folder goes when every row passes; otherwise only
@@ -75,6 +75,7 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
         row["sources"] = [str(out.with_suffix(".cu"))]  # compile_cuda writes it there (kept if the row fails)
         res = compile_cuda(kernel.source, out, "cubin", target, extra=LINEINFO if sass and roles else ())
         row.update(res.resources())
+        _serialized(row, res)
         if sass:
             from .sass import count, disassemble
 
@@ -118,6 +119,7 @@ def _check_backward(row: dict, schedule, target, workdir: Path, sass: bool) -> d
     row["sources"] = [str(out.with_suffix(".cu"))]
     res = compile_cuda(gen.source, out, "cubin", target)
     row.update(res.resources(MAIN_KERNEL))
+    _serialized(row, res)
     if sass:
         from .sass import count, disassemble
 
@@ -127,6 +129,14 @@ def _check_backward(row: dict, schedule, target, workdir: Path, sass: bool) -> d
     if row.get("spill_bytes"):
         row["error"] = f"{row['spill_bytes']} spill bytes"
     return row
+
+
+def _serialized(row: dict, res) -> None:
+    """Fail the row when ptxas serialized the wgmmas (:meth:`b200c.nvcc.CompileResult.serialized_wgmma`): as a
+    spill, a build that compiles but runs slowly for want of registers."""
+    lines = res.serialized_wgmma()
+    if lines:
+        row["error"] = f"ptxas serialized the wgmma instructions: {lines[0].split(': ', 1)[-1]}"
 
 
 def _hopper_loop(row: dict, text: str) -> None:

@@ -38,6 +38,12 @@ class CompileResult:
         res["stack_frame"] = int(m.group(1)) if m else None
         return res
 
+    def serialized_wgmma(self) -> list:
+        """ptxas' performance warnings that it serialized a kernel's wgmma instructions (C7510-C7519, e.g.
+        C7512 "wgmma.mma_async instructions are serialized due to insufficient register resources"): every
+        wgmma then waits for the one before, a slow kernel with no spill to show it. One line per warning."""
+        return [line.strip() for line in self.log.splitlines() if re.search(r"\(C751\d\)", line)]
+
 
 def first_error_line(log: str) -> str:
     """The first line of a compiler log that mentions an error."""

@@ -109,3 +109,24 @@ def test_check_footer_names_what_the_stack_holds():
     assert len(notes) == 1 and "phase-bit arrays" in notes[0] and "LDL/STL" not in notes[0]
     assert len(stack_notes([spilled, arrays])) == 2
     assert stack_notes([clean]) == []
+
+
+def test_check_fails_a_build_whose_wgmmas_ptxas_serialized():
+    """ptxas' C751x performance warnings (a wgmma waits for the one before it for want of registers: no spill
+    shows it) are read from the log and fail the check row, naming the warning."""
+    from pathlib import Path
+
+    from b200c.check import _serialized
+    from b200c.nvcc import CompileResult
+
+    warning = ("ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized "
+               "due to insufficient register resources for the function 'b200c_attention_backward'")
+    log = "ptxas info    : Used 168 registers\n" + warning + "\nptxas info    : Function properties for x\n"
+    res = CompileResult(Path("k.cubin"), log)
+    assert res.serialized_wgmma() == [warning.strip()]
+    row = {}
+    _serialized(row, res)
+    assert row["error"].startswith("ptxas serialized the wgmma instructions: (C7512) Potential Performance Loss")
+    clean = {}
+    _serialized(clean, CompileResult(Path("k.cubin"), "ptxas info    : Used 168 registers\n"))
+    assert "error" not in clean and CompileResult(Path("k.cubin"), "(C7500) other").serialized_wgmma() == []
