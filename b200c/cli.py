@@ -319,7 +319,11 @@ def _compile_backward(args, schedule, out) -> int:
         raise UsageError("--score-mod / --mask-mod: the backward kernels take no score_mod or mask_mod yet")
     target = next(t for t in REGISTRY if t.backward) if args.target == AUTO else args.target
     if args.emit == "plan":
-        return _write(plan_backward(schedule, target).describe() + "\n", out)
+        from .codegen.sm90.backward import supported
+
+        plan = plan_backward(schedule, target)
+        supported(schedule)  # a plan that fits but has no generated kernel yet is refused here too
+        return _write(plan.describe() + "\n", out)
     if args.emit == "ir":
         from .codegen.sm90.backward import backward_kernel_ir
 
@@ -559,7 +563,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="picture file, .svg or .png (the extension picks the format; default: FILE's stem + .svg "
                         "in the current folder)")
     d.add_argument("--iterations", type=_iterations, default=3, metavar="N",
-                   help="K/V tiles to unroll, 1-6 (default 3: prologue, two steady-state iterations, epilogue)")
+                   help="K/V tiles to unroll, 1-6 (a backward schedule: visits, Q tiles, of one K/V tile; default 3: "
+                        "prologue, two steady-state iterations, epilogue)")
     d.add_argument("--target", type=_target_or_auto, default="auto",
                    help=_target_help("the schedule's own target (sm90a for examples/hopper, else sm100a)"))
     d.set_defaults(func=_draw)

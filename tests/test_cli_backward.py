@@ -71,3 +71,12 @@ def test_draw_pictures_the_backward_roles(tmp_path):
     assert "wrote" in r.stderr and "3 warp-role lanes, 10 steps, 10 barrier arrows" in r.stderr
     text = out.read_text()
     assert "hopper_backward_d128" in text and "visits (Q tiles)" in text and "q_empty[0]" in text
+
+
+def test_emit_plan_refuses_what_has_no_kernel_yet(tmp_path):
+    """--emit plan of a backward schedule that fits its budgets but has no generated kernel (persistent=True)
+    is refused as --emit ir and cu are, with one line naming the missing piece (from a new-user trial)."""
+    f = tmp_path / "persistent_backward.py"
+    f.write_text("import b200c\nschedule = b200c.default_backward_schedule(128).replace(persistent=True)\n")
+    r = run("compile", str(f), "--emit", "plan")
+    assert r.returncode == 2 and "persistent=True" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -190,11 +190,13 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     # come after, next to P^T and dS^T unless the dV and dK wgmmas completed first
     acc = kv + max(sdp + packed // 2, dq + (0 if first else packed))
     if acc + RESERVED_REGS > s.consumer_regs:
+        later = f"dQ {dq}" if first else f"dQ {dq} + P^T + dS^T {packed}"
         raise ResourceError(
             f"backward schedule {s.name!r}: the consumers' accumulators need {acc} registers per thread "
-            f"({', '.join(f'{a} {b}' for a, b in parts)}) plus {RESERVED_REGS} for the rest, over consumer_regs = "
-            f"{s.consumer_regs}; lower block_n (dK, dV) or block_m (S, dP, dQ), or add a consumer warpgroup (three "
-            "consumer warpgroups leave each at most 160 registers: lower consumer_regs with it)")
+            f"({', '.join(f'{a} {b}' for a, b in parts)}; the peak is dK + dV {kv} with the larger of S + dP + P^T "
+            f"{sdp + packed // 2} in the dS loop and {later} after it) plus {RESERVED_REGS} for the rest: "
+            f"{acc + RESERVED_REGS}, over consumer_regs = {s.consumer_regs}; lower block_n (dK, dV) or block_m "
+            "(S, dP, dQ)")
     threads = 128 * (s.mma_warpgroups + 1)
     pool = limits.setmaxnreg_pool(threads)
     used = 128 * (s.producer_regs + s.mma_warpgroups * s.consumer_regs)

@@ -169,7 +169,7 @@ class Target(msgspec.Struct, frozen=True):
         if not self.backward:
             have = ", ".join(repr(t.name) for t in REGISTRY if t.backward)
             raise ScheduleError(f"no built-in backward schedule for target {self.name!r}; only {have} has one so far "
-                                "(b200c's kernels are forward-only: the backward is designed, not generated)")
+                                f"(target {self.name!r} has no backward design yet)")
         return default_backward_schedule(head_dim, self.backward)
 
     def stage_label(self, stage: int) -> str:
