@@ -10,7 +10,7 @@ memory before dQ reads them). The SMEM map is the layout's regions; there is no 
 """
 from __future__ import annotations
 
-from .timeline import Edge, Lane, SmemBlock, Step, Timeline, _check_iterations, _columns, _edges, _group, _refs
+from .timeline import Lane, SmemBlock, Timeline, _check_iterations, _columns, _edges, _group, numbered
 
 
 def backward_timeline(schedule, target: str = "auto", iterations: int = 3) -> Timeline:
@@ -43,12 +43,7 @@ def backward_timeline(schedule, target: str = "auto", iterations: int = 3) -> Ti
     edges = _edges(events, step_of, ir.plan)
     columns = _columns(groups, edges)
     lanes = _lanes(ir)
-    order = sorted(range(len(groups)), key=lambda gi: (columns[gi], [ln.key for ln in lanes].index(groups[gi][0])))
-    new_id = {gi: n for n, gi in enumerate(order)}
-    steps = tuple(Step(new_id[gi], groups[gi][0], _label(groups[gi]), columns[gi],
-                       _refs(groups[gi][3], ("wait", "nsync")), _refs(groups[gi][3], ("arrive", "narrive")))
-                  for gi in order)
-    edges = tuple(Edge(new_id[e.src], new_id[e.dst], e.barrier, e.instance, e.phase, e.named) for e in edges)
+    steps, edges = numbered(groups, edges, columns, lanes, [_label(g) for g in groups])
     smem = tuple(SmemBlock(name, off, size, what) for name, off, size, what in lay.regions)
     backend = t.backend.rsplit(".", 1)[-1]  # the backend's short name, as a forward plan gives it ("sm90")
     return Timeline(name=lay.name, blog_stage=0, backend=backend, iterations=iterations, lanes=tuple(lanes),

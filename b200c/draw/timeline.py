@@ -210,14 +210,7 @@ def timeline_from_ir(ir, iterations: int = 3) -> Timeline:
     columns = _columns(groups, edges)
     labels = [_label(role, q, evs, iterations, plan) for _, role, q, evs in groups]
     _consumer_labels(groups, edges, labels)
-    order = sorted(range(len(groups)), key=lambda gi: (columns[gi], [ln.key for ln in lanes].index(groups[gi][0])))
-    new_id = {gi: n for n, gi in enumerate(order)}
-    steps = []
-    for gi in order:
-        proc, role, q, evs = groups[gi]
-        steps.append(Step(new_id[gi], proc, labels[gi], columns[gi],
-                          _refs(evs, ("wait", "nsync")), _refs(evs, ("arrive", "narrive"))))
-    edges = tuple(Edge(new_id[e.src], new_id[e.dst], e.barrier, e.instance, e.phase, e.named) for e in edges)
+    steps, edges = numbered(groups, edges, columns, lanes, labels)
     issue = plan.issue
     return Timeline(
         name=plan.name, blog_stage=plan.blog_stage, backend=plan.backend, iterations=iterations, lanes=tuple(lanes),
@@ -228,6 +221,17 @@ def timeline_from_ir(ir, iterations: int = 3) -> Timeline:
                    for t in sorted(plan.tmem, key=lambda t: "SPO".index(t.kind)) for q in range(plan.q_stages)),
         tmem_alloc=plan.tmem_alloc_cols, tmem_limit=plan.limits.tmem_columns,
         issue_order=" ".join(st.symbolic for st in issue.steps) if issue is not None else "")
+
+
+def numbered(groups, edges, columns, lanes, labels) -> tuple:
+    """``(steps, edges)`` of a picture: the step groups as :class:`Step` s numbered by column, then lane order,
+    and the edges between group indices renumbered to those ids."""
+    keys = [ln.key for ln in lanes]
+    order = sorted(range(len(groups)), key=lambda gi: (columns[gi], keys.index(groups[gi][0])))
+    new_id = {gi: n for n, gi in enumerate(order)}
+    steps = tuple(Step(new_id[gi], groups[gi][0], labels[gi], columns[gi], _refs(groups[gi][3], ("wait", "nsync")),
+                       _refs(groups[gi][3], ("arrive", "narrive"))) for gi in order)
+    return steps, tuple(Edge(new_id[e.src], new_id[e.dst], e.barrier, e.instance, e.phase, e.named) for e in edges)
 
 
 # ---- steps ----------------------------------------------------------------------

@@ -184,11 +184,12 @@ def supported(schedule) -> None:
     s = schedule
     why = None
     w = s.mma_warpgroups
+    by_keys = kv_split(s.block_n, s.head_dim, w) == "keys"
     if s.block_m != 64:
         why = f"block_m = {s.block_m} (the kernel's dS^T tile holds 64 query rows per 128-byte row: use 64)"
-    elif kv_split(s.block_n, s.head_dim, w) == "keys" and s.block_n != 64 * w:
+    elif by_keys and s.block_n != 64 * w:
         why = (f"block_n = {s.block_n} with {w} consumer warpgroups (each owns 64 keys: use block_n = {64 * w})")
-    elif kv_split(s.block_n, s.head_dim, w) == "columns" and (s.block_n != 64 or (s.head_dim // w) % 64):
+    elif not by_keys and (s.block_n != 64 or (s.head_dim // w) % 64):
         why = (f"block_n = {s.block_n} at head dim {s.head_dim} with {w} consumer warpgroups (dK and dV split by "
                f"columns: block_n 64, and {s.head_dim // w} columns per warpgroup must be a multiple of 64)")
     elif s.persistent:
