@@ -21,12 +21,14 @@ def test_d128_layout_by_hand():
     qb = 64 * 128 * 2   # one 64-row tile
     assert (lay.block_m, lay.block_n, lay.wg_keys, lay.dq_cols, lay.threads) == (64, 128, 64, 64, 384)
     offsets = {name: off for name, off, _, _ in lay.regions}
-    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": 2 * kb + 4 * qb,
-                       "lse": 2 * kb + 4 * qb + 2 * (128 * 64 * 2), "dpsum": 163840 + 1024, "barriers": 165376}
+    dq = 2 * kb + 4 * qb + 2 * (128 * 64 * 2)  # 163840: the two warpgroups' 64 x 64 FP32 dQ parts after dS^T
+    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": 2 * kb + 4 * qb, "dq": dq,
+                       "lse": dq + 64 * 128 * 4, "dpsum": dq + 64 * 128 * 4 + 1024,
+                       "barriers": dq + 64 * 128 * 4 + 1024 + 512}
     assert lay.visit_tx_bytes == 2 * qb + 2 * 64 * 4
     assert [(b[0], b[1], b[2], b[3]) for b in lay.barriers] == [("kv_full", 0, 1, 1), ("q_full", 1, 2, 1),
                                                                 ("q_empty", 3, 2, 8)]
-    assert lay.smem_bytes == 165376 + 5 * 8 + 1024
+    assert lay.smem_bytes == 198144 + 5 * 8 + 1024 and lay.dq_store == "bulk"
     # dQ: each warpgroup 64 of the 128 columns over all 128 keys; warpgroup 1 starts at K's second slice
     assert (lay.dq_split, lay.dq_keys, lay.dq_wg_key_bytes, lay.dq_wg_col_bytes, lay.dq_wg_col0) == \
         ("columns", 128, 0, 128 * 128, 64)
@@ -38,17 +40,19 @@ def test_d64_layout_by_hand():
     qb = 64 * 64 * 2   # one 64-row tile
     assert (lay.block_m, lay.block_n, lay.wg_keys, lay.threads, lay.slices) == (64, 128, 64, 384, 1)
     offsets = {name: off for name, off, _, _ in lay.regions}
-    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": 2 * kb + 4 * qb,
-                       "lse": 2 * kb + 4 * qb + 2 * (128 * 64 * 2), "dpsum": 98304 + 1024, "barriers": 99840}
-    assert lay.smem_bytes == 99840 + 5 * 8 + 1024
+    dq = 2 * kb + 4 * qb + 2 * (128 * 64 * 2)  # 98304: each warpgroup's whole 64 x 64 FP32 dQ (split by keys)
+    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": 2 * kb + 4 * qb, "dq": dq,
+                       "lse": dq + 2 * 64 * 64 * 4, "dpsum": dq + 2 * 64 * 64 * 4 + 1024,
+                       "barriers": dq + 2 * 64 * 64 * 4 + 1024 + 512}
+    assert lay.smem_bytes == 132608 + 5 * 8 + 1024 and lay.dq_store == "bulk"
     # dQ: 32 columns per warpgroup would be half a 128-byte swizzle atom, so each warpgroup takes all 64
     # columns over its own 64 keys: its rows of the dS^T and K tiles start 64 rows x 128 B further on
     assert (lay.dq_split, lay.dq_cols, lay.dq_keys, lay.dq_wg_key_bytes, lay.dq_wg_col_bytes, lay.dq_wg_col0) == \
         ("keys", 64, 64, 64 * 128, 0, 0)
     named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in _ir(64).plan.named_barriers}
-    assert named == {"ds_ready": (1, 2, 128)}  # one per warpgroup, its own 128 threads
+    assert named == {"ds_ready": (1, 2, 128), "dq_full": (3, 2, 128)}  # one per warpgroup, its own 128 threads
     assert {nb.name: (nb.first_id, nb.count, nb.threads) for nb in _ir().plan.named_barriers} == \
-        {"ds_ready": (1, 1, 256)}
+        {"ds_ready": (1, 1, 256), "dq_full": (2, 2, 128)}
 
 
 def test_d256_layout_by_hand():
@@ -108,13 +112,17 @@ def test_golden(request, d, deterministic):
 
 
 # per head dim: the visit loop's wgmmas and MUFU.EX2, and its static SASS instructions with nvcc 13.0.88
-# (pinned on purpose; nvcc 13.5.37 gives 771 at 64, 713 at 128 and 1111 at 256; before dQ's additions took
+# (pinned on purpose). Since dQ goes through the dq region and one thread's bulk reduce-add (64, 128) the loop
+# holds that thread's address arithmetic (about 20 instructions the other 127 threads branch over) in place of
+# every thread's 16 red.global.add.v2 (711 at 128 and 774 at 64 before); at 256 the red.global.add.v4 of the
+# fragment order replaced them (1113 before). Earlier: nvcc 13.5.37 gave 771 at 64, 713 at 128 and 1111 at
+# 256 with red.global.add.v2; before dQ's additions took
 # one address per thread with immediate offsets the loop was 844 at 64 and 828 at 128, and head dim 256
 # spilled 16 B; with dQ issued while dK ran, 256 had every wgmma serialized, C7512, 1192). Wgmmas per
 # consumer warpgroup and visit: S^T and dP^T D / 16 each (k16 steps over D), dV and dK 4 each (64 rows), dQ
 # one per 16 keys it sums over (128 at D = 128, the warpgroup's own 64 at D = 64, the tile's 64 at D = 256);
 # 32 P values per thread (64 keys x 64 rows / 128: at 256 every warpgroup computes all 64 keys).
-LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 711), 64: (4 + 4 + 4 + 4 + 4, 32, 774), 256: (16 + 16 + 4 + 4 + 4, 32, 1113)}
+LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 728), 64: (4 + 4 + 4 + 4 + 4, 32, 791), 256: (16 + 16 + 4 + 4 + 4, 32, 1089)}
 
 
 @pytest.mark.nvcc
@@ -378,7 +386,7 @@ def test_deterministic_module_takes_turns_in_kv_tile_order():
         named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in ir.plan.named_barriers}
         assert named == {"ds_ready": ds_ready, "dq_turn": (ds_ready[0] + ds_ready[1], 2, 128)}
         src = generate_backward(_schedule(d, True)).source
-        add = src.index("red_add_v2(dq_thread")
+        add = src.index("red_add_v4(dq_thread")
         assert src.rindex("dq_turn_wait(", 0, add) < src.rindex("named_bar_sync(NBAR_DQ_TURN", 0, add) < add
         assert add < src.index("named_bar_sync(NBAR_DQ_TURN", add) < src.index("dq_turn_done(", add)
         assert f"DQ_TURN_WAIT_BY_WG = {'true' if by_wg else 'false'}" in src
@@ -492,3 +500,31 @@ def test_column_split_at_head_dim_128_compiles(tmp_path):
     res = compile_cuda(generate_backward(s).source, tmp_path / "bwd.cubin", "cubin", "sm_90a")
     r = res.resources(MAIN_KERNEL)
     assert r["spill_bytes"] == 0 and r["stack_frame"] == 0 and "(C751" not in res.log, res.log
+
+
+def test_dq_store_bulk_where_the_dq_region_fits():
+    """Head dims 64 and 128 (atomic): each warpgroup's dQ goes to its dq region and one thread adds it with a TMA
+    bulk reduce-add; that thread waits for the previous one to have read the region before ds_ready (which
+    every thread of the warpgroup passes before writing it again) and for all of them before the CTA exits.
+    Head dim 256 (no room: 215592 B without the region, 65536 more needed) and deterministic dQ keep
+    red.global.add.v4 from every thread."""
+    from b200c.codegen.backward_plan import plan_backward
+
+    for d, det, store in ((64, False, "bulk"), (128, False, "bulk"), (256, False, "red"), (64, True, "red"),
+                          (128, True, "red"), (256, True, "red")):
+        assert backward_layout(_schedule(d, det)).dq_store == store, (d, det)
+        assert f"dQ added into dq_accum by {'a TMA bulk' if store == 'bulk' else 'red.global'}" in \
+            plan_backward(_schedule(d, det)).describe()
+    assert plan_backward(_schedule(256, False)).smem_bytes + 64 * 256 * 4 > 232448
+    src = generate_backward(_schedule(128, False)).source
+    body = src[src.index("__device__ __forceinline__ void role_consumer"):src.index("// ==== end section: role consumer")]
+    free = body.index("bulk_wait_read<0>();")
+    assert free < body.index("named_bar_sync(NBAR_DS_READY") < body.index("wgmma_dq(")
+    stage = body.index("st.shared.v4.f32")
+    assert body.index("wgmma_dq(") < stage < body.index("named_bar_sync(NBAR_DQ_FULL") < \
+        body.index("bulk_reduce_add_f32(") < body.index("bulk_wait<0>();")
+    assert "red_add" not in body
+    assert "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32" in src
+    for d, det in ((256, False), (128, True)):
+        src = generate_backward(_schedule(d, det)).source
+        assert "red_add_v4(dq_thread" in src and "bulk_reduce_add_f32(" not in src.split("section: role consumer")[1]

@@ -13,18 +13,22 @@ from b200c.errors import ResourceError, ScheduleError
 def test_the_built_in_backward_schedules_fit_their_budgets():
     plans = {d: b200c.plan_backward(b200c.default_backward_schedule(d)) for d in (64, 128, 256)}
     # head dim 128, 64 x 128 tiles, 2 Q/dO stages: k, v 128x128x2 = 32768 each; q, do 2 x 64x128x2 = 32768
-    # each; ds two 128x64x2 = 32768 -> 163840; lse 2x64x4 = 512 (then padded to the next 1024) and dpsum 512
-    # -> 165376; 5 barriers of 8 B (K/V full, Q full and empty per stage) -> 165416; + 1024 B of base
-    # realignment -> 166440
-    assert plans[128].smem_bytes == 166440
+    # each; ds two 128x64x2 = 32768 -> 163840; dq (the two warpgroups' 64 x 64 FP32 halves of the visit's dQ,
+    # the bulk reduce-add's source) 64x128x4 = 32768 -> 196608; lse 2x64x4 = 512 (then padded to the next 1024)
+    # and dpsum 512 -> 198144; 5 barriers of 8 B (K/V full, Q full and empty per stage) -> 198184; + 1024 B of
+    # base realignment -> 199208
+    assert plans[128].smem_bytes == 199208
     # head dim 64, 64 x 128: k, v 128x64x2 = 16384 each; q, do 2 x 64x64x2 = 16384 each; ds two 128x64x2 =
-    # 32768 -> 98304; lse 512 (padded to 1024) and dpsum 512 -> 99840; 40 B of barriers, 1024 slack -> 100904
-    assert plans[64].smem_bytes == 100904
+    # 32768 -> 98304; dq: each warpgroup's whole 64 x 64 FP32 (dQ split by keys) 2 x 16384 -> 131072; lse 512
+    # (padded to 1024) and dpsum 512 -> 132608; 40 B of barriers, 1024 slack -> 133672
+    assert plans[64].smem_bytes == 133672
     # head dim 256, 64 x 64, 2 stages: k, v 64x256x2 = 32768 each; q, do 2 x 32768 each; ds two 64x64x2 = 16384
-    # -> 212992; lse 512 (padded to 1024) and dpsum 512 -> 214528; 40 B of barriers, 1024 slack -> 215592
+    # -> 212992; lse 512 (padded to 1024) and dpsum 512 -> 214528; 40 B of barriers, 1024 slack -> 215592 (a dq
+    # region of 64x256x4 = 65536 would not fit in 232448: dQ is added with red.global.add)
     assert plans[256].smem_bytes == 215592
-    assert dict(plans[128].offsets) == {"k": 0, "v": 32768, "q": 65536, "do": 98304, "ds": 131072, "lse": 163840,
-                                        "dpsum": 164864, "barriers": 165376}
+    assert [p.dq_store for p in plans.values()] == ["bulk", "bulk", "red"]
+    assert dict(plans[128].offsets) == {"k": 0, "v": 32768, "q": 65536, "do": 98304, "ds": 131072, "dq": 163840,
+                                        "lse": 196608, "dpsum": 197632, "barriers": 198144}
     # accumulators per consumer thread (256 threads in two warpgroups): dK + dV = 2 x block_n x D / 256; S + dP
     # = 2 x 64 x 128 / 256; P^T and dS^T as BF16 pairs (the A operands of dV and dK) half that
     assert dict(plans[128].acc_parts) == {"dK + dV": 128, "S + dP": 64, "P^T + dS^T": 32, "dQ": 32}

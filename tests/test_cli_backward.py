@@ -18,7 +18,7 @@ def test_plan_and_cuda():
     r = run("compile", FILE, "--emit", "plan")
     assert r.returncode == 0, r.stderr
     assert "backward plan 'hopper_backward_d128' on sm90a: 384 threads" in r.stdout
-    assert "ds 32768 B" in r.stdout and ": 166440 B" in r.stdout
+    assert "ds 32768 B" in r.stdout and "dq 32768 B" in r.stdout and ": 199208 B" in r.stdout
     r = run("compile", FILE, "-o", "-")
     assert r.returncode == 0, r.stderr
     assert r.stdout == (ROOT / "tests/golden/backward/hopper_backward_d128.cu").read_text()
@@ -55,7 +55,7 @@ def test_check_gives_the_backward_row():
     assert r.returncode == 0, r.stdout + r.stderr
     (line,) = [ln for ln in r.stdout.splitlines() if "hopper_backward_d128" in ln]
     cols = line.split()
-    assert cols[2:4] == ["load:1", "spare:3"] and "384" in cols and "166440" in cols
+    assert cols[2:4] == ["load:1", "spare:3"] and "384" in cols and "199208" in cols
     assert "1 schedule ok (sm_90a, 0 spill bytes)" in r.stdout
 
 

@@ -15,10 +15,15 @@ Q, dO, LSE, D per visit) and ``mma_warpgroups`` consumer warpgroups. Shared memo
   its own keys;
 * ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE in log2 units and
   D = rowsum(dO * O), from the preprocess kernel);
+* ``dq``: where it fits (:func:`dq_store`), the visit's FP32 dQ of every consumer warpgroup (``block_m x D``
+  split by columns, or ``block_m x D`` each where split by keys), in the accumulators' fragment order;
 * ``barriers``: 8 B each: K/V full, Q full and Q empty per stage.
 
-The visit's dQ is added into the FP32 dQ buffer from the consumers' registers (``red.global.add``);
-FA3's dQ warp with a TMA reduce-add from a shared-memory tile is not built yet.
+The visit's dQ goes into the FP32 dQ buffer (``dq_accum``, each Q tile in the consumers' fragment order) in
+one of two ways (:func:`dq_store`): ``"bulk"``, each warpgroup writes its dQ to its ``dq`` region and one of
+its threads adds the region into ``dq_accum`` with one TMA bulk reduce-add (``cp.reduce.async.bulk .add.f32``,
+as FA3's dQ writer does from a dedicated warp); ``"red"``, every thread adds its registers with
+``red.global.add.v4.f32`` (16 contiguous bytes per thread, 512 per warp instruction).
 
 Registers per consumer thread (FP32 accumulators): dK and dV (``2 x block_n x D``, split evenly over the
 consumer warpgroups' threads) live for the whole work item; S and dP (``2 x block_m x block_n``) live until
@@ -68,6 +73,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
     dq_shape: tuple = ()  # (head_dim, mma_warpgroups): what dq_split decides from
     kv_shape: tuple = ()  # (block_n, head_dim, mma_warpgroups): what kv_split decides from
     dk_first: bool = False  # dk_before_dq: dV and dK complete before dQ's wgmmas are issued
+    dq_store: str = "red"  # dq_store: "bulk" (SMEM + TMA bulk reduce-add) or "red" (red.global.add)
 
     def describe(self) -> str:
         """A few lines for ``--emit plan``-style printing."""
@@ -80,13 +86,18 @@ class BackwardPlan(msgspec.Struct, frozen=True):
                  f"  register pool: {self.reg_pool[0]} of {self.reg_pool[1]} registers (the setmaxnreg budgets x 128 "
                  "threads per warpgroup, of the CTA's launch allocation)",
                  f"  dK, dV split by {_KV_SPLIT_TEXT[kv_split(*self.kv_shape)]}" if self.kv_shape else "",
-                 f"  dQ split by {_SPLIT_TEXT[dq_split(*self.dq_shape)]}" if self.dq_shape else ""]
+                 f"  dQ split by {_SPLIT_TEXT[dq_split(*self.dq_shape)]}" if self.dq_shape else "",
+                 f"  dQ added into dq_accum by {_STORE_TEXT[self.dq_store]}"]
         lines = [ln for ln in lines if ln]
         return "\n".join(lines)
 
 
 _SPLIT_TEXT = {"columns": "columns (each consumer warpgroup: its columns over every key)",
                "keys": "keys (each consumer warpgroup: every column over its own keys)"}
+
+
+_STORE_TEXT = {"bulk": "a TMA bulk reduce-add of each warpgroup's dq region (one thread issues it)",
+               "red": "red.global.add.v4.f32 from every consumer thread"}
 
 
 _KV_SPLIT_TEXT = {"keys": "keys (each consumer warpgroup: every column of its own keys)",
@@ -134,6 +145,16 @@ def dq_split(head_dim: int, mma_warpgroups: int) -> str:
     return "columns" if (head_dim // mma_warpgroups) % 64 == 0 else "keys"
 
 
+def dq_store(deterministic: bool, smem_with_dq: int, smem_limit: int) -> str:
+    """How a visit's dQ is added into ``dq_accum``: ``"bulk"`` (each consumer warpgroup's FP32 dQ to its own
+    SMEM region, then one TMA bulk reduce-add of the region, issued by one thread of the warpgroup: the
+    warpgroup's threads issue no global memory request for dQ) when the ``dq`` region fits beside the others
+    (``smem_with_dq <= smem_limit``: head dims 64 and 128 at FA3's tiles) and the reduction is atomic;
+    ``"red"`` otherwise (head dim 256, whose tiles leave no room; ``deterministic``, whose ordered
+    additions each thread issues inside the Q tile's turn)."""
+    return "bulk" if not deterministic and smem_with_dq <= smem_limit else "red"
+
+
 def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     """Validate ``schedule`` (a :class:`b200c.dsl.backward_schedule.BackwardSchedule`) and check its budgets on
     ``target``.
@@ -161,16 +182,15 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     d, m, n, st = s.head_dim, s.block_m, s.block_n, s.q_stages
     regions = (("k", n * d * 2), ("v", n * d * 2), ("q", st * m * d * 2), ("do", st * m * d * 2),
                ("ds", 2 * m * n * 2), ("lse", st * m * 4), ("dpsum", st * m * 4))
-    off = 0
-    offsets = []
-    for name, size in regions:
-        off = -(-off // 1024) * 1024  # tiles start on 1024 B (128B swizzle atoms)
-        offsets.append((name, off))
-        off += size
+    dq_bytes = m * d * 4 * (1 if dq_split(d, s.mma_warpgroups) == "columns" else s.mma_warpgroups)
+    with_dq = regions[:5] + (("dq", dq_bytes),) + regions[5:]
+    store = dq_store(s.dq_reduction == "deterministic", _layout(with_dq, st)[1] + limits.smem_align_slack,
+                     limits.smem_bytes)
+    if store == "bulk":
+        regions = with_dq
+    offsets, off = _layout(regions, st)
     barriers = BARRIER_BYTES * (1 + 2 * st)  # K/V full; Q full and Q empty per stage
-    off = -(-off // 8) * 8
-    offsets.append(("barriers", off))
-    smem_bytes = off + barriers + limits.smem_align_slack
+    smem_bytes = off + limits.smem_align_slack
     smem = regions + (("barriers", barriers),)
     if smem_bytes > limits.smem_bytes:
         biggest = sorted(regions, key=lambda r: -r[1])[:3]
@@ -206,7 +226,21 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
             "lower consumer_regs or producer_regs")
     return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets),
-                        (d, s.mma_warpgroups), (n, d, s.mma_warpgroups), first)
+                        (d, s.mma_warpgroups), (n, d, s.mma_warpgroups), first, store)
 
 
-__all__ = ["BackwardPlan", "dk_before_dq", "dq_split", "kv_split", "plan_backward", "OVERLAP_RESERVE", "RESERVED_REGS"]
+def _layout(regions, stages: int) -> tuple:
+    """``(offsets, end)``: each region's byte offset (tiles on 1024 B, the 128B swizzle atom), the barriers'
+    after them (8-B aligned), and the end of the barriers."""
+    off = 0
+    offsets = []
+    for name, size in regions:
+        off = -(-off // 1024) * 1024
+        offsets.append((name, off))
+        off += size
+    off = -(-off // 8) * 8
+    offsets.append(("barriers", off))
+    return tuple(offsets), off + BARRIER_BYTES * (1 + 2 * stages)
+
+
+__all__ = ["BackwardPlan", "dk_before_dq", "dq_split", "dq_store", "kv_split", "plan_backward", "OVERLAP_RESERVE", "RESERVED_REGS"]

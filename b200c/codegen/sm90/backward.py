@@ -89,6 +89,10 @@ class BackwardLayout(msgspec.Struct, frozen=True):
         dq_wg_col_bytes: per warpgroup index, the byte offset of its first K column slice (``"columns"``:
             dq_cols / 64 slices; ``"keys"``: 0).
         dq_wg_col0: per warpgroup index, its first dQ column (``"columns"``: dq_cols; ``"keys"``: 0).
+        dq_store: ``"bulk"`` or ``"red"``: how a visit's dQ is added into ``dq_accum``
+            (:func:`b200c.codegen.backward_plan.dq_store`). Either way ``dq_accum`` holds each Q tile in the
+            consumers' fragment order: the part of warpgroup columns ``[p dq_cols, (p + 1) dq_cols)`` at
+            ``p block_m dq_cols``, in it float4 chunk ``j`` of consumer thread ``t`` at ``4 (128 j + t)``.
         deterministic: ``dq_reduction == "deterministic"``: the K/V tiles of a sequence add into a Q tile's
             dQ rows in K/V tile order (a per-Q-tile turn counter in global memory), so dQ is bit-equal
             from run to run.
@@ -125,6 +129,7 @@ class BackwardLayout(msgspec.Struct, frozen=True):
     dq_wg_key_bytes: int
     dq_wg_col_bytes: int
     dq_wg_col0: int
+    dq_store: str
     deterministic: bool
     dq_turn_wait_by_wg: bool
     threads: int
@@ -163,6 +168,8 @@ class GeneratedBackward(msgspec.Struct, frozen=True):
 _WHAT = {"k": "the item's K tile (BLOCK_N x D, K-major)", "v": "the item's V tile (BLOCK_N x D, K-major)",
          "q": "Q_STAGES Q tiles (BLOCK_M x D)", "do": "Q_STAGES dO tiles (BLOCK_M x D)",
          "ds": "two dS^T tiles (BLOCK_N keys x BLOCK_M rows, 128B swizzle), one per visit parity",
+         "dq": "each consumer warpgroup's FP32 dQ of the visit (BLOCK_M x DQ_COLS, fragment order), the source of "
+               "its bulk reduce-add",
          "lse": "Q_STAGES x BLOCK_M lse_log2 (FP32)", "dpsum": "Q_STAGES x BLOCK_M dpsum (FP32)",
          "barriers": "mbarriers"}
 
@@ -235,7 +242,7 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
         dq_keys=s.block_n if split == "columns" else s.block_n // s.mma_warpgroups,
         dq_wg_key_bytes=0 if split == "columns" else s.block_n // s.mma_warpgroups * 128,
         dq_wg_col_bytes=s.head_dim // s.mma_warpgroups // 64 * s.block_n * 128 if split == "columns" else 0,
-        dq_wg_col0=s.head_dim // s.mma_warpgroups if split == "columns" else 0,
+        dq_wg_col0=s.head_dim // s.mma_warpgroups if split == "columns" else 0, dq_store=plan.dq_store,
         deterministic=s.dq_reduction == "deterministic", dq_turn_wait_by_wg=split == "keys",
         threads=plan.threads, consumer_threads=128 * s.mma_warpgroups,
         pre_threads=PRE_THREADS, consumer_regs=s.consumer_regs, producer_regs=s.producer_regs, regions=regions,

@@ -9,8 +9,11 @@
 * ``consumer`` (one instance per consumer warpgroup): waits for K/V and each stage, computes the visit
   (backend nodes of :mod:`b200c.codegen.sm90.ir`), meets the other warpgroups (or, where each
   warpgroup's dQ reads only its own keys, its own four warps) at the named barrier ``ds_ready`` once its
-  dS^T rows are in shared memory, and frees the stage (one arrival per warp) after
-  its last wgmma reading it completed.
+  dS^T rows are in shared memory, frees the stage (one arrival per warp) after its last wgmma reading it
+  completed, and adds its dQ into ``dq_accum``: with ``dq_store == "bulk"`` through its ``dq`` region
+  (its threads meet at ``dq_full``, then one thread issues the TMA bulk reduce-add; the same thread
+  waits for the previous one to have read the region before ``ds_ready``, so the region is free when
+  the threads pass it), else with ``red.global.add`` from every thread.
 
 The role functions of the generated kernel are this IR rendered (``stmt/*.j2``), so the protocol the
 verifier (:func:`b200c.codegen.verify.verify`) checks is the one the kernel runs. The verifier's "K/V
@@ -22,7 +25,8 @@ import msgspec
 
 from ..barriers import BarrierTable, NamedBarrier, Party
 from ..ir import Arrive, Decl, KernelIR, Loop, NamedBarSync, PhaseRef, RoleIR, Single, TmaLoadTile, Wait
-from .ir import BulkLoad, BwdDq, BwdDqAdd, BwdDqTurnDone, BwdDqTurnWait, BwdDsDk, BwdPdV, BwdSdp, BwdStoreDkDv
+from .ir import (BulkLoad, BwdDq, BwdDqAdd, BwdDqBufferFree, BwdDqBulkAdd, BwdDqDrain, BwdDqStage, BwdDqTurnDone,
+                 BwdDqTurnWait, BwdDsDk, BwdPdV, BwdSdp, BwdStoreDkDv)
 
 
 class BackwardTile(msgspec.Struct, frozen=True):
@@ -91,10 +95,13 @@ def backward_protocol(lay, kernel_name: str = "") -> BackwardProtocol:
     else:  # each warpgroup's dQ reads the rows its own four warps wrote: one barrier per warpgroup
         named = (NamedBarrier("ds_ready", 1, wgs, 128, ("consumer",),
                               note="the warpgroup's four warps wrote its keys' dS^T rows before its dQ reads them"),)
+    first = 1 + named[0].count
     if lay.deterministic:  # the warpgroup's threads meet before and after its turn at dq_accum
-        first = 1 + named[0].count
         named += (NamedBarrier("dq_turn", first, wgs, 128, ("consumer",),
                                note="deterministic dQ: the warpgroup's turn has come / its additions are done"),)
+    if lay.dq_store == "bulk":  # the warpgroup's threads wrote its dq region before one of them adds it
+        named += (NamedBarrier("dq_full", first, wgs, 128, ("consumer",),
+                               note="bulk dQ: the warpgroup's dQ is in its dq region before the reduce-add"),)
     tile = BackwardTile(lay.block_m, lay.block_n, lay.head_dim, lay.q_tile_bytes, lay.kv_tile_bytes)
     return BackwardProtocol(lay.name, t.freeze(), named, tile, lay.q_stages, lay.q_stages, threads=lay.threads,
                             smem_bytes=lay.smem_bytes, kernel_name=kernel_name)
@@ -139,7 +146,11 @@ def load_role(lay) -> RoleIR:
 
 
 def _dq_add(lay) -> tuple:
-    """The visit's dQ addition; deterministic: inside the Q tile's turn (wait, meet, add, meet, take)."""
+    """The visit's dQ addition: bulk (stage in SMEM, meet, one thread's reduce-add), or every thread's
+    red.global.add; deterministic: inside the Q tile's turn (wait, meet, add, meet, take)."""
+    if lay.dq_store == "bulk":
+        return (BwdDqStage(), NamedBarSync("dq_full", index="q", printed="wg",
+                                           note="the warpgroup's dQ is in its dq region"), BwdDqBulkAdd())
     if not lay.deterministic:
         return (BwdDqAdd(),)
     turn = dict(index="q", printed="wg")
@@ -154,14 +165,17 @@ def consumer_role(lay) -> RoleIR:
         Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
         BwdSdp(),
         BwdPdV("w.partial || i < w.q_full_lo"),
-        BwdDsDk(),
+        # deterministic: D read as each group starts (read ahead, nvcc 13.0.88 spills 16 B at head dim 128 there)
+        BwdDsDk(dpsum_ahead=not lay.deterministic),
+        *((BwdDqBufferFree(),) if lay.dq_store == "bulk" else ()),
         (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split == "columns"
          else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
         BwdDq(dk_first=lay.dk_before_dq),
         Arrive("q_empty", "st", by="warp"),
         *_dq_add(lay),
     ), note="visits: query head major, Q tile ascending")
-    body = _item_decls() + (Wait("kv_full", None, PhaseRef("0", storage="value"), 1), visit, BwdStoreDkDv())
+    body = _item_decls() + (Wait("kv_full", None, PhaseRef("0", storage="value"), 1), visit, BwdStoreDkDv(),
+                            *((BwdDqDrain(),) if lay.dq_store == "bulk" else ()))
     instances = tuple((g, tuple(range(4 * g + 4, 4 * g + 8))) for g in range(lay.mma_warpgroups))
     return RoleIR("consumer", tuple(w for _, ws in instances for w in ws), body, instances=instances,
                   regs=lay.consumer_regs, blog="FA3 §3: the consumer warpgroups")

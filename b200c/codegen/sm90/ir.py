@@ -208,7 +208,11 @@ class BwdPdV(Node):
 
 class BwdDsDk(Node):
     """Wait for dP^T; dS^T = P^T (dP^T - D) to registers and to the visit's dS^T tile in SMEM; dK += dS^T Q
-    (RS wgmma group); ``fence.proxy.async`` so the tile is visible to the next wgmma."""
+    (RS wgmma group); ``fence.proxy.async`` so the tile is visible to the next wgmma. ``dpsum_ahead``: each
+    group of four registers' D pair is read from SMEM one group ahead (the first while dP^T runs), so the
+    subtraction does not wait for the load; two more registers live (P^T's: the LSE pairs are always read so)."""
+
+    dpsum_ahead: bool = True
 
     def describe(self) -> str:
         return "wait dP^T; dS^T = P^T (dP^T - D) -> regs and smem ds[v % 2]; wgmma dK += dS^T Q; fence.proxy.async"
@@ -228,10 +232,45 @@ class BwdDq(Node):
 
 
 class BwdDqAdd(Node):
-    """dq_accum[b, h, rows of the visit, this warpgroup's columns] += dQ (``red.global.add.v2.f32``)."""
+    """dq_accum[Q tile of (b, h, i), this warpgroup's part] += dQ from every thread's registers
+    (``red.global.add.v4.f32``, the fragment order: 16 contiguous bytes per thread)."""
 
     def describe(self) -> str:
-        return "dq_accum += dQ (red.global.add.v2.f32)"
+        return "dq_accum += dQ (red.global.add.v4.f32, fragment order)"
+
+
+class BwdDqBufferFree(Node):
+    """Bulk dQ: the warpgroup's issuing thread waits until its previous bulk reduce-add has read the
+    warpgroup's ``dq`` region (``cp.async.bulk.wait_group.read 0``); the named barrier after it tells the
+    other threads that the region may be written."""
+
+    def describe(self) -> str:
+        return "issuing thread: cp.async.bulk.wait_group.read 0 (the dq region read by the last reduce-add)"
+
+
+class BwdDqStage(Node):
+    """Bulk dQ: every thread writes its dQ registers to the warpgroup's ``dq`` region in fragment order
+    (``st.shared.v4``: 512 contiguous bytes per warp instruction), then ``fence.proxy.async`` so the bulk
+    copy engine sees them."""
+
+    def describe(self) -> str:
+        return "st.shared.v4 dQ -> dq[wg] (fragment order); fence.proxy.async"
+
+
+class BwdDqBulkAdd(Node):
+    """Bulk dQ: the warpgroup's issuing thread adds its ``dq`` region into the Q tile's part of
+    ``dq_accum`` (``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32``, then ``commit_group``)."""
+
+    def describe(self) -> str:
+        return "issuing thread: cp.reduce.async.bulk .add.f32 dq_accum[tile part] += dq[wg]; commit_group"
+
+
+class BwdDqDrain(Node):
+    """Bulk dQ, after the last visit: the issuing thread waits for its reduce-adds to complete
+    (``cp.async.bulk.wait_group 0``) before the CTA's shared memory goes away."""
+
+    def describe(self) -> str:
+        return "issuing thread: cp.async.bulk.wait_group 0 (every reduce-add done)"
 
 
 class BwdDqTurnWait(Node):

@@ -49,7 +49,9 @@
 //   cu_seqlens_k    const int*: varlen: as cu_seqlens_q for the keys (null: dense)
 // TMA maps: BF16, rank 4, dims {D, S, H, B}, strides of S/H/B in bytes, 128B swizzle, out-of-bounds rows
 //   read as zero; box {64, 64, 1, 1} for Q and dO, {64, 64, 1, 1} for K and V.
-// lse_log2, dpsum: FP32 (B, H, S_pad); dq_accum: FP32 (B, H, S_pad, D); S_pad = S_q rounded up to BLOCK_M.
+// lse_log2, dpsum: FP32 (B, H, S_pad); S_pad = S_q rounded up to BLOCK_M. dq_accum: FP32, B x H x S_pad / BLOCK_M
+//   tiles of BLOCK_M x D, each in the consumers' fragment order (DQ_PART_FLOATS per dQ warpgroup part, in it
+//   float4 chunk j of consumer thread t at 4 (128 j + t)); only these kernels read and write it.
 // Covers: MHA and GQA (H a multiple of H_kv), causal (bottom-right aligned) or not, any S_q, S_kv >= 1,
 //   varlen (cu_seqlens_q / cu_seqlens_k: packed (total, H, D) tensors, B sequences, S_q / S_kv the longest),
 //   head dim 256. Not covered (refused by the host before a launch): score_mod / mask_mod.
@@ -452,6 +454,12 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t DQ_WG_KEY_BYTES = 0;  // its first key row in the dS^T and K tiles
 [[maybe_unused]] constexpr uint32_t DQ_WG_COL_BYTES = 16384;  // its first column slice of K
 [[maybe_unused]] constexpr int DQ_WG_COL0 = 128;  // its first dQ column
+// dq_accum and the dq region hold dQ in fragment order: float4 chunk j (registers 4 j .. 4 j + 3) of consumer
+// thread t at float 4 (128 j + t) of its part (BLOCK_M x DQ_COLS: the part of columns DQ_COLS p at DQ_PART_FLOATS p)
+[[maybe_unused]] constexpr int DQ_PART_FLOATS = BLOCK_M * DQ_COLS;
+[[maybe_unused]] constexpr uint32_t DQ_PART_BYTES = 4u * DQ_PART_FLOATS;
+[[maybe_unused]] constexpr int DQ_CHUNK_FLOATS = 4 * 128;  // one float4 of each thread of a warpgroup
+// dq_store red: every consumer thread adds its dQ registers into dq_accum (red.global.add.v4.f32)
 // dq_reduction deterministic: a Q tile's dQ rows take the K/V tiles' additions in K/V tile order
 // (dq_semaphore counts the warpgroups that added; warpgroup w of K/V tile j waits for turn j MMA_WARPGROUPS)
 [[maybe_unused]] constexpr bool DETERMINISTIC = true;
@@ -686,12 +694,31 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
+// ld.shared.v2.f32 (volatile: issued where it stands, not moved past the wgmma waits around it)
+__device__ __forceinline__ float2 ld_shared_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
 // fence.proxy.async (PTX 9.7.13.4): this thread's st.shared visible to the async proxy (the next wgmma reads them)
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// red.global.add.v2.f32 (PTX 9.7.13.7, sm_90): two adjacent FP32 additions in one request
-__device__ __forceinline__ void red_add_v2(float* addr, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], { %1, %2 };" ::"l"(addr), "f"(x), "f"(y) : "memory");
+// red.global.add.v4.f32 (PTX 9.7.13.7, sm_90): four adjacent FP32 additions in one request (16-B aligned)
+__device__ __forceinline__ void red_add_v4(float* addr, float x, float y, float z, float t) {
+  asm volatile("red.global.add.v4.f32 [%0], { %1, %2, %3, %4 };" ::"l"(addr), "f"(x), "f"(y), "f"(z), "f"(t)
+               : "memory");
 }
+// cp.reduce.async.bulk (PTX 9.7.9.25.4.2, sm_90): global[dst .. dst + bytes) += shared[src ..) in FP32, done by
+// the bulk copy engine (16-B aligned, bytes % 16 == 0), then commit_group: this thread's bulk group
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n\t"
+               "cp.async.bulk.commit_group;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+// cp.async.bulk.wait_group(.read) (PTX 9.7.9.25.4.4): at most N of this thread's bulk groups pending (.read: their
+// shared-memory sources read; without it: complete)
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory"); }
 // deterministic dQ turns (the pattern of CUTLASS's generic barrier, cutlass/barrier.h): one thread waits with
 // ld.acquire.gpu until the counter reaches its turn (the warpgroup then meets at a named barrier), and after
 // the warpgroup met again past its additions one thread makes them visible (fence.acq_rel.gpu, cumulative
@@ -762,8 +789,8 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
 //   S^T = K_w Q^T and dP^T = V_w dO^T (SS), P^T = exp2(S^T scale log2 e - lse_log2) (masked on the
 //   causal diagonal and past the keys), dV += P^T dO (RS), dS^T = P^T (dP^T - dpsum), dK += dS^T Q (RS),
 //   dS^T into SMEM (double-buffered by visit), then, once every warpgroup wrote its rows (bar.sync), this
-//   warpgroup's columns of dQ = dS K (SS) added into dq_accum (red.global.add); the softmax scale of dQ is
-//   applied by the postprocess and dK's at the end.
+//   warpgroup's columns of dQ = dS K (SS) added into dq_accum (red.global.add); the softmax
+//   scale of dQ is applied by the postprocess and dK's at the end.
 // Accumulator fragment of a 64 x N wgmma (PTX 9.7.15.5.1.1.2): register i of thread (warp wi, lane l) is
 // row 16 wi + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
 __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
@@ -799,6 +826,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     float s[ST_REGS], dp[ST_REGS];
     wgmma_sdp(s, k_w, q_addr);  // S^T = K_w Q^T
     wgmma_sdp(dp, v_w, do_addr);  // dP^T = V_w dO^T
+    // lse_log2 of rows 8 j + col_base and the next: group j's pair is read one group ahead (group 0's while S^T runs)
+    float2 lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * col_base), lse2;
     wgmma_wait<1>();  // S^T done
     reg_fence_all(s);
     // P^T = exp2(S^T scale log2 e - lse_log2[row]); masked (row, key) pairs give 0
@@ -808,9 +837,10 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;  // the visit's query row (of two: col, col + 1)
       const int key = key0 + key_row + 8 * ((r / 2) % 2);
-      float2 lse2;
-      asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(lse2.x), "=f"(lse2.y)
-                   : "r"(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * col));
+      if (r % 4 == 0) {
+        lse2 = lse_next;
+        if (r + 4 < ST_REGS) lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (col + 8));
+      }
       float x0 = fmaf(s[r], scale_log2, -lse2.x);
       float x1 = fmaf(s[r + 1], scale_log2, -lse2.y);
       if (masked) {  // query row i BLOCK_M + col sees keys < min(S_kv, row + S_kv - S_q + 1) (causal)
@@ -825,6 +855,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       p[r / 2] = pack_bf16x2(s[r], s[r + 1]);
     }
     wgmma_kv(dv, p, do_addr + KV_WG_COL_BYTES * wg);  // dV += P^T dO (the warpgroup's columns)
+    float2 d2;  // dpsum of rows 8 j + col_base and the next, read as group j starts
     wgmma_wait<1>();  // dP^T done (the dV group may still run)
     reg_fence_all(dp);
     // dS^T = P^T (dP^T - dpsum[row]), to registers (dK's A) and to SMEM (dQ's A, keys x rows)
@@ -833,9 +864,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     #pragma unroll
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;
-      float2 d2;
-      asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(d2.x), "=f"(d2.y)
-                   : "r"(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * col));
+      if (r % 4 == 0) d2 = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * col);
       const float g0 = s[r] * (dp[r] - d2.x);
       const float g1 = s[r + 1] * (dp[r + 1] - d2.y);
       ds[r / 2] = pack_bf16x2(g0, g1);
@@ -867,13 +896,12 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       if (threadIdx.x % 128 == 0) dq_turn_wait(c.dq_turns(w.b, h, i), turn);
     }
     named_bar_sync(NBAR_DQ_TURN + wg, NBAR_DQ_TURN_THREADS);  // the turn has come for every thread
-    {  // dq_accum[b, h, i BLOCK_M + row, DQ_WG_COL0 wg + col] += dQ (rows past S_q land in the padding)
-      // one address per thread, every register's element at a constant offset from it (immediate offsets)
-      float* dq_thread = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M + key_row) * HEAD_DIM
-                         + DQ_WG_COL0 * wg + col_base;
+    {  // dq_accum[Q tile (b, h, i), this warpgroup's part] += dQ, fragment order: float4 chunk j of thread t at 4 (128 j + t)
+      float* dq_thread = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
+                         + (size_t)DQ_WG_COL0 * BLOCK_M * wg + 4 * (threadIdx.x % 128);
     #pragma unroll
-      for (int r = 0; r < DQ_REGS; r += 2)
-        red_add_v2(dq_thread + 8 * HEAD_DIM * ((r / 2) % 2) + 8 * (r / 4), dq[r], dq[r + 1]);
+      for (int j = 0; j < DQ_REGS / 4; ++j)  // one request of 16 contiguous bytes per thread, 512 per warp
+        red_add_v4(dq_thread + DQ_CHUNK_FLOATS * j, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
     }
     named_bar_sync(NBAR_DQ_TURN + wg, NBAR_DQ_TURN_THREADS);  // every thread's additions issued before the turn is taken
     if (threadIdx.x % 128 == 0) dq_turn_done(c.dq_turns(w.b, h, i));  // this warpgroup's turn taken
@@ -1003,30 +1031,29 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
   }
 }
 
-// dQ = dq_accum * softmax_scale in BF16 for BLOCK_M rows of one (sequence, head) (rows past S_q skipped).
+// dQ = dq_accum * softmax_scale in BF16 for BLOCK_M rows of one (sequence, head) (rows past S_q skipped). Thread t
+// reads float4 chunk j of each part as the consumer thread t that added it holds registers 4 j .. 4 j + 3: rows
+// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next (PTX 9.7.15.5.1.1.2).
 extern "C" __global__ void __launch_bounds__(128)
 b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bfloat16* __restrict__ dq, const int64_t dq_stride_b,
     const int64_t dq_stride_h, const int64_t dq_stride_s, const int seq_q, const int seq_pad,
     const float softmax_scale, const int* __restrict__ cu_seqlens_q) {
-  constexpr int LANES_PER_ROW = HEAD_DIM / 8;
-  constexpr int ROWS_PER_PASS = 128 / LANES_PER_ROW;
+  static_assert(128 == 128, "one postprocess thread per consumer thread of a warpgroup");
   const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
-  const int part = threadIdx.x % LANES_PER_ROW;
   const int row0 = cu_seqlens_q != nullptr ? cu_seqlens_q[b] : 0;  // varlen: as the preprocess
   const int len_q = cu_seqlens_q != nullptr ? cu_seqlens_q[b + 1] - row0 : seq_q;
-  for (int r = threadIdx.x / LANES_PER_ROW; r < BLOCK_M; r += ROWS_PER_PASS) {
-    const int row = blockIdx.x * BLOCK_M + r;
-    if (row >= len_q) continue;
-    const float4* a = reinterpret_cast<const float4*>(dq_accum + (((size_t)b * heads + h) * seq_pad + row) * HEAD_DIM)
-                      + 2 * part;
-    const float4 x = a[0], y = a[1];
-    uint4 packed;
-    packed.x = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
-    packed.y = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
-    packed.z = pack_bf16x2(y.x * softmax_scale, y.y * softmax_scale);
-    packed.w = pack_bf16x2(y.z * softmax_scale, y.w * softmax_scale);
-    *reinterpret_cast<uint4*>(dq + b * dq_stride_b + h * dq_stride_h + (row0 + row) * dq_stride_s + 8 * part) =
-        packed;
+  const int t = threadIdx.x;
+  const int row = blockIdx.x * BLOCK_M + 16 * (t / 32) + (t % 32) / 4;  // and row + 8
+  const float* tile = dq_accum + (((size_t)b * heads + h) * seq_pad + (size_t)blockIdx.x * BLOCK_M) * HEAD_DIM + 4 * t;
+  __nv_bfloat16* out = dq + b * dq_stride_b + h * dq_stride_h + (int64_t)(row0 + row) * dq_stride_s + 2 * (t % 4);
+#pragma unroll 4
+  for (int j = 0; j < HEAD_DIM / 8; ++j) {  // chunk j % (DQ_COLS / 8) of part j / (DQ_COLS / 8)
+    const float4 x = *reinterpret_cast<const float4*>(tile + DQ_CHUNK_FLOATS * j);
+    const int col = 8 * j;  // parts are DQ_COLS columns wide, in column order: column 8 j + 2 (t % 4)
+    if (row < len_q)
+      *reinterpret_cast<uint32_t*>(out + col) = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
+    if (row + 8 < len_q)
+      *reinterpret_cast<uint32_t*>(out + 8 * dq_stride_s + col) = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
   }
 }
 // ==== end section: entry ====

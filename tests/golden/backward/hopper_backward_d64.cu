@@ -13,7 +13,7 @@
 // 1. b200c_attention_backward_preprocess: grid (S_pad / BLOCK_M, H, B), 128 threads. Per query row:
 //    dpsum = rowsum(dO * O) (FP32), lse_log2 = LSE * log2(e) (+inf for a row that saw no key, and for the
 //    padding rows S_q .. S_pad - 1, so their P is exactly 0), and zeroes the row's FP32 dq_accum.
-// 2. b200c_attention_backward: grid (num_work), 384 threads, 100904 B dynamic SMEM. One CTA per backward work
+// 2. b200c_attention_backward: grid (num_work), 384 threads, 133672 B dynamic SMEM. One CTA per backward work
 //    item (b200c/codegen/backward_work.py): K/V tile kv_tile (BLOCK_N keys) of (sequence b, K/V head h_kv),
 //    visiting every query head of its group and the Q tiles that see the tile.
 // 3. b200c_attention_backward_postprocess: grid (S_pad / BLOCK_M, H, B), 128 threads: dQ = dq_accum * softmax_scale in BF16.
@@ -47,7 +47,9 @@
 //   cu_seqlens_k    const int*: varlen: as cu_seqlens_q for the keys (null: dense)
 // TMA maps: BF16, rank 4, dims {D, S, H, B}, strides of S/H/B in bytes, 128B swizzle, out-of-bounds rows
 //   read as zero; box {64, 64, 1, 1} for Q and dO, {64, 128, 1, 1} for K and V.
-// lse_log2, dpsum: FP32 (B, H, S_pad); dq_accum: FP32 (B, H, S_pad, D); S_pad = S_q rounded up to BLOCK_M.
+// lse_log2, dpsum: FP32 (B, H, S_pad); S_pad = S_q rounded up to BLOCK_M. dq_accum: FP32, B x H x S_pad / BLOCK_M
+//   tiles of BLOCK_M x D, each in the consumers' fragment order (DQ_PART_FLOATS per dQ warpgroup part, in it
+//   float4 chunk j of consumer thread t at 4 (128 j + t)); only these kernels read and write it.
 // Covers: MHA and GQA (H a multiple of H_kv), causal (bottom-right aligned) or not, any S_q, S_kv >= 1,
 //   varlen (cu_seqlens_q / cu_seqlens_k: packed (total, H, D) tensors, B sequences, S_q / S_kv the longest),
 //   head dim 64. Not covered (refused by the host before a launch): score_mod / mask_mod.
@@ -450,7 +452,14 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t DQ_WG_KEY_BYTES = 8192;  // its first key row in the dS^T and K tiles
 [[maybe_unused]] constexpr uint32_t DQ_WG_COL_BYTES = 0;  // its first column slice of K
 [[maybe_unused]] constexpr int DQ_WG_COL0 = 0;  // its first dQ column
-// dq_reduction atomic: red.global.add in whatever order the CTAs reach it
+// dq_accum and the dq region hold dQ in fragment order: float4 chunk j (registers 4 j .. 4 j + 3) of consumer
+// thread t at float 4 (128 j + t) of its part (BLOCK_M x DQ_COLS: the part of columns DQ_COLS p at DQ_PART_FLOATS p)
+[[maybe_unused]] constexpr int DQ_PART_FLOATS = BLOCK_M * DQ_COLS;
+[[maybe_unused]] constexpr uint32_t DQ_PART_BYTES = 4u * DQ_PART_FLOATS;
+[[maybe_unused]] constexpr int DQ_CHUNK_FLOATS = 4 * 128;  // one float4 of each thread of a warpgroup
+// dq_store bulk: each warpgroup writes its dQ to its dq region and one of its threads adds the
+// region into dq_accum with a TMA bulk reduce-add
+// dq_reduction atomic: the additions land in whatever order the CTAs reach them
 [[maybe_unused]] constexpr bool DETERMINISTIC = false;
 [[maybe_unused]] constexpr bool DQ_TURN_WAIT_BY_WG = true;
 [[maybe_unused]] constexpr int Q_STAGES = 2;
@@ -462,15 +471,16 @@ namespace bwd {
 [[maybe_unused]] constexpr int KV_ACC_REGS = KV_COLS / 2;  // dK, dV of the warpgroup's keys and columns
 [[maybe_unused]] constexpr int DQ_REGS = DQ_COLS / 2;   // the visit's dQ, the warpgroup's columns
 
-// SMEM layout: byte offsets from the 1024-aligned base (100904 bytes dynamic, incl. 1024 B realignment slack)
+// SMEM layout: byte offsets from the 1024-aligned base (133672 bytes dynamic, incl. 1024 B realignment slack)
 [[maybe_unused]] constexpr uint32_t SMEM_K = 0;  // 16384 B: the item's K tile (BLOCK_N x D, K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_V = 16384;  // 16384 B: the item's V tile (BLOCK_N x D, K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_Q = 32768;  // 16384 B: Q_STAGES Q tiles (BLOCK_M x D)
 [[maybe_unused]] constexpr uint32_t SMEM_DO = 49152;  // 16384 B: Q_STAGES dO tiles (BLOCK_M x D)
 [[maybe_unused]] constexpr uint32_t SMEM_DS = 65536;  // 32768 B: two dS^T tiles (BLOCK_N keys x BLOCK_M rows, 128B swizzle), one per visit parity
-[[maybe_unused]] constexpr uint32_t SMEM_LSE = 98304;  // 512 B: Q_STAGES x BLOCK_M lse_log2 (FP32)
-[[maybe_unused]] constexpr uint32_t SMEM_DPSUM = 99328;  // 512 B: Q_STAGES x BLOCK_M dpsum (FP32)
-[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 99840;  // 40 B: mbarriers
+[[maybe_unused]] constexpr uint32_t SMEM_DQ = 98304;  // 32768 B: each consumer warpgroup's FP32 dQ of the visit (BLOCK_M x DQ_COLS, fragment order), the source of its bulk reduce-add
+[[maybe_unused]] constexpr uint32_t SMEM_LSE = 131072;  // 512 B: Q_STAGES x BLOCK_M lse_log2 (FP32)
+[[maybe_unused]] constexpr uint32_t SMEM_DPSUM = 132096;  // 512 B: Q_STAGES x BLOCK_M dpsum (FP32)
+[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 132608;  // 40 B: mbarriers
 [[maybe_unused]] constexpr uint32_t Q_TILE_BYTES = 8192;  // one BLOCK_M x D BF16 tile (Q or dO)
 [[maybe_unused]] constexpr uint32_t KV_TILE_BYTES = 16384;  // one BLOCK_N x D BF16 tile (K or V)
 [[maybe_unused]] constexpr uint32_t DS_TILE_BYTES = 16384;  // one dS^T tile (BLOCK_N keys x BLOCK_M rows, BF16)
@@ -485,6 +495,8 @@ namespace bwd {
 // named barriers (bar.sync)
 [[maybe_unused]] constexpr uint32_t NBAR_DS_READY = 1;  // the warpgroup's four warps wrote its keys' dS^T rows before its dQ reads them
 [[maybe_unused]] constexpr uint32_t NBAR_DS_READY_THREADS = 128;
+[[maybe_unused]] constexpr uint32_t NBAR_DQ_FULL = 3;  // bulk dQ: the warpgroup's dQ is in its dq region before the reduce-add
+[[maybe_unused]] constexpr uint32_t NBAR_DQ_FULL_THREADS = 128;
 
 // TMA boxes (128B swizzle): 1 boxes of 64 columns per tile
 [[maybe_unused]] constexpr int TMA_SLICES = 1;
@@ -681,12 +693,31 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
+// ld.shared.v2.f32 (volatile: issued where it stands, not moved past the wgmma waits around it)
+__device__ __forceinline__ float2 ld_shared_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
 // fence.proxy.async (PTX 9.7.13.4): this thread's st.shared visible to the async proxy (the next wgmma reads them)
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// red.global.add.v2.f32 (PTX 9.7.13.7, sm_90): two adjacent FP32 additions in one request
-__device__ __forceinline__ void red_add_v2(float* addr, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], { %1, %2 };" ::"l"(addr), "f"(x), "f"(y) : "memory");
+// red.global.add.v4.f32 (PTX 9.7.13.7, sm_90): four adjacent FP32 additions in one request (16-B aligned)
+__device__ __forceinline__ void red_add_v4(float* addr, float x, float y, float z, float t) {
+  asm volatile("red.global.add.v4.f32 [%0], { %1, %2, %3, %4 };" ::"l"(addr), "f"(x), "f"(y), "f"(z), "f"(t)
+               : "memory");
 }
+// cp.reduce.async.bulk (PTX 9.7.9.25.4.2, sm_90): global[dst .. dst + bytes) += shared[src ..) in FP32, done by
+// the bulk copy engine (16-B aligned, bytes % 16 == 0), then commit_group: this thread's bulk group
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n\t"
+               "cp.async.bulk.commit_group;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+// cp.async.bulk.wait_group(.read) (PTX 9.7.9.25.4.4): at most N of this thread's bulk groups pending (.read: their
+// shared-memory sources read; without it: complete)
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory"); }
 // deterministic dQ turns (the pattern of CUTLASS's generic barrier, cutlass/barrier.h): one thread waits with
 // ld.acquire.gpu until the counter reaches its turn (the warpgroup then meets at a named barrier), and after
 // the warpgroup met again past its additions one thread makes them visible (fence.acq_rel.gpu, cumulative
@@ -757,8 +788,8 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
 //   S^T = K_w Q^T and dP^T = V_w dO^T (SS), P^T = exp2(S^T scale log2 e - lse_log2) (masked on the
 //   causal diagonal and past the keys), dV += P^T dO (RS), dS^T = P^T (dP^T - dpsum), dK += dS^T Q (RS),
 //   dS^T into SMEM (double-buffered by visit), then, once every warpgroup wrote its rows (bar.sync), this
-//   warpgroup's columns of dQ = dS K (SS) added into dq_accum (red.global.add); the softmax scale of dQ is
-//   applied by the postprocess and dK's at the end.
+//   warpgroup's columns of dQ = dS K (SS) added into dq_accum (through its dq region and a TMA bulk reduce-add); the softmax
+//   scale of dQ is applied by the postprocess and dK's at the end.
 // Accumulator fragment of a 64 x N wgmma (PTX 9.7.15.5.1.1.2): register i of thread (warp wi, lane l) is
 // row 16 wi + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
 __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
@@ -794,6 +825,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     float s[ST_REGS], dp[ST_REGS];
     wgmma_sdp(s, k_w, q_addr);  // S^T = K_w Q^T
     wgmma_sdp(dp, v_w, do_addr);  // dP^T = V_w dO^T
+    // lse_log2 of rows 8 j + col_base and the next: group j's pair is read one group ahead (group 0's while S^T runs)
+    float2 lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * col_base), lse2;
     wgmma_wait<1>();  // S^T done
     reg_fence_all(s);
     // P^T = exp2(S^T scale log2 e - lse_log2[row]); masked (row, key) pairs give 0
@@ -803,9 +836,10 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;  // the visit's query row (of two: col, col + 1)
       const int key = key0 + key_row + 8 * ((r / 2) % 2);
-      float2 lse2;
-      asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(lse2.x), "=f"(lse2.y)
-                   : "r"(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * col));
+      if (r % 4 == 0) {
+        lse2 = lse_next;
+        if (r + 4 < ST_REGS) lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (col + 8));
+      }
       float x0 = fmaf(s[r], scale_log2, -lse2.x);
       float x1 = fmaf(s[r + 1], scale_log2, -lse2.y);
       if (masked) {  // query row i BLOCK_M + col sees keys < min(S_kv, row + S_kv - S_q + 1) (causal)
@@ -820,6 +854,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       p[r / 2] = pack_bf16x2(s[r], s[r + 1]);
     }
     wgmma_kv(dv, p, do_addr + KV_WG_COL_BYTES * wg);  // dV += P^T dO (the warpgroup's columns)
+    // dpsum of rows 8 j + col_base and the next: group j's pair is read one group ahead (group 0's while dP^T runs)
+    float2 d_next = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * col_base), d2;
     wgmma_wait<1>();  // dP^T done (the dV group may still run)
     reg_fence_all(dp);
     // dS^T = P^T (dP^T - dpsum[row]), to registers (dK's A) and to SMEM (dQ's A, keys x rows)
@@ -828,9 +864,10 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     #pragma unroll
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;
-      float2 d2;
-      asm volatile("ld.shared.v2.f32 { %0, %1 }, [%2];" : "=f"(d2.x), "=f"(d2.y)
-                   : "r"(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * col));
+      if (r % 4 == 0) {
+        d2 = d_next;
+        if (r + 4 < ST_REGS) d_next = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (col + 8));
+      }
       const float g0 = s[r] * (dp[r] - d2.x);
       const float g1 = s[r + 1] * (dp[r + 1] - d2.y);
       ds[r / 2] = pack_bf16x2(g0, g1);
@@ -841,6 +878,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     }
     wgmma_kv(dk, ds, q_addr + KV_WG_COL_BYTES * wg);  // dK += dS^T Q (the warpgroup's columns; unscaled, scaled at the end)
     fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
+    if (threadIdx.x % 128 == 0) bulk_wait_read<0>();  // the last reduce-add read this warpgroup's dq region (before ds_ready)
     named_bar_sync(NBAR_DS_READY + wg, NBAR_DS_READY_THREADS);  // this warpgroup's dS^T rows are in SMEM
     float dq[DQ_REGS];
     wgmma_dq(dq, ds_tile + (uint32_t)wg * DQ_WG_KEY_BYTES,
@@ -852,13 +890,19 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     reg_fence_all(p);
     reg_fence_all(ds);
     mbar_arrive_if(c.bar(BAR_Q_EMPTY + st), lane_id() == 0);  // one arrival per warp (predicated, no branch)
-    {  // dq_accum[b, h, i BLOCK_M + row, DQ_WG_COL0 wg + col] += dQ (rows past S_q land in the padding)
-      // one address per thread, every register's element at a constant offset from it (immediate offsets)
-      float* dq_thread = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M + key_row) * HEAD_DIM
-                         + DQ_WG_COL0 * wg + col_base;
+    {  // this warpgroup's dQ into its dq region, fragment order: float4 chunk j of thread t at 16 (128 j + t) bytes
+      const uint32_t dq_smem = c.smem + SMEM_DQ + (uint32_t)wg * DQ_PART_BYTES + 16u * (threadIdx.x % 128);
     #pragma unroll
-      for (int r = 0; r < DQ_REGS; r += 2)
-        red_add_v2(dq_thread + 8 * HEAD_DIM * ((r / 2) % 2) + 8 * (r / 4), dq[r], dq[r + 1]);
+      for (int j = 0; j < DQ_REGS / 4; ++j)
+        asm volatile("st.shared.v4.f32 [%0], { %1, %2, %3, %4 };" ::"r"(dq_smem + 4u * DQ_CHUNK_FLOATS * j), "f"(dq[4 * j]),
+                     "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3]) : "memory");
+      fence_proxy_async_smem();  // the writes above, visible to the bulk copy's (async proxy) reads
+    }
+    named_bar_sync(NBAR_DQ_FULL + wg, NBAR_DQ_FULL_THREADS);  // the warpgroup's dQ is in its dq region
+    if (threadIdx.x % 128 == 0) {  // dq_accum[Q tile (b, h, i), this warpgroup's part] += the dq region, one TMA reduce-add
+      float* part = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
+                    + (size_t)DQ_WG_COL0 * BLOCK_M * wg;
+      bulk_reduce_add_f32(part, c.smem + SMEM_DQ + (uint32_t)wg * DQ_PART_BYTES, DQ_PART_BYTES);
     }
   }
   // epilogue: dK (times the softmax scale) and dV of this warpgroup's keys and columns, BF16, keys past S_kv dropped
@@ -875,6 +919,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       *reinterpret_cast<uint32_t*>(v_out) = pack_bf16x2(dv[r], dv[r + 1]);
     }
   }
+  if (threadIdx.x % 128 == 0) bulk_wait<0>();  // every reduce-add of this warpgroup done before the CTA exits
 }
 // ==== end section: role consumer ====
 // ==== section: entry ====
@@ -986,30 +1031,29 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
   }
 }
 
-// dQ = dq_accum * softmax_scale in BF16 for BLOCK_M rows of one (sequence, head) (rows past S_q skipped).
+// dQ = dq_accum * softmax_scale in BF16 for BLOCK_M rows of one (sequence, head) (rows past S_q skipped). Thread t
+// reads float4 chunk j of each part as the consumer thread t that added it holds registers 4 j .. 4 j + 3: rows
+// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next (PTX 9.7.15.5.1.1.2).
 extern "C" __global__ void __launch_bounds__(128)
 b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bfloat16* __restrict__ dq, const int64_t dq_stride_b,
     const int64_t dq_stride_h, const int64_t dq_stride_s, const int seq_q, const int seq_pad,
     const float softmax_scale, const int* __restrict__ cu_seqlens_q) {
-  constexpr int LANES_PER_ROW = HEAD_DIM / 8;
-  constexpr int ROWS_PER_PASS = 128 / LANES_PER_ROW;
+  static_assert(128 == 128, "one postprocess thread per consumer thread of a warpgroup");
   const int b = blockIdx.z, h = blockIdx.y, heads = gridDim.y;
-  const int part = threadIdx.x % LANES_PER_ROW;
   const int row0 = cu_seqlens_q != nullptr ? cu_seqlens_q[b] : 0;  // varlen: as the preprocess
   const int len_q = cu_seqlens_q != nullptr ? cu_seqlens_q[b + 1] - row0 : seq_q;
-  for (int r = threadIdx.x / LANES_PER_ROW; r < BLOCK_M; r += ROWS_PER_PASS) {
-    const int row = blockIdx.x * BLOCK_M + r;
-    if (row >= len_q) continue;
-    const float4* a = reinterpret_cast<const float4*>(dq_accum + (((size_t)b * heads + h) * seq_pad + row) * HEAD_DIM)
-                      + 2 * part;
-    const float4 x = a[0], y = a[1];
-    uint4 packed;
-    packed.x = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
-    packed.y = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
-    packed.z = pack_bf16x2(y.x * softmax_scale, y.y * softmax_scale);
-    packed.w = pack_bf16x2(y.z * softmax_scale, y.w * softmax_scale);
-    *reinterpret_cast<uint4*>(dq + b * dq_stride_b + h * dq_stride_h + (row0 + row) * dq_stride_s + 8 * part) =
-        packed;
+  const int t = threadIdx.x;
+  const int row = blockIdx.x * BLOCK_M + 16 * (t / 32) + (t % 32) / 4;  // and row + 8
+  const float* tile = dq_accum + (((size_t)b * heads + h) * seq_pad + (size_t)blockIdx.x * BLOCK_M) * HEAD_DIM + 4 * t;
+  __nv_bfloat16* out = dq + b * dq_stride_b + h * dq_stride_h + (int64_t)(row0 + row) * dq_stride_s + 2 * (t % 4);
+#pragma unroll 4
+  for (int j = 0; j < HEAD_DIM / 8; ++j) {  // chunk j % (DQ_COLS / 8) of part j / (DQ_COLS / 8)
+    const float4 x = *reinterpret_cast<const float4*>(tile + DQ_CHUNK_FLOATS * j);
+    const int col = 8 * j;  // parts are DQ_COLS columns wide, in column order: column 8 j + 2 (t % 4)
+    if (row < len_q)
+      *reinterpret_cast<uint32_t*>(out + col) = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
+    if (row + 8 < len_q)
+      *reinterpret_cast<uint32_t*>(out + 8 * dq_stride_s + col) = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
   }
 }
 // ==== end section: entry ====
