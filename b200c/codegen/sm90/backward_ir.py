@@ -25,8 +25,13 @@ import msgspec
 
 from ..barriers import BarrierTable, NamedBarrier, Party
 from ..ir import Arrive, Decl, KernelIR, Loop, NamedBarSync, PhaseRef, RoleIR, Single, TmaLoadTile, Wait
-from .ir import (BulkLoad, BwdDq, BwdDqAdd, BwdDqBufferFree, BwdDqBulkAdd, BwdDqDrain, BwdDqStage, BwdDqTurnDone,
-                 BwdDqTurnWait, BwdDsDk, BwdPdV, BwdSdp, BwdStoreDkDv)
+from .ir import (BulkLoad, BwdDkWait, BwdDq, BwdDqAdd, BwdDqBufferFree, BwdDqBulkAdd, BwdDqDrain, BwdDqStage,
+                 BwdDqTurnDone, BwdDqTurnWait, BwdDsDk, BwdPdV, BwdSdp, BwdStoreDkDv)
+
+
+#: register groups (four accumulator registers: two query rows) whose LSE or D pair is read from shared memory
+#: before the group is reached; the first while the wgmma producing S^T (dP^T) still runs
+READ_AHEAD = 1
 
 
 class BackwardTile(msgspec.Struct, frozen=True):
@@ -160,22 +165,53 @@ def _dq_add(lay) -> tuple:
 
 
 def consumer_role(lay) -> RoleIR:
-    """One instance per consumer warpgroup (``q`` in the IR: the warpgroup's index ``wg``)."""
+    """One instance per consumer warpgroup (``q`` in the IR: the warpgroup's index ``wg``).
+
+    With the bulk dQ path the visit issues dK's wgmmas after dQ's (FA3's order) and waits only for dQ
+    before staging it in the dq region, so the shared-memory writes and the reduce-add overlap dK on the
+    tensor cores; with red.global.add dK goes before the barrier (it runs while the warpgroups meet) and
+    the visit waits for everything before the additions."""
+    if lay.dq_store == "bulk":
+        return _consumer_bulk(lay)
     visit = Loop("v", "0", "visits", body=_visit_decls() + (
         Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
         BwdSdp(),
-        BwdPdV("w.partial || i < w.q_full_lo"),
-        # deterministic: D read as each group starts (read ahead, nvcc 13.0.88 spills 16 B at head dim 128 there)
-        BwdDsDk(dpsum_ahead=not lay.deterministic),
-        *((BwdDqBufferFree(),) if lay.dq_store == "bulk" else ()),
+        # LSE and D pairs read one register group ahead of their use (at head dim 128, nvcc 13.0.88 spills with
+        # two groups ahead, and deterministic dQ's kernel with D read ahead at all: 16 B)
+        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD),
+        BwdDsDk(ahead=0 if lay.deterministic else READ_AHEAD),
         (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split == "columns"
          else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
         BwdDq(dk_first=lay.dk_before_dq),
         Arrive("q_empty", "st", by="warp"),
         *_dq_add(lay),
     ), note="visits: query head major, Q tile ascending")
-    body = _item_decls() + (Wait("kv_full", None, PhaseRef("0", storage="value"), 1), visit, BwdStoreDkDv(),
-                            *((BwdDqDrain(),) if lay.dq_store == "bulk" else ()))
+    return _consumer(lay, visit)
+
+
+def _consumer_bulk(lay) -> RoleIR:
+    """The visit with dQ through the dq region: dS^T, meet, dQ then dK, dQ staged and added while dK runs."""
+    if lay.dk_before_dq:  # dQ's accumulators would wait for dK: not the order this visit has
+        raise ValueError("the bulk dQ visit issues dQ before dK; dk_before_dq layouts use red.global.add")
+    visit = Loop("v", "0", "visits", body=_visit_decls() + (
+        Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
+        BwdSdp(),
+        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD),
+        BwdDsDk(ahead=READ_AHEAD, issue_dk=False),
+        BwdDqBufferFree(),
+        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split == "columns"
+         else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
+        BwdDq(dk_after=True),
+        *_dq_add(lay),
+        BwdDkWait(),
+        Arrive("q_empty", "st", by="warp"),
+    ), note="visits: query head major, Q tile ascending")
+    return _consumer(lay, visit, (BwdDqDrain(),))
+
+
+def _consumer(lay, visit, tail=()) -> RoleIR:
+    """The role around the visit loop: K/V once, the visits, dK and dV stored, then ``tail``."""
+    body = _item_decls() + (Wait("kv_full", None, PhaseRef("0", storage="value"), 1), visit, BwdStoreDkDv(), *tail)
     instances = tuple((g, tuple(range(4 * g + 4, 4 * g + 8))) for g in range(lay.mma_warpgroups))
     return RoleIR("consumer", tuple(w for _, ws in instances for w in ws), body, instances=instances,
                   regs=lay.consumer_regs, blog="FA3 §3: the consumer warpgroups")

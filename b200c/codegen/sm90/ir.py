@@ -201,6 +201,7 @@ class BwdPdV(Node):
     packed to bf16x2; dV += P^T dO (RS wgmma group)."""
 
     masked: str
+    ahead: int = 1  # groups of four registers whose LSE pair is read ahead of its use (the first while S^T runs)
 
     def describe(self) -> str:
         return f"wait S^T; P^T = exp2(S^T c - lse) (masked if {self.masked}); wgmma dV += P^T dO"
@@ -208,14 +209,16 @@ class BwdPdV(Node):
 
 class BwdDsDk(Node):
     """Wait for dP^T; dS^T = P^T (dP^T - D) to registers and to the visit's dS^T tile in SMEM; dK += dS^T Q
-    (RS wgmma group); ``fence.proxy.async`` so the tile is visible to the next wgmma. ``dpsum_ahead``: each
-    group of four registers' D pair is read from SMEM one group ahead (the first while dP^T runs), so the
-    subtraction does not wait for the load; two more registers live (P^T's: the LSE pairs are always read so)."""
+    (RS wgmma group); ``fence.proxy.async`` so the tile is visible to the next wgmma. ``ahead``: each group
+    of four registers' D pair is read from SMEM that many groups before its use (the first ``ahead`` while
+    dP^T runs), so the subtraction does not wait for the load (2 registers per group ahead)."""
 
-    dpsum_ahead: bool = True
+    ahead: int = 1
+    issue_dk: bool = True  # False: dK's wgmmas are issued after dQ's (BwdDq.dk_after)
 
     def describe(self) -> str:
-        return "wait dP^T; dS^T = P^T (dP^T - D) -> regs and smem ds[v % 2]; wgmma dK += dS^T Q; fence.proxy.async"
+        dk = "wgmma dK += dS^T Q; " if self.issue_dk else ""
+        return f"wait dP^T; dS^T = P^T (dP^T - D) -> regs and smem ds[v % 2]; {dk}fence.proxy.async"
 
 
 class BwdDq(Node):
@@ -225,10 +228,21 @@ class BwdDq(Node):
     they read are free before dQ's accumulators are live (:func:`b200c.codegen.backward_plan.dk_before_dq`)."""
 
     dk_first: bool = False
+    dk_after: bool = False  # issue dK += dS^T Q after dQ's wgmmas and wait only for dQ (wait_group 1): BwdDkWait ends it
 
     def describe(self) -> str:
         first = "wait_group 0 (dV, dK); " if self.dk_first else ""
+        if self.dk_after:
+            return "wgmma dQ[:, cols of wg] = dS K; wgmma dK += dS^T Q; wait_group 1 (dV, dQ)"
         return f"{first}wgmma dQ[:, cols of wg] = dS K; wait_group 0"
+
+
+class BwdDkWait(Node):
+    """``wgmma.wait_group 0`` after dQ left the registers: the dK wgmmas queued behind dQ's are done (the
+    stage's Q is no longer read)."""
+
+    def describe(self) -> str:
+        return "wait_group 0 (dK)"
 
 
 class BwdDqAdd(Node):

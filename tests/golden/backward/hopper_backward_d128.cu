@@ -824,8 +824,12 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     float s[ST_REGS], dp[ST_REGS];
     wgmma_sdp(s, k_w, q_addr);  // S^T = K_w Q^T
     wgmma_sdp(dp, v_w, do_addr);  // dP^T = V_w dO^T
-    // lse_log2 of rows 8 j + col_base and the next: group j's pair is read one group ahead (group 0's while S^T runs)
-    float2 lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * col_base), lse2;
+    // lse_log2 of rows 8 j + col_base and the next (register group j), read 1 groups ahead of its use: the first
+    // 1 while S^T runs (4 registers live at a time)
+    float2 lse2[ST_REGS / 4];
+    #pragma unroll
+    for (int j = 0; j < 1 && j < ST_REGS / 4; ++j)
+      lse2[j] = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (8 * j + col_base));
     wgmma_wait<1>();  // S^T done
     reg_fence_all(s);
     // P^T = exp2(S^T scale log2 e - lse_log2[row]); masked (row, key) pairs give 0
@@ -835,12 +839,10 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;  // the visit's query row (of two: col, col + 1)
       const int key = key0 + key_row + 8 * ((r / 2) % 2);
-      if (r % 4 == 0) {
-        lse2 = lse_next;
-        if (r + 4 < ST_REGS) lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (col + 8));
-      }
-      float x0 = fmaf(s[r], scale_log2, -lse2.x);
-      float x1 = fmaf(s[r + 1], scale_log2, -lse2.y);
+      if (r % 4 == 0 && r / 4 + 1 < ST_REGS / 4)
+        lse2[r / 4 + 1] = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (col + 8 * 1));
+      float x0 = fmaf(s[r], scale_log2, -lse2[r / 4].x);
+      float x1 = fmaf(s[r + 1], scale_log2, -lse2[r / 4].y);
       if (masked) {  // query row i BLOCK_M + col sees keys < min(S_kv, row + S_kv - S_q + 1) (causal)
         const int row = i * BLOCK_M + col;
         const int limit0 = c.causal() ? min(w.len_kv, row + off + 1) : w.len_kv;
@@ -853,8 +855,12 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       p[r / 2] = pack_bf16x2(s[r], s[r + 1]);
     }
     wgmma_kv(dv, p, do_addr + KV_WG_COL_BYTES * wg);  // dV += P^T dO (the warpgroup's columns)
-    // dpsum of rows 8 j + col_base and the next: group j's pair is read one group ahead (group 0's while dP^T runs)
-    float2 d_next = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * col_base), d2;
+    // dpsum of rows 8 j + col_base and the next (register group j), read 1 groups ahead of its use: the first
+    // 1 while dP^T runs
+    float2 d2[ST_REGS / 4];
+    #pragma unroll
+    for (int j = 0; j < 1 && j < ST_REGS / 4; ++j)
+      d2[j] = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (8 * j + col_base));
     wgmma_wait<1>();  // dP^T done (the dV group may still run)
     reg_fence_all(dp);
     // dS^T = P^T (dP^T - dpsum[row]), to registers (dK's A) and to SMEM (dQ's A, keys x rows)
@@ -863,32 +869,27 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     #pragma unroll
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;
-      if (r % 4 == 0) {
-        d2 = d_next;
-        if (r + 4 < ST_REGS) d_next = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (col + 8));
-      }
-      const float g0 = s[r] * (dp[r] - d2.x);
-      const float g1 = s[r + 1] * (dp[r + 1] - d2.y);
+      if (r % 4 == 0 && r / 4 + 1 < ST_REGS / 4)
+        d2[r / 4 + 1] = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (col + 8 * 1));
+      const float g0 = s[r] * (dp[r] - d2[r / 4].x);
+      const float g1 = s[r + 1] * (dp[r + 1] - d2[r / 4].y);
       ds[r / 2] = pack_bf16x2(g0, g1);
       const int key_in_tile = WG_KEY_STRIDE * wg + key_row + 8 * ((r / 2) % 2);
       if (!DS_ROWS_BY_WARP || wi * MMA_WARPGROUPS / 4 == wg)  // warp-uniform: its share of the rows
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_tile + sw128_offset(key_in_tile, col)), "r"(ds[r / 2])
                      : "memory");
     }
-    wgmma_kv(dk, ds, q_addr + KV_WG_COL_BYTES * wg);  // dK += dS^T Q (the warpgroup's columns; unscaled, scaled at the end)
     fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
     if (threadIdx.x % 128 == 0) bulk_wait_read<0>();  // the last reduce-add read this warpgroup's dq region (before ds_ready)
     named_bar_sync(NBAR_DS_READY, NBAR_DS_READY_THREADS);  // every key's dS^T of this visit is in SMEM
     float dq[DQ_REGS];
     wgmma_dq(dq, ds_tile + (uint32_t)wg * DQ_WG_KEY_BYTES,
              c.smem + SMEM_K + (uint32_t)wg * (DQ_WG_KEY_BYTES + DQ_WG_COL_BYTES));
-    wgmma_wait<0>();  // dV, dK, dQ done: stage st's Q and dO are no longer read
+    wgmma_kv(dk, ds, q_addr + KV_WG_COL_BYTES * wg);  // dK += dS^T Q, queued behind dQ (unscaled, scaled at the end)
+    wgmma_wait<1>();  // dV and dQ done: dQ's registers may leave while dK runs
     reg_fence_all(dq);
-    reg_fence_all(dk);
     reg_fence_all(dv);
     reg_fence_all(p);
-    reg_fence_all(ds);
-    mbar_arrive_if(c.bar(BAR_Q_EMPTY + st), lane_id() == 0);  // one arrival per warp (predicated, no branch)
     {  // this warpgroup's dQ into its dq region, fragment order: float4 chunk j of thread t at 16 (128 j + t) bytes
       const uint32_t dq_smem = c.smem + SMEM_DQ + (uint32_t)wg * DQ_PART_BYTES + 16u * (threadIdx.x % 128);
     #pragma unroll
@@ -903,6 +904,10 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
                     + (size_t)DQ_WG_COL0 * BLOCK_M * wg;
       bulk_reduce_add_f32(part, c.smem + SMEM_DQ + (uint32_t)wg * DQ_PART_BYTES, DQ_PART_BYTES);
     }
+    wgmma_wait<0>();  // dK done: stage st's Q and dO are no longer read
+    reg_fence_all(dk);
+    reg_fence_all(ds);
+    mbar_arrive_if(c.bar(BAR_Q_EMPTY + st), lane_id() == 0);  // one arrival per warp (predicated, no branch)
   }
   // epilogue: dK (times the softmax scale) and dV of this warpgroup's keys and columns, BF16, keys past S_kv dropped
   #pragma unroll

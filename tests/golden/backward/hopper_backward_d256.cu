@@ -822,8 +822,12 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     float s[ST_REGS], dp[ST_REGS];
     wgmma_sdp(s, k_w, q_addr);  // S^T = K_w Q^T
     wgmma_sdp(dp, v_w, do_addr);  // dP^T = V_w dO^T
-    // lse_log2 of rows 8 j + col_base and the next: group j's pair is read one group ahead (group 0's while S^T runs)
-    float2 lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * col_base), lse2;
+    // lse_log2 of rows 8 j + col_base and the next (register group j), read 1 groups ahead of its use: the first
+    // 1 while S^T runs (4 registers live at a time)
+    float2 lse2[ST_REGS / 4];
+    #pragma unroll
+    for (int j = 0; j < 1 && j < ST_REGS / 4; ++j)
+      lse2[j] = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (8 * j + col_base));
     wgmma_wait<1>();  // S^T done
     reg_fence_all(s);
     // P^T = exp2(S^T scale log2 e - lse_log2[row]); masked (row, key) pairs give 0
@@ -833,12 +837,10 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;  // the visit's query row (of two: col, col + 1)
       const int key = key0 + key_row + 8 * ((r / 2) % 2);
-      if (r % 4 == 0) {
-        lse2 = lse_next;
-        if (r + 4 < ST_REGS) lse_next = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (col + 8));
-      }
-      float x0 = fmaf(s[r], scale_log2, -lse2.x);
-      float x1 = fmaf(s[r + 1], scale_log2, -lse2.y);
+      if (r % 4 == 0 && r / 4 + 1 < ST_REGS / 4)
+        lse2[r / 4 + 1] = ld_shared_f2(c.smem + SMEM_LSE + st * ROW_VEC_BYTES + 4u * (col + 8 * 1));
+      float x0 = fmaf(s[r], scale_log2, -lse2[r / 4].x);
+      float x1 = fmaf(s[r + 1], scale_log2, -lse2[r / 4].y);
       if (masked) {  // query row i BLOCK_M + col sees keys < min(S_kv, row + S_kv - S_q + 1) (causal)
         const int row = i * BLOCK_M + col;
         const int limit0 = c.causal() ? min(w.len_kv, row + off + 1) : w.len_kv;
@@ -851,8 +853,12 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       p[r / 2] = pack_bf16x2(s[r], s[r + 1]);
     }
     wgmma_kv(dv, p, do_addr + KV_WG_COL_BYTES * wg);  // dV += P^T dO (the warpgroup's columns)
-    // dpsum of rows 8 j + col_base and the next: group j's pair is read one group ahead (group 0's while dP^T runs)
-    float2 d_next = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * col_base), d2;
+    // dpsum of rows 8 j + col_base and the next (register group j), read 1 groups ahead of its use: the first
+    // 1 while dP^T runs
+    float2 d2[ST_REGS / 4];
+    #pragma unroll
+    for (int j = 0; j < 1 && j < ST_REGS / 4; ++j)
+      d2[j] = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (8 * j + col_base));
     wgmma_wait<1>();  // dP^T done (the dV group may still run)
     reg_fence_all(dp);
     // dS^T = P^T (dP^T - dpsum[row]), to registers (dK's A) and to SMEM (dQ's A, keys x rows)
@@ -861,12 +867,10 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     #pragma unroll
     for (int r = 0; r < ST_REGS; r += 2) {
       const int col = 8 * (r / 4) + col_base;
-      if (r % 4 == 0) {
-        d2 = d_next;
-        if (r + 4 < ST_REGS) d_next = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (col + 8));
-      }
-      const float g0 = s[r] * (dp[r] - d2.x);
-      const float g1 = s[r + 1] * (dp[r + 1] - d2.y);
+      if (r % 4 == 0 && r / 4 + 1 < ST_REGS / 4)
+        d2[r / 4 + 1] = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (col + 8 * 1));
+      const float g0 = s[r] * (dp[r] - d2[r / 4].x);
+      const float g1 = s[r + 1] * (dp[r + 1] - d2[r / 4].y);
       ds[r / 2] = pack_bf16x2(g0, g1);
       const int key_in_tile = WG_KEY_STRIDE * wg + key_row + 8 * ((r / 2) % 2);
       if (!DS_ROWS_BY_WARP || wi * MMA_WARPGROUPS / 4 == wg)  // warp-uniform: its share of the rows
