@@ -8,8 +8,8 @@ import pytest
 
 import b200c
 from b200c.codegen.backward_work import BackwardDecomposition
-from b200c.codegen.sm90.backward import (MAIN_KERNEL, POSTPROCESS_KERNEL, PREPROCESS_KERNEL, backward_layout,
-                                         generate_backward)
+from b200c.codegen.sm90.backward import (MAIN_KERNEL, POSTPROCESS_KERNEL, PREPROCESS_KERNEL, backward_kernel_ir,
+                                         backward_layout, generate_backward)
 from b200c.errors import BackwardNotSupportedError
 
 GOLDEN = Path(__file__).parent / "golden" / "backward"
@@ -35,21 +35,25 @@ def test_d128_layout_by_hand():
 
 
 def test_d64_layout_by_hand():
+    """The built-in head-dim-64 schedule takes FA3's 128 x 128 tiles (test_d64_128_by_128_splits_dq_by_rows
+    has its layout); with 64-row visits each warpgroup's half of dQ's 64 columns would be half a 128-byte
+    swizzle atom, so each takes all 64 columns over its own 64 keys and the warpgroups add into the same part."""
     lay = backward_layout(b200c.default_backward_schedule(64))
+    assert (lay.block_m, lay.block_n, lay.wg_keys, lay.threads, lay.slices, lay.dq_split) == (128, 128, 64, 384, 1, "rows")
+    lay = backward_layout(b200c.default_backward_schedule(64).replace(block_m=64))
     kb = 128 * 64 * 2  # one 128-key x 64-column BF16 tile
     qb = 64 * 64 * 2   # one 64-row tile
-    assert (lay.block_m, lay.block_n, lay.wg_keys, lay.threads, lay.slices) == (64, 128, 64, 384, 1)
     offsets = {name: off for name, off, _, _ in lay.regions}
     dq = 2 * kb + 4 * qb + 2 * (128 * 64 * 2)  # 98304: each warpgroup's whole 64 x 64 FP32 dQ (split by keys)
     assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": 2 * kb + 4 * qb, "dq": dq,
                        "lse": dq + 2 * 64 * 64 * 4, "dpsum": dq + 2 * 64 * 64 * 4 + 1024,
                        "barriers": dq + 2 * 64 * 64 * 4 + 1024 + 512}
-    assert lay.smem_bytes == 132608 + 5 * 8 + 1024 and lay.dq_store == "bulk"
-    # dQ: 32 columns per warpgroup would be half a 128-byte swizzle atom, so each warpgroup takes all 64
-    # columns over its own 64 keys: its rows of the dS^T and K tiles start 64 rows x 128 B further on
+    assert lay.smem_bytes == 132608 + 5 * 8 + 1024 and lay.dq_store == "bulk" and lay.dq_wg_part == 0
+    # its rows of the dS^T and K tiles start 64 rows x 128 B further on
     assert (lay.dq_split, lay.dq_cols, lay.dq_keys, lay.dq_wg_key_bytes, lay.dq_wg_col_bytes, lay.dq_wg_col0) == \
         ("keys", 64, 64, 64 * 128, 0, 0)
-    named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in _ir(64).plan.named_barriers}
+    ir = backward_kernel_ir(b200c.default_backward_schedule(64).replace(block_m=64))
+    named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in ir.plan.named_barriers}
     assert named == {"ds_ready": (1, 2, 128), "dq_full": (3, 2, 128)}  # one per warpgroup, its own 128 threads
     assert {nb.name: (nb.first_id, nb.count, nb.threads) for nb in _ir().plan.named_barriers} == \
         {"ds_ready": (1, 1, 256), "dq_full": (2, 2, 128)}
@@ -81,7 +85,7 @@ def test_d256_layout_by_hand():
 
 
 @pytest.mark.parametrize("change,word", [
-    (dict(head_dim=64, block_m=128), "block_m = 128"),
+    (dict(head_dim=64, block_m=96), "block_m = 96"),  # 64, or one 64-row slice per consumer warpgroup
     (dict(block_m=32), "block_m = 32"),
     (dict(block_n=32), "block_n = 32 at head dim 128"),  # dK, dV split by columns: 64 keys only
     (dict(persistent=True), "persistent"),
@@ -119,10 +123,11 @@ def test_golden(request, d, deterministic):
 # 256 with red.global.add.v2; before dQ's additions took
 # one address per thread with immediate offsets the loop was 844 at 64 and 828 at 128, and head dim 256
 # spilled 16 B; with dQ issued while dK ran, 256 had every wgmma serialized, C7512, 1192). Wgmmas per
-# consumer warpgroup and visit: S^T and dP^T D / 16 each (k16 steps over D), dV and dK 4 each (64 rows), dQ
-# one per 16 keys it sums over (128 at D = 128, the warpgroup's own 64 at D = 64, the tile's 64 at D = 256);
-# 32 P values per thread (64 keys x 64 rows / 128: at 256 every warpgroup computes all 64 keys).
-LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 734), 64: (4 + 4 + 4 + 4 + 4, 32, 793), 256: (16 + 16 + 4 + 4 + 4, 32, 1089)}
+# consumer warpgroup and visit: S^T and dP^T D / 16 each (k16 steps over D), dV and dK one per 16 rows of the
+# visit (4; 8 at D = 64's 128 rows), dQ one per 16 keys it sums over (128 at D = 128 and 64, the tile's 64 at
+# D = 256); 32 P values per thread (64 keys x 64 rows / 128: at 256 every warpgroup computes all 64 keys), 64
+# at D = 64 (64 keys x 128 rows). Head dim 64's loop with 64-row visits was 793 (for half the work of a visit).
+LOOPS = {128: (8 + 8 + 4 + 4 + 8, 32, 734), 64: (4 + 4 + 8 + 8 + 8, 64, 1154), 256: (16 + 16 + 4 + 4 + 4, 32, 1089)}
 
 
 @pytest.mark.nvcc
@@ -372,20 +377,23 @@ def test_deterministic_module_takes_turns_in_kv_tile_order():
     """dq_reduction="deterministic" (FA3's Deterministic): the visit's dQ addition sits inside the Q tile's
     turn (wait for it, meet, add, meet, take it) with one named barrier per warpgroup; at head dim 64 the
     warpgroups of a CTA also take turns (they add into the same dQ elements), at 128 and 256 not (their
-    columns differ). The launch passes an int32 (B, H, S_pad / 64) counter buffer that the preprocess zeroes."""
+    columns differ; the built-in 64's 128-row visits split dQ by rows). The launch passes an int32
+    (B, H, S_pad / block_m) counter buffer that the preprocess zeroes."""
     import torch
 
     from b200c.codegen.sm90.backward import backward_kernel_ir
     from b200c.runtime import fake_driver
     from b200c.runtime.backward_launch import attention_backward
 
-    for d, ds_ready, by_wg in ((128, (1, 1, 256), False), (64, (1, 2, 128), True), (256, (1, 1, 256), False)):
-        lay = backward_layout(_schedule(d, True))
+    m64 = _schedule(64, True).replace(block_m=64)  # dQ split by keys: both warpgroups add into the same elements
+    for sched, ds_ready, by_wg in ((_schedule(128, True), (1, 1, 256), False), (m64, (1, 2, 128), True),
+                                   (_schedule(64, True), (1, 1, 256), False), (_schedule(256, True), (1, 1, 256), False)):
+        lay = backward_layout(sched)
         assert lay.deterministic and lay.dq_turn_wait_by_wg is by_wg
-        ir = backward_kernel_ir(_schedule(d, True))
+        ir = backward_kernel_ir(sched)
         named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in ir.plan.named_barriers}
         assert named == {"ds_ready": ds_ready, "dq_turn": (ds_ready[0] + ds_ready[1], 2, 128)}
-        src = generate_backward(_schedule(d, True)).source
+        src = generate_backward(sched).source
         add = src.index("red_add_v4(dq_thread")
         assert src.rindex("dq_turn_wait(", 0, add) < src.rindex("named_bar_sync(NBAR_DQ_TURN", 0, add) < add
         assert add < src.index("named_bar_sync(NBAR_DQ_TURN", add) < src.index("dq_turn_done(", add)
@@ -407,7 +415,7 @@ def test_deterministic_module_takes_turns_in_kv_tile_order():
     assert main.params["dq_semaphore"] == pre.params["dq_semaphore"] != 0  # one buffer: zeroed, then counted
     assert main2.params["dq_semaphore"] == pre2.params["dq_semaphore"] == 0  # atomic: null
     assert main3.params["dq_semaphore"] == pre3.params["dq_semaphore"] != 0
-    assert pre.grid == 2 and pre.grid_yz == (h, b)  # one counter per (Q tile, head, sequence): 2 x 4 x 2
+    assert pre.grid == 1 and pre.grid_yz == (h, b)  # one counter per (Q tile, head, sequence): 1 x 4 x 2 (128 rows)
 
 
 def test_fake_driver_varlen_backward_launch():
@@ -433,9 +441,9 @@ def test_fake_driver_varlen_backward_launch():
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     pre, main, post = fd.launches
     assert main.grid == 3 * hk * 3  # 3 sequences x 2 K/V heads x ceil(300 / 128) K/V tiles
-    assert (pre.grid, pre.grid_yz) == (3, (h, 3))  # ceil(130 / 64) Q tiles of the longest sequence
+    assert (pre.grid, pre.grid_yz) == (2, (h, 3))  # ceil(130 / 128) Q tiles of the longest sequence
     p = main.params
-    assert (p["batch"], p["seq_q"], p["seq_kv"], p["seq_pad"], p["causal"]) == (3, 130, 300, 192, 1)
+    assert (p["batch"], p["seq_q"], p["seq_kv"], p["seq_pad"], p["causal"]) == (3, 130, 300, 256, 1)
     assert (p["cu_seqlens_q"], p["cu_seqlens_k"]) == (cu_q.data_ptr(), cu_k.data_ptr())
     assert (p["dk_stride_b"], p["dk_stride_h"], p["dk_stride_s"]) == (0, d, hk * d)
     assert pre.params["cu_seqlens_q"] == post.params["cu_seqlens_q"] == cu_q.data_ptr()
@@ -532,3 +540,50 @@ def test_dq_store_bulk_where_the_dq_region_fits():
     for d, det in ((256, False), (128, True)):
         src = generate_backward(_schedule(d, det)).source
         assert "red_add_v4(dq_thread" in src and "bulk_reduce_add_f32(" not in src.split("section: role consumer")[1]
+
+
+def test_d64_128_by_128_splits_dq_by_rows():
+    """FA3's tiles at head dim 64 (128 query rows x 128 keys per visit): S^T and dP^T are 64 keys x 128 rows per
+    warpgroup (64 registers each), so P^T is packed and dV issued after dS^T is made (P^T's 32 registers not live
+    beside them); the dS^T tile is two 64-row slices of 128 keys x 128 B and warpgroup w computes dQ rows
+    [64 w, 64 w + 64) from slice w over all 128 keys (every warpgroup's dS^T rows: one barrier across them), so
+    no dQ element is added twice; dq_accum's part w holds those rows."""
+    from b200c.codegen.backward_plan import plan_backward
+    from b200c.codegen.sm90.backward import backward_kernel_ir
+
+    s = b200c.default_backward_schedule(64).replace(name="d64_m128", block_m=128)
+    lay = backward_layout(s)
+    kb, qb = 128 * 64 * 2, 128 * 64 * 2  # a 128-key K tile, a 128-row Q tile (64 columns)
+    offsets = {name: off for name, off, _, _ in lay.regions}
+    ds = 2 * kb + 4 * qb  # 98304
+    assert offsets == {"k": 0, "v": kb, "q": 2 * kb, "do": 2 * kb + 2 * qb, "ds": ds, "dq": ds + 2 * 128 * 128 * 2,
+                       "lse": ds + 65536 + 128 * 64 * 4, "dpsum": ds + 65536 + 32768 + 1024,
+                       "barriers": ds + 65536 + 32768 + 2048}
+    assert (lay.dq_split, lay.dq_cols, lay.dq_keys, lay.dq_wg_row_bytes, lay.ds_slice_bytes, lay.dq_wg_part) == \
+        ("rows", 64, 128, 128 * 128, 128 * 128, 1)
+    assert (lay.dq_store, lay.dv_after_ds, lay.dk_before_dq) == ("bulk", True, False)
+    plan = plan_backward(s)
+    assert dict(plan.acc_parts) == {"dK + dV": 64, "S + dP": 128, "P^T + dS^T": 64, "dQ": 32}
+    assert "dQ split by rows" in plan.describe() and "dV issued after dS^T" in plan.describe()
+    assert not plan_backward(b200c.default_backward_schedule(128)).dv_late  # 208 of 240: P^T packed early
+    named = {nb.name: (nb.first_id, nb.count, nb.threads) for nb in backward_kernel_ir(s).plan.named_barriers}
+    assert named == {"ds_ready": (1, 1, 256), "dq_full": (2, 2, 128)}
+    src = generate_backward(s).source
+    body = src[src.index("__device__ __forceinline__ void role_consumer"):src.index("// ==== end section: role consumer")]
+    # dV after the dS^T loop, which packs P^T; the dS^T store picks the row's slice
+    assert body.index("wgmma_wait<0>();  // dP^T done") < body.index("p[r / 2] = pack_bf16x2(s[r], s[r + 1])") < \
+        body.index("wgmma_kv(dv, p") < body.index("wgmma_dq(")
+    assert "(uint32_t)(col / 64) * DS_SLICE_BYTES" in body and "wgmma_ss_n<128>" in src
+    assert "constexpr int DQ_PART_ROW_STEP = 64;" in src and "constexpr int DQ_PARTS = BLOCK_M * HEAD_DIM / DQ_PART_FLOATS;" in src
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_d64_128_by_128_compiles_without_spills(tmp_path, deterministic):
+    from b200c.nvcc import compile_cuda
+
+    s = b200c.default_backward_schedule(64).replace(name="d64_m128", block_m=128)
+    g = generate_backward(s.replace(dq_reduction="deterministic") if deterministic else s)
+    res = compile_cuda(g.source, tmp_path / "bwd.cubin", "cubin", "sm_90a")
+    r = res.resources(MAIN_KERNEL)
+    assert r["spill_bytes"] == 0 and r["stack_frame"] == 0 and "(C751" not in res.log, res.log

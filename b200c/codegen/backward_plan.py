@@ -70,10 +70,11 @@ class BackwardPlan(msgspec.Struct, frozen=True):
     acc_parts: tuple
     reg_pool: tuple
     offsets: tuple = ()
-    dq_shape: tuple = ()  # (head_dim, mma_warpgroups): what dq_split decides from
+    dq_shape: tuple = ()  # (head_dim, mma_warpgroups, block_m): what dq_split decides from
     kv_shape: tuple = ()  # (block_n, head_dim, mma_warpgroups): what kv_split decides from
     dk_first: bool = False  # dk_before_dq: dV and dK complete before dQ's wgmmas are issued
     dq_store: str = "red"  # dq_store: "bulk" (SMEM + TMA bulk reduce-add) or "red" (red.global.add)
+    dv_late: bool = False  # dv_after_ds: P^T packed and dV issued after dS^T
 
     def describe(self) -> str:
         """A few lines for ``--emit plan``-style printing."""
@@ -83,6 +84,8 @@ class BackwardPlan(msgspec.Struct, frozen=True):
                  + f" (peak {self.acc_regs})",
                  "  dV and dK complete before dQ's wgmmas are issued (their P^T and dS^T registers freed first)"
                  if self.dk_first else "",
+                 "  P^T packed and dV issued after dS^T is made (P^T's pairs not live beside S and dP)"
+                 if self.dv_late else "",
                  f"  register pool: {self.reg_pool[0]} of {self.reg_pool[1]} registers (the setmaxnreg budgets x 128 "
                  "threads per warpgroup, of the CTA's launch allocation)",
                  f"  dK, dV split by {_KV_SPLIT_TEXT[kv_split(*self.kv_shape)]}" if self.kv_shape else "",
@@ -93,6 +96,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
 
 
 _SPLIT_TEXT = {"columns": "columns (each consumer warpgroup: its columns over every key)",
+               "rows": "rows (each consumer warpgroup: its 64 query rows, every column over every key)",
                "keys": "keys (each consumer warpgroup: every column over its own keys)"}
 
 
@@ -132,16 +136,35 @@ def dk_before_dq(kv_regs: int, packed_regs: int, dq_regs: int, consumer_regs: in
     return kv_regs + packed_regs + dq_regs + OVERLAP_RESERVE > consumer_regs
 
 
-def dq_split(head_dim: int, mma_warpgroups: int) -> str:
+#: registers per consumer thread that ptxas needs beside the accumulators when P^T (BF16 pairs, the A of the dV
+#: wgmma) is packed while S and dP are still live, beyond RESERVED_REGS (measured: the 128 x 128 tiles at head
+#: dim 64 spill 120 B with 224 accumulator registers of 240; 208 of 240 at head dims 128 and 256 do not)
+EARLY_DV_RESERVE = 16
+
+
+def dv_after_ds(kv_regs: int, sdp_regs: int, packed_regs: int, consumer_regs: int) -> bool:
+    """Whether the visit packs P^T and issues dV += P^T dO after it made dS^T (FA3's order) instead of right
+    after P^T (the dV wgmma then runs while dS^T is made, but P^T's BF16 pairs live beside S and dP): when
+    dK + dV, S + dP and P^T, with :data:`RESERVED_REGS` and :data:`EARLY_DV_RESERVE` beside them, exceed
+    ``consumer_regs`` (the 128 x 128 tiles at head dim 64)."""
+    return kv_regs + sdp_regs + packed_regs // 2 + RESERVED_REGS + EARLY_DV_RESERVE > consumer_regs
+
+
+def dq_split(head_dim: int, mma_warpgroups: int, block_m: int = 64) -> str:
     """How the consumer warpgroups share a visit's ``dQ = dS K`` (block_m rows x head_dim columns).
 
-    ``"columns"`` when every warpgroup's share of the columns is a whole number of 64-column (128-byte)
+    ``"rows"`` when the visit has a 64-row wgmma M block per warpgroup (``block_m == 64 x mma_warpgroups``,
+    FA3's 128 x 128 tiles at head dim 64, its AtomLayoutMdQ = 2): warpgroup w computes rows
+    ``[64 w, 64 w + 64)``, every column over every key, after all warpgroups wrote their dS^T rows (one named
+    barrier across the warpgroups; no element added twice). Else ``"columns"`` when every warpgroup's share of the columns is a whole number of 64-column (128-byte)
     swizzle atoms (head dim 128 over two warpgroups): warpgroup w computes columns
     ``[w D / W, (w + 1) D / W)`` over every key of the tile, after all warpgroups wrote their dS^T rows
     (one named barrier across the warpgroups). ``"keys"`` otherwise (head dim 64): warpgroup w computes
     every column over its own keys only, so it reads only the dS^T rows it wrote (a barrier within the
     warpgroup) and the warpgroups add their partial dQ into the same FP32 rows (twice the reductions).
     """
+    if mma_warpgroups > 1 and block_m == 64 * mma_warpgroups:
+        return "rows"
     return "columns" if (head_dim // mma_warpgroups) % 64 == 0 else "keys"
 
 
@@ -182,7 +205,8 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     d, m, n, st = s.head_dim, s.block_m, s.block_n, s.q_stages
     regions = (("k", n * d * 2), ("v", n * d * 2), ("q", st * m * d * 2), ("do", st * m * d * 2),
                ("ds", 2 * m * n * 2), ("lse", st * m * 4), ("dpsum", st * m * 4))
-    dq_bytes = m * d * 4 * (1 if dq_split(d, s.mma_warpgroups) == "columns" else s.mma_warpgroups)
+    split = dq_split(d, s.mma_warpgroups, m)
+    dq_bytes = m * d * 4 * (s.mma_warpgroups if split == "keys" else 1)
     with_dq = regions[:5] + (("dq", dq_bytes),) + regions[5:]
     store = dq_store(s.dq_reduction == "deterministic", _layout(with_dq, st)[1] + limits.smem_align_slack,
                      limits.smem_bytes)
@@ -202,10 +226,11 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     sdp_threads = consumer_threads if kv_split(n, d, s.mma_warpgroups) == "keys" else 128
     sdp = -(-2 * m * n // sdp_threads)
     parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", sdp), ("P^T + dS^T", -(-sdp // 2)),
-             ("dQ", -(-m * d // (consumer_threads if dq_split(d, s.mma_warpgroups) == "columns" else 128))))
+             ("dQ", -(-m * d // (128 if split == "keys" else consumer_threads))))
     # rounded up: an uneven split leaves some threads one more
     kv, _, packed, dq = (r for _, r in parts)
     first = dk_before_dq(kv, packed, dq, s.consumer_regs)
+    late = dv_after_ds(kv, sdp, packed, s.consumer_regs)
     # P^T (the dV wgmma's A) lives through the dS loop, whose S and dP die as dS^T is made; dQ's accumulators
     # come after, next to P^T and dS^T unless the dV and dK wgmmas completed first
     acc = kv + max(sdp + packed // 2, dq + (0 if first else packed))
@@ -226,7 +251,7 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
             "lower consumer_regs or producer_regs")
     return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets),
-                        (d, s.mma_warpgroups), (n, d, s.mma_warpgroups), first, store)
+                        (d, s.mma_warpgroups, m), (n, d, s.mma_warpgroups), first, store, late)
 
 
 def _layout(regions, stages: int) -> tuple:
@@ -243,4 +268,4 @@ def _layout(regions, stages: int) -> tuple:
     return tuple(offsets), off + BARRIER_BYTES * (1 + 2 * stages)
 
 
-__all__ = ["BackwardPlan", "dk_before_dq", "dq_split", "dq_store", "kv_split", "plan_backward", "OVERLAP_RESERVE", "RESERVED_REGS"]
+__all__ = ["BackwardPlan", "dk_before_dq", "dq_split", "dq_store", "dv_after_ds", "EARLY_DV_RESERVE", "kv_split", "plan_backward", "OVERLAP_RESERVE", "RESERVED_REGS"]

@@ -276,14 +276,14 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
 # (hopper/flash_bwd_launch_template.h: kBlockM x kBlockN 128 x 128 at head dim 64, 64 x 128 at 128 for causal
 # calls (80 x 128 dense), 64 x 80 at 256 with one Q/dO stage; two MMA warpgroups) and b200c's register split of
 # the forward's three-warpgroup kernels (240 / 24: exactly the launch allocation). Where b200c's kernel differs:
-# head dim 64 takes 64-row visits (the generated kernel's dS^T tile holds 64 query rows per 128-byte row; FA3's
-# 128 x 128 needs S and dP of 128 rows, 128 registers per thread, next to dQ: not generated yet); head dim 256
+# head dim 64 takes FA3's 128 x 128 (dQ split by rows over the warpgroups, P^T packed after dS^T is made so that
+# S and dP of 128 rows, 128 registers per thread, fit beside dK and dV); head dim 256
 # takes 64 x 64 tiles with dK and dV split over the warpgroups' columns (FA3's 64 x 80 keeps P and dS in shared
 # memory, swapped operands b200c's kernel does not have; 80 keys of dK and dV plus S and dP of every key exceed
 # the 240 registers) and two Q/dO stages (215592 B of shared memory: the producer loads the next visit's tiles
 # while the consumers compute)
 SM90_BACKWARD = {
-    64: BackwardSchedule(name="hopper_backward_d64", head_dim=64, block_m=64, block_n=128),
+    64: BackwardSchedule(name="hopper_backward_d64", head_dim=64, block_m=128, block_n=128),
     128: BackwardSchedule(name="hopper_backward_d128", head_dim=128, block_m=64, block_n=128),
     256: BackwardSchedule(name="hopper_backward_d256", head_dim=256, block_m=64, block_n=64),
 }

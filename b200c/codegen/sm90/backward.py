@@ -77,6 +77,8 @@ class BackwardLayout(msgspec.Struct, frozen=True):
         kv_wg_col0: per warpgroup index, its first dK / dV column (``"keys"``: 0).
         dk_before_dq: wait for the visit's dV and dK wgmmas before dQ's are issued
             (:func:`b200c.codegen.backward_plan.dk_before_dq`).
+        dv_after_ds: pack P^T and issue dV after dS^T is made, not before
+            (:func:`b200c.codegen.backward_plan.dv_after_ds`).
         ds_rows_by_warp: ``"columns"`` with several warpgroups: each warpgroup writes only the dS^T rows of
             its share of the warps (``4 / mma_warpgroups`` warps' 16-row blocks), the others' copies of the
             same values are not stored twice.
@@ -88,7 +90,12 @@ class BackwardLayout(msgspec.Struct, frozen=True):
             tiles (``"keys"``: wg_keys rows of 128 B; ``"columns"``: 0).
         dq_wg_col_bytes: per warpgroup index, the byte offset of its first K column slice (``"columns"``:
             dq_cols / 64 slices; ``"keys"``: 0).
-        dq_wg_col0: per warpgroup index, its first dQ column (``"columns"``: dq_cols; ``"keys"``: 0).
+        dq_wg_col0: per warpgroup index, its first dQ column (``"columns"``: dq_cols; else 0).
+        dq_wg_row_bytes: per warpgroup index, the byte offset of its 64 query rows' slice of the dS^T tile
+            (``"rows"``: one slice of block_n x 128 B; else 0).
+        ds_slice_bytes: one 64-row slice of a dS^T tile (block_n keys x 128 B; block_m / 64 slices per tile).
+        dq_wg_part: whether warpgroup w's dQ is part w of the tile in ``dq_accum`` (``"columns"``, ``"rows"``: 1;
+            ``"keys"``: 0, every warpgroup adds into the one part).
         dq_store: ``"bulk"`` or ``"red"``: how a visit's dQ is added into ``dq_accum``
             (:func:`b200c.codegen.backward_plan.dq_store`). Either way ``dq_accum`` holds each Q tile in the
             consumers' fragment order: the part of warpgroup columns ``[p dq_cols, (p + 1) dq_cols)`` at
@@ -123,12 +130,16 @@ class BackwardLayout(msgspec.Struct, frozen=True):
     kv_wg_col0: int
     ds_rows_by_warp: bool
     dk_before_dq: bool
+    dv_after_ds: bool
     dq_split: str
     dq_cols: int
     dq_keys: int
     dq_wg_key_bytes: int
     dq_wg_col_bytes: int
     dq_wg_col0: int
+    dq_wg_row_bytes: int
+    ds_slice_bytes: int
+    dq_wg_part: int
     dq_store: str
     deterministic: bool
     dq_turn_wait_by_wg: bool
@@ -177,10 +188,11 @@ _WHAT = {"k": "the item's K tile (BLOCK_N x D, K-major)", "v": "the item's V til
 def supported(schedule) -> None:
     """Refuse a schedule whose kernel is not generated yet, naming the missing piece.
 
-    Covered: head dims 64, 128 and 256 with ``block_m == 64``; dK and dV split by keys with 64 keys per
-    consumer warpgroup (``block_n == 64 * mma_warpgroups``), or by columns (``block_n == 64``, each warpgroup's
-    ``head_dim / mma_warpgroups`` columns a multiple of 64: head dim 256 over two warpgroups); atomic or
-    deterministic dQ reduction; one CTA per work item.
+    Covered: head dims 64, 128 and 256 with ``block_m == 64``, or ``block_m == 64 * mma_warpgroups`` (dQ split
+    by rows: FA3's 128 x 128 at head dim 64) where dK and dV split by keys; dK and dV split by keys with 64 keys
+    per consumer warpgroup (``block_n == 64 * mma_warpgroups``), or by columns (``block_n == 64``, each
+    warpgroup's ``head_dim / mma_warpgroups`` columns a multiple of 64: head dim 256 over two warpgroups);
+    atomic or deterministic dQ reduction; one CTA per work item.
 
     Raises:
         BackwardNotSupportedError: another tile shape, or ``persistent=True``.
@@ -192,8 +204,9 @@ def supported(schedule) -> None:
     why = None
     w = s.mma_warpgroups
     by_keys = kv_split(s.block_n, s.head_dim, w) == "keys"
-    if s.block_m != 64:
-        why = f"block_m = {s.block_m} (the kernel's dS^T tile holds 64 query rows per 128-byte row: use 64)"
+    if s.block_m != 64 and not (by_keys and w > 1 and s.block_m == 64 * w):
+        why = (f"block_m = {s.block_m} (use 64, or {64 * w} with dK and dV split by keys: one 64-row slice of the "
+               "dS^T tile per consumer warpgroup)")
     elif by_keys and s.block_n != 64 * w:
         why = (f"block_n = {s.block_n} with {w} consumer warpgroups (each owns 64 keys: use block_n = {64 * w})")
     elif not by_keys and (s.block_n != 64 or (s.head_dim // w) % 64):
@@ -226,7 +239,7 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
                                      "every consumer"),
                 ("q_empty", 1 + st, st, 4 * s.mma_warpgroups,
                  "each consumer warp once its wgmmas reading the stage completed; waited by the producer"))
-    split = dq_split(s.head_dim, s.mma_warpgroups)
+    split = dq_split(s.head_dim, s.mma_warpgroups, s.block_m)
     kv = kv_split(s.block_n, s.head_dim, s.mma_warpgroups)
     kv_cols = s.head_dim if kv == "keys" else s.head_dim // s.mma_warpgroups
     q_tile = s.block_m * s.head_dim * 2
@@ -236,13 +249,15 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
         mma_warpgroups=s.mma_warpgroups, wg_keys=64, kv_split=kv, wg_key_stride=64 if kv == "keys" else 0,
         kv_cols=kv_cols, kv_wg_col_bytes=0 if kv == "keys" else kv_cols // 64 * s.block_m * 128,
         kv_wg_col0=0 if kv == "keys" else kv_cols, ds_rows_by_warp=kv == "columns" and s.mma_warpgroups > 1,
-        dk_before_dq=plan.dk_first,
+        dk_before_dq=plan.dk_first, dv_after_ds=plan.dv_late,
         dq_split=split,
         dq_cols=s.head_dim // s.mma_warpgroups if split == "columns" else s.head_dim,
-        dq_keys=s.block_n if split == "columns" else s.block_n // s.mma_warpgroups,
-        dq_wg_key_bytes=0 if split == "columns" else s.block_n // s.mma_warpgroups * 128,
+        dq_keys=s.block_n // s.mma_warpgroups if split == "keys" else s.block_n,
+        dq_wg_key_bytes=s.block_n // s.mma_warpgroups * 128 if split == "keys" else 0,
         dq_wg_col_bytes=s.head_dim // s.mma_warpgroups // 64 * s.block_n * 128 if split == "columns" else 0,
-        dq_wg_col0=s.head_dim // s.mma_warpgroups if split == "columns" else 0, dq_store=plan.dq_store,
+        dq_wg_col0=s.head_dim // s.mma_warpgroups if split == "columns" else 0,
+        dq_wg_row_bytes=s.block_n * 128 if split == "rows" else 0, ds_slice_bytes=s.block_n * 128,
+        dq_wg_part=0 if split == "keys" else 1, dq_store=plan.dq_store,
         deterministic=s.dq_reduction == "deterministic", dq_turn_wait_by_wg=split == "keys",
         threads=plan.threads, consumer_threads=128 * s.mma_warpgroups,
         pre_threads=PRE_THREADS, consumer_regs=s.consumer_regs, producer_regs=s.producer_regs, regions=regions,

@@ -94,7 +94,7 @@ def backward_protocol(lay, kernel_name: str = "") -> BackwardProtocol:
     t.add("q_empty", lay.q_stages, [Party("consumer", "warp", 4 * wgs, per_instance=True)], ["load"],
           starts_free=True, arrive_by="each consumer warp once its wgmmas reading the stage completed",
           wait_by="the producer")
-    if lay.dq_split == "columns":  # each warpgroup's dQ reads every warpgroup's dS^T rows
+    if lay.dq_split != "keys":  # each warpgroup's dQ reads every warpgroup's dS^T rows
         named = (NamedBarrier("ds_ready", 1, 1, 128 * wgs, ("consumer",),
                               note="every consumer warpgroup wrote its keys' dS^T rows before any reads them all"),)
     else:  # each warpgroup's dQ reads the rows its own four warps wrote: one barrier per warpgroup
@@ -178,9 +178,9 @@ def consumer_role(lay) -> RoleIR:
         BwdSdp(),
         # LSE and D pairs read one register group ahead of their use (at head dim 128, nvcc 13.0.88 spills with
         # two groups ahead, and deterministic dQ's kernel with D read ahead at all: 16 B)
-        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD),
-        BwdDsDk(ahead=0 if lay.deterministic else READ_AHEAD),
-        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split == "columns"
+        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD, dv_late=lay.dv_after_ds),
+        BwdDsDk(ahead=0 if lay.deterministic else READ_AHEAD, dv_late=lay.dv_after_ds),
+        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split != "keys"
          else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
         BwdDq(dk_first=lay.dk_before_dq),
         Arrive("q_empty", "st", by="warp"),
@@ -196,10 +196,10 @@ def _consumer_bulk(lay) -> RoleIR:
     visit = Loop("v", "0", "visits", body=_visit_decls() + (
         Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
         BwdSdp(),
-        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD),
-        BwdDsDk(ahead=READ_AHEAD, issue_dk=False),
+        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD, dv_late=lay.dv_after_ds),
+        BwdDsDk(ahead=READ_AHEAD, issue_dk=False, dv_late=lay.dv_after_ds),
         BwdDqBufferFree(),
-        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split == "columns"
+        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split != "keys"
          else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
         BwdDq(dk_after=True),
         *_dq_add(lay),

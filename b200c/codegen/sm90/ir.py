@@ -202,6 +202,7 @@ class BwdPdV(Node):
 
     masked: str
     ahead: int = 1  # groups of four registers whose LSE pair is read ahead of its use (the first while S^T runs)
+    dv_late: bool = False  # P^T packed and dV issued after dS^T (BwdDsDk.dv_late), not here
 
     def describe(self) -> str:
         return f"wait S^T; P^T = exp2(S^T c - lse) (masked if {self.masked}); wgmma dV += P^T dO"
@@ -215,6 +216,7 @@ class BwdDsDk(Node):
 
     ahead: int = 1
     issue_dk: bool = True  # False: dK's wgmmas are issued after dQ's (BwdDq.dk_after)
+    dv_late: bool = False  # pack P^T as dS^T is made and issue dV after it (FA3's order: fewer live registers)
 
     def describe(self) -> str:
         dk = "wgmma dK += dS^T Q; " if self.issue_dk else ""

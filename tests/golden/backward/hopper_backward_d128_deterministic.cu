@@ -452,9 +452,16 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t DQ_WG_KEY_BYTES = 0;  // its first key row in the dS^T and K tiles
 [[maybe_unused]] constexpr uint32_t DQ_WG_COL_BYTES = 16384;  // its first column slice of K
 [[maybe_unused]] constexpr int DQ_WG_COL0 = 64;  // its first dQ column
+[[maybe_unused]] constexpr uint32_t DQ_WG_ROW_BYTES = 0;  // its 64 rows' slice of the dS^T tile
 // dq_accum and the dq region hold dQ in fragment order: float4 chunk j (registers 4 j .. 4 j + 3) of consumer
-// thread t at float 4 (128 j + t) of its part (BLOCK_M x DQ_COLS: the part of columns DQ_COLS p at DQ_PART_FLOATS p)
-[[maybe_unused]] constexpr int DQ_PART_FLOATS = BLOCK_M * DQ_COLS;
+// thread t at float 4 (128 j + t) of its part (64 rows x DQ_COLS); part p of a Q tile (at DQ_PART_FLOATS p) holds
+// rows DQ_PART_ROW_STEP p .. + 63 and columns DQ_PART_COL_STEP p .. + DQ_COLS - 1; warpgroup w adds into part
+// DQ_WG_PART w
+[[maybe_unused]] constexpr int DQ_PART_FLOATS = 64 * DQ_COLS;
+[[maybe_unused]] constexpr int DQ_PARTS = BLOCK_M * HEAD_DIM / DQ_PART_FLOATS;
+[[maybe_unused]] constexpr int DQ_PART_ROW_STEP = 0;
+[[maybe_unused]] constexpr int DQ_PART_COL_STEP = DQ_COLS;
+[[maybe_unused]] constexpr int DQ_WG_PART = 1;
 [[maybe_unused]] constexpr uint32_t DQ_PART_BYTES = 4u * DQ_PART_FLOATS;
 [[maybe_unused]] constexpr int DQ_CHUNK_FLOATS = 4 * 128;  // one float4 of each thread of a warpgroup
 // dq_store red: every consumer thread adds its dQ registers into dq_accum (red.global.add.v4.f32)
@@ -483,6 +490,7 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t Q_TILE_BYTES = 16384;  // one BLOCK_M x D BF16 tile (Q or dO)
 [[maybe_unused]] constexpr uint32_t KV_TILE_BYTES = 32768;  // one BLOCK_N x D BF16 tile (K or V)
 [[maybe_unused]] constexpr uint32_t DS_TILE_BYTES = 16384;  // one dS^T tile (BLOCK_N keys x BLOCK_M rows, BF16)
+[[maybe_unused]] constexpr uint32_t DS_SLICE_BYTES = 16384;  // its 64-row slices (BLOCK_N keys x 128 B), BLOCK_M / 64 of them
 [[maybe_unused]] constexpr uint32_t ROW_VEC_BYTES = 256;  // BLOCK_M FP32 (lse_log2 or dpsum of one visit)
 [[maybe_unused]] constexpr uint32_t VISIT_TX_BYTES = 33280;  // Q + dO + lse_log2 + dpsum of one visit
 
@@ -876,14 +884,15 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       ds[r / 2] = pack_bf16x2(g0, g1);
       const int key_in_tile = WG_KEY_STRIDE * wg + key_row + 8 * ((r / 2) % 2);
       if (!DS_ROWS_BY_WARP || wi * MMA_WARPGROUPS / 4 == wg)  // warp-uniform: its share of the rows
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_tile + sw128_offset(key_in_tile, col)), "r"(ds[r / 2])
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_tile + (uint32_t)(col / 64) * DS_SLICE_BYTES
+                                                      + sw128_offset(key_in_tile, col % 64)), "r"(ds[r / 2])
                      : "memory");
     }
     wgmma_kv(dk, ds, q_addr + KV_WG_COL_BYTES * wg);  // dK += dS^T Q (the warpgroup's columns; unscaled, scaled at the end)
     fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
     named_bar_sync(NBAR_DS_READY, NBAR_DS_READY_THREADS);  // every key's dS^T of this visit is in SMEM
     float dq[DQ_REGS];
-    wgmma_dq(dq, ds_tile + (uint32_t)wg * DQ_WG_KEY_BYTES,
+    wgmma_dq(dq, ds_tile + (uint32_t)wg * (DQ_WG_KEY_BYTES + DQ_WG_ROW_BYTES),
              c.smem + SMEM_K + (uint32_t)wg * (DQ_WG_KEY_BYTES + DQ_WG_COL_BYTES));
     wgmma_wait<0>();  // dV, dK, dQ done: stage st's Q and dO are no longer read
     reg_fence_all(dq);
@@ -899,7 +908,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     named_bar_sync(NBAR_DQ_TURN + wg, NBAR_DQ_TURN_THREADS);  // the turn has come for every thread
     {  // dq_accum[Q tile (b, h, i), this warpgroup's part] += dQ, fragment order: float4 chunk j of thread t at 4 (128 j + t)
       float* dq_thread = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
-                         + (size_t)DQ_WG_COL0 * BLOCK_M * wg + 4 * (threadIdx.x % 128);
+                         + (size_t)DQ_PART_FLOATS * DQ_WG_PART * wg + 4 * (threadIdx.x % 128);
     #pragma unroll
       for (int j = 0; j < DQ_REGS / 4; ++j)  // one request of 16 contiguous bytes per thread, 512 per warp
         red_add_v4(dq_thread + DQ_CHUNK_FLOATS * j, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
@@ -1034,7 +1043,8 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
 
 // dQ = dq_accum * softmax_scale in BF16 for BLOCK_M rows of one (sequence, head) (rows past S_q skipped). Thread t
 // reads float4 chunk j of each part as the consumer thread t that added it holds registers 4 j .. 4 j + 3: rows
-// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next (PTX 9.7.15.5.1.1.2).
+// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next (PTX 9.7.15.5.1.1.2), from the
+// part's first row and column.
 extern "C" __global__ void __launch_bounds__(128)
 b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bfloat16* __restrict__ dq, const int64_t dq_stride_b,
     const int64_t dq_stride_h, const int64_t dq_stride_s, const int seq_q, const int seq_pad,
@@ -1044,17 +1054,21 @@ b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bf
   const int row0 = cu_seqlens_q != nullptr ? cu_seqlens_q[b] : 0;  // varlen: as the preprocess
   const int len_q = cu_seqlens_q != nullptr ? cu_seqlens_q[b + 1] - row0 : seq_q;
   const int t = threadIdx.x;
-  const int row = blockIdx.x * BLOCK_M + 16 * (t / 32) + (t % 32) / 4;  // and row + 8
+  const int row = blockIdx.x * BLOCK_M + 16 * (t / 32) + (t % 32) / 4;  // of part 0; and row + 8
   const float* tile = dq_accum + (((size_t)b * heads + h) * seq_pad + (size_t)blockIdx.x * BLOCK_M) * HEAD_DIM + 4 * t;
   __nv_bfloat16* out = dq + b * dq_stride_b + h * dq_stride_h + (int64_t)(row0 + row) * dq_stride_s + 2 * (t % 4);
+#pragma unroll
+  for (int p = 0; p < DQ_PARTS; ++p) {
+    const int r = row + DQ_PART_ROW_STEP * p;
 #pragma unroll 4
-  for (int j = 0; j < HEAD_DIM / 8; ++j) {  // chunk j % (DQ_COLS / 8) of part j / (DQ_COLS / 8)
-    const float4 x = *reinterpret_cast<const float4*>(tile + DQ_CHUNK_FLOATS * j);
-    const int col = 8 * j;  // parts are DQ_COLS columns wide, in column order: column 8 j + 2 (t % 4)
-    if (row < len_q)
-      *reinterpret_cast<uint32_t*>(out + col) = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
-    if (row + 8 < len_q)
-      *reinterpret_cast<uint32_t*>(out + 8 * dq_stride_s + col) = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
+    for (int j = 0; j < DQ_COLS / 8; ++j) {
+      const float4 x = *reinterpret_cast<const float4*>(tile + DQ_PART_FLOATS * p + DQ_CHUNK_FLOATS * j);
+      const int64_t at = (int64_t)DQ_PART_ROW_STEP * p * dq_stride_s + DQ_PART_COL_STEP * p + 8 * j;
+      if (r < len_q)
+        *reinterpret_cast<uint32_t*>(out + at) = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
+      if (r + 8 < len_q)
+        *reinterpret_cast<uint32_t*>(out + at + 8 * dq_stride_s) = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
+    }
   }
 }
 // ==== end section: entry ====

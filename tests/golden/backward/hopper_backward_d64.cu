@@ -6,6 +6,7 @@
 // Schedule:
 //   name = 'hopper_backward_d64'
 //   head_dim = 64
+//   block_m = 128
 // ==== end section: header ====
 // ==== section: launch ====
 // Three kernels, launched in this order on one stream (b200c/runtime/backward_launch.py):
@@ -13,7 +14,7 @@
 // 1. b200c_attention_backward_preprocess: grid (S_pad / BLOCK_M, H, B), 128 threads. Per query row:
 //    dpsum = rowsum(dO * O) (FP32), lse_log2 = LSE * log2(e) (+inf for a row that saw no key, and for the
 //    padding rows S_q .. S_pad - 1, so their P is exactly 0), and zeroes the row's FP32 dq_accum.
-// 2. b200c_attention_backward: grid (num_work), 384 threads, 133672 B dynamic SMEM. One CTA per backward work
+// 2. b200c_attention_backward: grid (num_work), 384 threads, 199720 B dynamic SMEM. One CTA per backward work
 //    item (b200c/codegen/backward_work.py): K/V tile kv_tile (BLOCK_N keys) of (sequence b, K/V head h_kv),
 //    visiting every query head of its group and the Q tiles that see the tile.
 // 3. b200c_attention_backward_postprocess: grid (S_pad / BLOCK_M, H, B), 128 threads: dQ = dq_accum * softmax_scale in BF16.
@@ -46,7 +47,7 @@
 //   cu_seqlens_q    const int*: varlen: (B + 1) first packed row of each sequence; then seq_q is the longest sequence and the tensors are packed (total, H, D) with batch strides 0 (null: dense)
 //   cu_seqlens_k    const int*: varlen: as cu_seqlens_q for the keys (null: dense)
 // TMA maps: BF16, rank 4, dims {D, S, H, B}, strides of S/H/B in bytes, 128B swizzle, out-of-bounds rows
-//   read as zero; box {64, 64, 1, 1} for Q and dO, {64, 128, 1, 1} for K and V.
+//   read as zero; box {64, 128, 1, 1} for Q and dO, {64, 128, 1, 1} for K and V.
 // lse_log2, dpsum: FP32 (B, H, S_pad); S_pad = S_q rounded up to BLOCK_M. dq_accum: FP32, B x H x S_pad / BLOCK_M
 //   tiles of BLOCK_M x D, each in the consumers' fragment order (DQ_PART_FLOATS per dQ warpgroup part, in it
 //   float4 chunk j of consumer thread t at 4 (128 j + t)); only these kernels read and write it.
@@ -431,7 +432,7 @@ using namespace b200c;
 
 namespace bwd {
 // [[maybe_unused]]: not every constant is read
-[[maybe_unused]] constexpr int BLOCK_M = 64;  // query rows per visit (N of S^T, K of dV / dK)
+[[maybe_unused]] constexpr int BLOCK_M = 128;  // query rows per visit (N of S^T, K of dV / dK)
 [[maybe_unused]] constexpr int BLOCK_N = 128;  // keys of the work item's K/V tile
 [[maybe_unused]] constexpr int HEAD_DIM = 64;
 [[maybe_unused]] constexpr int MMA_WARPGROUPS = 2;  // consumer warpgroups
@@ -446,22 +447,29 @@ namespace bwd {
 // (every warpgroup computed all of them)
 [[maybe_unused]] constexpr bool DS_ROWS_BY_WARP = false;
 [[maybe_unused]] constexpr int DQ_COLS = 64;  // dQ columns per consumer warpgroup (N of its dQ wgmma)
-[[maybe_unused]] constexpr int DQ_KEYS = 64;  // keys each warpgroup's dQ sums over (K of its dQ wgmmas)
-// how the warpgroups share dQ (keys): warpgroup w computes every column over its own keys (the dS^T
-// rows it wrote), the warpgroups' partial dQ added into the same rows. Offsets per warpgroup index:
-[[maybe_unused]] constexpr uint32_t DQ_WG_KEY_BYTES = 8192;  // its first key row in the dS^T and K tiles
+[[maybe_unused]] constexpr int DQ_KEYS = 128;  // keys each warpgroup's dQ sums over (K of its dQ wgmmas)
+// how the warpgroups share dQ (rows): warpgroup w computes query rows [64 w, 64 w + 64) (slice w of the
+// dS^T tile), every column over every key, after every warpgroup wrote its dS^T rows. Offsets per warpgroup index:
+[[maybe_unused]] constexpr uint32_t DQ_WG_KEY_BYTES = 0;  // its first key row in the dS^T and K tiles
 [[maybe_unused]] constexpr uint32_t DQ_WG_COL_BYTES = 0;  // its first column slice of K
 [[maybe_unused]] constexpr int DQ_WG_COL0 = 0;  // its first dQ column
+[[maybe_unused]] constexpr uint32_t DQ_WG_ROW_BYTES = 16384;  // its 64 rows' slice of the dS^T tile
 // dq_accum and the dq region hold dQ in fragment order: float4 chunk j (registers 4 j .. 4 j + 3) of consumer
-// thread t at float 4 (128 j + t) of its part (BLOCK_M x DQ_COLS: the part of columns DQ_COLS p at DQ_PART_FLOATS p)
-[[maybe_unused]] constexpr int DQ_PART_FLOATS = BLOCK_M * DQ_COLS;
+// thread t at float 4 (128 j + t) of its part (64 rows x DQ_COLS); part p of a Q tile (at DQ_PART_FLOATS p) holds
+// rows DQ_PART_ROW_STEP p .. + 63 and columns DQ_PART_COL_STEP p .. + DQ_COLS - 1; warpgroup w adds into part
+// DQ_WG_PART w
+[[maybe_unused]] constexpr int DQ_PART_FLOATS = 64 * DQ_COLS;
+[[maybe_unused]] constexpr int DQ_PARTS = BLOCK_M * HEAD_DIM / DQ_PART_FLOATS;
+[[maybe_unused]] constexpr int DQ_PART_ROW_STEP = 64;
+[[maybe_unused]] constexpr int DQ_PART_COL_STEP = 0;
+[[maybe_unused]] constexpr int DQ_WG_PART = 1;
 [[maybe_unused]] constexpr uint32_t DQ_PART_BYTES = 4u * DQ_PART_FLOATS;
 [[maybe_unused]] constexpr int DQ_CHUNK_FLOATS = 4 * 128;  // one float4 of each thread of a warpgroup
 // dq_store bulk: each warpgroup writes its dQ to its dq region and one of its threads adds the
 // region into dq_accum with a TMA bulk reduce-add
 // dq_reduction atomic: the additions land in whatever order the CTAs reach them
 [[maybe_unused]] constexpr bool DETERMINISTIC = false;
-[[maybe_unused]] constexpr bool DQ_TURN_WAIT_BY_WG = true;
+[[maybe_unused]] constexpr bool DQ_TURN_WAIT_BY_WG = false;
 [[maybe_unused]] constexpr int Q_STAGES = 2;
 [[maybe_unused]] constexpr int NUM_THREADS = 384;
 [[maybe_unused]] constexpr int CONSUMER_THREADS = 256;
@@ -471,21 +479,22 @@ namespace bwd {
 [[maybe_unused]] constexpr int KV_ACC_REGS = KV_COLS / 2;  // dK, dV of the warpgroup's keys and columns
 [[maybe_unused]] constexpr int DQ_REGS = DQ_COLS / 2;   // the visit's dQ, the warpgroup's columns
 
-// SMEM layout: byte offsets from the 1024-aligned base (133672 bytes dynamic, incl. 1024 B realignment slack)
+// SMEM layout: byte offsets from the 1024-aligned base (199720 bytes dynamic, incl. 1024 B realignment slack)
 [[maybe_unused]] constexpr uint32_t SMEM_K = 0;  // 16384 B: the item's K tile (BLOCK_N x D, K-major)
 [[maybe_unused]] constexpr uint32_t SMEM_V = 16384;  // 16384 B: the item's V tile (BLOCK_N x D, K-major)
-[[maybe_unused]] constexpr uint32_t SMEM_Q = 32768;  // 16384 B: Q_STAGES Q tiles (BLOCK_M x D)
-[[maybe_unused]] constexpr uint32_t SMEM_DO = 49152;  // 16384 B: Q_STAGES dO tiles (BLOCK_M x D)
-[[maybe_unused]] constexpr uint32_t SMEM_DS = 65536;  // 32768 B: two dS^T tiles (BLOCK_N keys x BLOCK_M rows, 128B swizzle), one per visit parity
-[[maybe_unused]] constexpr uint32_t SMEM_DQ = 98304;  // 32768 B: each consumer warpgroup's FP32 dQ of the visit (BLOCK_M x DQ_COLS, fragment order), the source of its bulk reduce-add
-[[maybe_unused]] constexpr uint32_t SMEM_LSE = 131072;  // 512 B: Q_STAGES x BLOCK_M lse_log2 (FP32)
-[[maybe_unused]] constexpr uint32_t SMEM_DPSUM = 132096;  // 512 B: Q_STAGES x BLOCK_M dpsum (FP32)
-[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 132608;  // 40 B: mbarriers
-[[maybe_unused]] constexpr uint32_t Q_TILE_BYTES = 8192;  // one BLOCK_M x D BF16 tile (Q or dO)
+[[maybe_unused]] constexpr uint32_t SMEM_Q = 32768;  // 32768 B: Q_STAGES Q tiles (BLOCK_M x D)
+[[maybe_unused]] constexpr uint32_t SMEM_DO = 65536;  // 32768 B: Q_STAGES dO tiles (BLOCK_M x D)
+[[maybe_unused]] constexpr uint32_t SMEM_DS = 98304;  // 65536 B: two dS^T tiles (BLOCK_N keys x BLOCK_M rows, 128B swizzle), one per visit parity
+[[maybe_unused]] constexpr uint32_t SMEM_DQ = 163840;  // 32768 B: each consumer warpgroup's FP32 dQ of the visit (BLOCK_M x DQ_COLS, fragment order), the source of its bulk reduce-add
+[[maybe_unused]] constexpr uint32_t SMEM_LSE = 196608;  // 1024 B: Q_STAGES x BLOCK_M lse_log2 (FP32)
+[[maybe_unused]] constexpr uint32_t SMEM_DPSUM = 197632;  // 1024 B: Q_STAGES x BLOCK_M dpsum (FP32)
+[[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 198656;  // 40 B: mbarriers
+[[maybe_unused]] constexpr uint32_t Q_TILE_BYTES = 16384;  // one BLOCK_M x D BF16 tile (Q or dO)
 [[maybe_unused]] constexpr uint32_t KV_TILE_BYTES = 16384;  // one BLOCK_N x D BF16 tile (K or V)
-[[maybe_unused]] constexpr uint32_t DS_TILE_BYTES = 16384;  // one dS^T tile (BLOCK_N keys x BLOCK_M rows, BF16)
-[[maybe_unused]] constexpr uint32_t ROW_VEC_BYTES = 256;  // BLOCK_M FP32 (lse_log2 or dpsum of one visit)
-[[maybe_unused]] constexpr uint32_t VISIT_TX_BYTES = 16896;  // Q + dO + lse_log2 + dpsum of one visit
+[[maybe_unused]] constexpr uint32_t DS_TILE_BYTES = 32768;  // one dS^T tile (BLOCK_N keys x BLOCK_M rows, BF16)
+[[maybe_unused]] constexpr uint32_t DS_SLICE_BYTES = 16384;  // its 64-row slices (BLOCK_N keys x 128 B), BLOCK_M / 64 of them
+[[maybe_unused]] constexpr uint32_t ROW_VEC_BYTES = 512;  // BLOCK_M FP32 (lse_log2 or dpsum of one visit)
+[[maybe_unused]] constexpr uint32_t VISIT_TX_BYTES = 33792;  // Q + dO + lse_log2 + dpsum of one visit
 
 // mbarriers: index into the barrier array
 [[maybe_unused]] constexpr uint32_t BAR_KV_FULL = 0;  // [1] arrivals 1: the producer's arrive.expect_tx + TMA of K and V; waited by every consumer
@@ -493,15 +502,15 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t BAR_Q_EMPTY = 3;  // [2] arrivals 8: each consumer warp once its wgmmas reading the stage completed; waited by the producer
 [[maybe_unused]] constexpr uint32_t NUM_BARRIERS = 5;
 // named barriers (bar.sync)
-[[maybe_unused]] constexpr uint32_t NBAR_DS_READY = 1;  // the warpgroup's four warps wrote its keys' dS^T rows before its dQ reads them
-[[maybe_unused]] constexpr uint32_t NBAR_DS_READY_THREADS = 128;
-[[maybe_unused]] constexpr uint32_t NBAR_DQ_FULL = 3;  // bulk dQ: the warpgroup's dQ is in its dq region before the reduce-add
+[[maybe_unused]] constexpr uint32_t NBAR_DS_READY = 1;  // every consumer warpgroup wrote its keys' dS^T rows before any reads them all
+[[maybe_unused]] constexpr uint32_t NBAR_DS_READY_THREADS = 256;
+[[maybe_unused]] constexpr uint32_t NBAR_DQ_FULL = 2;  // bulk dQ: the warpgroup's dQ is in its dq region before the reduce-add
 [[maybe_unused]] constexpr uint32_t NBAR_DQ_FULL_THREADS = 128;
 
 // TMA boxes (128B swizzle): 1 boxes of 64 columns per tile
 [[maybe_unused]] constexpr int TMA_SLICES = 1;
 [[maybe_unused]] constexpr int TMA_BOX_INNER = 64;  // columns per box (128 B of BF16)
-[[maybe_unused]] constexpr uint32_t Q_SLICE_BYTES = 8192;   // BLOCK_M rows x 128 B
+[[maybe_unused]] constexpr uint32_t Q_SLICE_BYTES = 16384;   // BLOCK_M rows x 128 B
 [[maybe_unused]] constexpr uint32_t KV_SLICE_BYTES = 16384;  // BLOCK_N rows x 128 B
 
 // wgmma matrix descriptors (PTX 9.7.15.5.1.2), 128B swizzle, 1024-B atoms. K-major operands (K, V as the
@@ -605,13 +614,13 @@ __device__ __forceinline__ BwdItem decode_item(const BwdCtx& c, int work) {
 // ==== end section: context ====
 // ==== section: mma ====
 namespace b200c {
-template <> __device__ __forceinline__ void wgmma_ss_n<64>(float (&d)[32], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+template <> __device__ __forceinline__ void wgmma_ss_n<128>(float (&d)[64], uint64_t a_desc, uint64_t b_desc, int scale_d) {
   asm volatile(
       "{\n\t.reg .pred p;\n\t"
-      "setp.ne.b32 p, %34, 0;\n\t"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n\t}"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      "setp.ne.b32 p, %66, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n\t}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(a_desc), "l"(b_desc), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_rs_n<64>(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t b_desc, int scale_d) {
@@ -766,7 +775,7 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
       const int i = w.q_lo + v % per_head;
       const uint32_t st = (uint32_t)(v % Q_STAGES);
       mbar_wait(c.bar(BAR_Q_EMPTY + st), ((v / Q_STAGES) & 1) ^ 1, 0, v, work);  // wait site 0
-      mbar_arrive_expect_tx(c.bar(BAR_Q_FULL + st), 16896);
+      mbar_arrive_expect_tx(c.bar(BAR_Q_FULL + st), 33792);
       #pragma unroll
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // Q tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
         tma_load_4d(c.smem + SMEM_Q + st * Q_TILE_BYTES + sl * Q_SLICE_BYTES, c.tmap_q,
@@ -775,8 +784,8 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
       for (int sl = 0; sl < TMA_SLICES; ++sl)  // DO tile: TMA_SLICES boxes of 64 columns x BLOCK_M rows
         tma_load_4d(c.smem + SMEM_DO + st * Q_TILE_BYTES + sl * Q_SLICE_BYTES, c.tmap_do,
                     c.bar(BAR_Q_FULL + st), sl * TMA_BOX_INNER, w.q_row0 + i * BLOCK_M, h, w.tma_b);
-      bulk_load(c.smem + SMEM_LSE + st * ROW_VEC_BYTES, c.lse_log2 + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 256, c.bar(BAR_Q_FULL + st));
-      bulk_load(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES, c.dpsum + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 256, c.bar(BAR_Q_FULL + st));
+      bulk_load(c.smem + SMEM_LSE + st * ROW_VEC_BYTES, c.lse_log2 + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 512, c.bar(BAR_Q_FULL + st));
+      bulk_load(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES, c.dpsum + ((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M, 512, c.bar(BAR_Q_FULL + st));
     }
   }
   __syncwarp();
@@ -853,16 +862,14 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       }
       s[r] = ex2_approx_ftz(x0);
       s[r + 1] = ex2_approx_ftz(x1);
-      p[r / 2] = pack_bf16x2(s[r], s[r + 1]);
     }
-    wgmma_kv(dv, p, do_addr + KV_WG_COL_BYTES * wg);  // dV += P^T dO (the warpgroup's columns)
     // dpsum of rows 8 j + col_base and the next (register group j), read 1 groups ahead of its use: the first
     // 1 while dP^T runs
     float2 d2[ST_REGS / 4];
     #pragma unroll
     for (int j = 0; j < 1 && j < ST_REGS / 4; ++j)
       d2[j] = ld_shared_f2(c.smem + SMEM_DPSUM + st * ROW_VEC_BYTES + 4u * (8 * j + col_base));
-    wgmma_wait<1>();  // dP^T done (the dV group may still run)
+    wgmma_wait<0>();  // dP^T done (dV is issued after dS^T, from P^T packed below)
     reg_fence_all(dp);
     // dS^T = P^T (dP^T - dpsum[row]), to registers (dK's A) and to SMEM (dQ's A, keys x rows)
     uint32_t ds[PT_REGS];
@@ -877,14 +884,17 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       ds[r / 2] = pack_bf16x2(g0, g1);
       const int key_in_tile = WG_KEY_STRIDE * wg + key_row + 8 * ((r / 2) % 2);
       if (!DS_ROWS_BY_WARP || wi * MMA_WARPGROUPS / 4 == wg)  // warp-uniform: its share of the rows
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_tile + sw128_offset(key_in_tile, col)), "r"(ds[r / 2])
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(ds_tile + (uint32_t)(col / 64) * DS_SLICE_BYTES
+                                                      + sw128_offset(key_in_tile, col % 64)), "r"(ds[r / 2])
                      : "memory");
+      p[r / 2] = pack_bf16x2(s[r], s[r + 1]);  // P^T for dV, as its FP32 values die
     }
+    wgmma_kv(dv, p, do_addr + KV_WG_COL_BYTES * wg);  // dV += P^T dO (the warpgroup's columns)
     fence_proxy_async_smem();  // the dS^T rows written above, visible to the dQ wgmmas of every warpgroup
     if (threadIdx.x % 128 == 0) bulk_wait_read<0>();  // the last reduce-add read this warpgroup's dq region (before ds_ready)
-    named_bar_sync(NBAR_DS_READY + wg, NBAR_DS_READY_THREADS);  // this warpgroup's dS^T rows are in SMEM
+    named_bar_sync(NBAR_DS_READY, NBAR_DS_READY_THREADS);  // every key's dS^T of this visit is in SMEM
     float dq[DQ_REGS];
-    wgmma_dq(dq, ds_tile + (uint32_t)wg * DQ_WG_KEY_BYTES,
+    wgmma_dq(dq, ds_tile + (uint32_t)wg * (DQ_WG_KEY_BYTES + DQ_WG_ROW_BYTES),
              c.smem + SMEM_K + (uint32_t)wg * (DQ_WG_KEY_BYTES + DQ_WG_COL_BYTES));
     wgmma_kv(dk, ds, q_addr + KV_WG_COL_BYTES * wg);  // dK += dS^T Q, queued behind dQ (unscaled, scaled at the end)
     wgmma_wait<1>();  // dV and dQ done: dQ's registers may leave while dK runs
@@ -902,7 +912,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     named_bar_sync(NBAR_DQ_FULL + wg, NBAR_DQ_FULL_THREADS);  // the warpgroup's dQ is in its dq region
     if (threadIdx.x % 128 == 0) {  // dq_accum[Q tile (b, h, i), this warpgroup's part] += the dq region, one TMA reduce-add
       float* part = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
-                    + (size_t)DQ_WG_COL0 * BLOCK_M * wg;
+                    + (size_t)DQ_PART_FLOATS * DQ_WG_PART * wg;
       bulk_reduce_add_f32(part, c.smem + SMEM_DQ + (uint32_t)wg * DQ_PART_BYTES, DQ_PART_BYTES);
     }
     wgmma_wait<0>();  // dK done: stage st's Q and dO are no longer read
@@ -1038,7 +1048,8 @@ b200c_attention_backward_preprocess(const __nv_bfloat16* __restrict__ out, const
 
 // dQ = dq_accum * softmax_scale in BF16 for BLOCK_M rows of one (sequence, head) (rows past S_q skipped). Thread t
 // reads float4 chunk j of each part as the consumer thread t that added it holds registers 4 j .. 4 j + 3: rows
-// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next (PTX 9.7.15.5.1.1.2).
+// 16 (t / 32) + (t % 32) / 4 and 8 below it, columns 8 j + 2 (t % 4) and the next (PTX 9.7.15.5.1.1.2), from the
+// part's first row and column.
 extern "C" __global__ void __launch_bounds__(128)
 b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bfloat16* __restrict__ dq, const int64_t dq_stride_b,
     const int64_t dq_stride_h, const int64_t dq_stride_s, const int seq_q, const int seq_pad,
@@ -1048,17 +1059,21 @@ b200c_attention_backward_postprocess(const float* __restrict__ dq_accum, __nv_bf
   const int row0 = cu_seqlens_q != nullptr ? cu_seqlens_q[b] : 0;  // varlen: as the preprocess
   const int len_q = cu_seqlens_q != nullptr ? cu_seqlens_q[b + 1] - row0 : seq_q;
   const int t = threadIdx.x;
-  const int row = blockIdx.x * BLOCK_M + 16 * (t / 32) + (t % 32) / 4;  // and row + 8
+  const int row = blockIdx.x * BLOCK_M + 16 * (t / 32) + (t % 32) / 4;  // of part 0; and row + 8
   const float* tile = dq_accum + (((size_t)b * heads + h) * seq_pad + (size_t)blockIdx.x * BLOCK_M) * HEAD_DIM + 4 * t;
   __nv_bfloat16* out = dq + b * dq_stride_b + h * dq_stride_h + (int64_t)(row0 + row) * dq_stride_s + 2 * (t % 4);
+#pragma unroll
+  for (int p = 0; p < DQ_PARTS; ++p) {
+    const int r = row + DQ_PART_ROW_STEP * p;
 #pragma unroll 4
-  for (int j = 0; j < HEAD_DIM / 8; ++j) {  // chunk j % (DQ_COLS / 8) of part j / (DQ_COLS / 8)
-    const float4 x = *reinterpret_cast<const float4*>(tile + DQ_CHUNK_FLOATS * j);
-    const int col = 8 * j;  // parts are DQ_COLS columns wide, in column order: column 8 j + 2 (t % 4)
-    if (row < len_q)
-      *reinterpret_cast<uint32_t*>(out + col) = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
-    if (row + 8 < len_q)
-      *reinterpret_cast<uint32_t*>(out + 8 * dq_stride_s + col) = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
+    for (int j = 0; j < DQ_COLS / 8; ++j) {
+      const float4 x = *reinterpret_cast<const float4*>(tile + DQ_PART_FLOATS * p + DQ_CHUNK_FLOATS * j);
+      const int64_t at = (int64_t)DQ_PART_ROW_STEP * p * dq_stride_s + DQ_PART_COL_STEP * p + 8 * j;
+      if (r < len_q)
+        *reinterpret_cast<uint32_t*>(out + at) = pack_bf16x2(x.x * softmax_scale, x.y * softmax_scale);
+      if (r + 8 < len_q)
+        *reinterpret_cast<uint32_t*>(out + at + 8 * dq_stride_s) = pack_bf16x2(x.z * softmax_scale, x.w * softmax_scale);
+    }
   }
 }
 // ==== end section: entry ====
