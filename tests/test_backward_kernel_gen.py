@@ -524,6 +524,11 @@ def test_dq_store_bulk_where_the_dq_region_fits():
         assert f"dQ added into dq_accum by {'a TMA bulk' if store == 'bulk' else 'red.global'}" in \
             plan_backward(_schedule(d, det)).describe()
     assert plan_backward(_schedule(256, False)).smem_bytes + 64 * 256 * 4 > 232448
+    # one Q/dO stage at 256 leaves room for the region, but its visit completes dK before dQ (dk_before_dq),
+    # the bulk visit's order the other way round: red.global.add, and the kernel generates
+    one = _schedule(256, False).replace(q_stages=1)
+    assert plan_backward(one).dk_first and backward_layout(one).dq_store == "red"
+    assert "red_add_v4(dq_thread" in generate_backward(one).source
     src = generate_backward(_schedule(128, False)).source
     body = src[src.index("__device__ __forceinline__ void role_consumer"):src.index("// ==== end section: role consumer")]
     free = body.index("bulk_wait_read<0>();")
@@ -532,7 +537,8 @@ def test_dq_store_bulk_where_the_dq_region_fits():
     # FA3's order: dK's wgmmas queued behind dQ's, dQ staged and added while they run, then the stage freed
     dk = body.index("wgmma_kv(dk, ds")
     assert body.index("wgmma_dq(") < dk < body.index("wgmma_wait<1>();  // dV and dQ done", dk) < stage < \
-        body.index("named_bar_sync(NBAR_DQ_FULL") < body.index("bulk_reduce_add_f32(") < \
+        body.index("fence_proxy_async_smem();", stage) < body.index("named_bar_sync(NBAR_DQ_FULL") < \
+        body.index("bulk_reduce_add_f32(") < \
         body.index("wgmma_wait<0>();  // dK done") < body.index("BAR_Q_EMPTY") < body.index("bulk_wait<0>();")
     assert body.count("wgmma_kv(dk, ds") == 1
     assert "red_add" not in body
@@ -573,8 +579,11 @@ def test_d64_128_by_128_splits_dq_by_rows():
     # dV after the dS^T loop, which packs P^T; the dS^T store picks the row's slice
     assert body.index("wgmma_wait<0>();  // dP^T done") < body.index("p[r / 2] = pack_bf16x2(s[r], s[r + 1])") < \
         body.index("wgmma_kv(dv, p") < body.index("wgmma_dq(")
-    assert "(uint32_t)(col / 64) * DS_SLICE_BYTES" in body and "wgmma_ss_n<128>" in src
-    assert "constexpr int DQ_PART_ROW_STEP = 64;" in src and "constexpr int DQ_PARTS = BLOCK_M * HEAD_DIM / DQ_PART_FLOATS;" in src
+    assert "constexpr uint32_t DQ_WG_ROW_BYTES = 16384;" in src and "wgmma_ss_n<128>" in src
+    assert "constexpr int DQ_PART_ROW_STEP = 64;" in src and "constexpr int DQ_PART_COL_STEP = 0;" in src
+    d128 = generate_backward(b200c.default_backward_schedule(128)).source  # split by columns: no row slices
+    assert "constexpr uint32_t DQ_WG_ROW_BYTES = 0;" in d128 and "constexpr int DQ_PART_ROW_STEP = 0;" in d128
+    assert "constexpr int DQ_PART_COL_STEP = DQ_COLS;" in d128
 
 
 @pytest.mark.nvcc

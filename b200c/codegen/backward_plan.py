@@ -16,7 +16,8 @@ Q, dO, LSE, D per visit) and ``mma_warpgroups`` consumer warpgroups. Shared memo
 * ``lse``, ``dpsum``: ``q_stages x block_m`` FP32 each (the forward's LSE in log2 units and
   D = rowsum(dO * O), from the preprocess kernel);
 * ``dq``: where it fits (:func:`dq_store`), the visit's FP32 dQ of every consumer warpgroup (``block_m x D``
-  split by columns, or ``block_m x D`` each where split by keys), in the accumulators' fragment order;
+  split by columns or by rows, or ``block_m x D`` each where split by keys), in the accumulators' fragment
+  order;
 * ``barriers``: 8 B each: K/V full, Q full and Q empty per stage.
 
 The visit's dQ goes into the FP32 dQ buffer (``dq_accum``, each Q tile in the consumers' fragment order) in
@@ -70,7 +71,7 @@ class BackwardPlan(msgspec.Struct, frozen=True):
     acc_parts: tuple
     reg_pool: tuple
     offsets: tuple = ()
-    dq_shape: tuple = ()  # (head_dim, mma_warpgroups, block_m): what dq_split decides from
+    dq_shape: tuple = ()  # (head_dim, mma_warpgroups, block_m, block_n): what dq_split decides from
     kv_shape: tuple = ()  # (block_n, head_dim, mma_warpgroups): what kv_split decides from
     dk_first: bool = False  # dk_before_dq: dV and dK complete before dQ's wgmmas are issued
     dq_store: str = "red"  # dq_store: "bulk" (SMEM + TMA bulk reduce-add) or "red" (red.global.add)
@@ -150,32 +151,37 @@ def dv_after_ds(kv_regs: int, sdp_regs: int, packed_regs: int, consumer_regs: in
     return kv_regs + sdp_regs + packed_regs // 2 + RESERVED_REGS + EARLY_DV_RESERVE > consumer_regs
 
 
-def dq_split(head_dim: int, mma_warpgroups: int, block_m: int = 64) -> str:
+def dq_split(head_dim: int, mma_warpgroups: int, block_m: int = 64, block_n: int = 0) -> str:
     """How the consumer warpgroups share a visit's ``dQ = dS K`` (block_m rows x head_dim columns).
 
     ``"rows"`` when the visit has a 64-row wgmma M block per warpgroup (``block_m == 64 x mma_warpgroups``,
-    FA3's 128 x 128 tiles at head dim 64, its AtomLayoutMdQ = 2): warpgroup w computes rows
+    FA3's 128 x 128 tiles at head dim 64, its AtomLayoutMdQ = 2) and dK and dV split by keys (:func:`kv_split`
+    of ``block_n``; 0: not checked): warpgroup w computes rows
     ``[64 w, 64 w + 64)``, every column over every key, after all warpgroups wrote their dS^T rows (one named
-    barrier across the warpgroups; no element added twice). Else ``"columns"`` when every warpgroup's share of the columns is a whole number of 64-column (128-byte)
-    swizzle atoms (head dim 128 over two warpgroups): warpgroup w computes columns
+    barrier across the warpgroups; no element added twice). Else ``"columns"`` when every warpgroup's share
+    of the columns is a whole number of 64-column (128-byte) swizzle atoms (head dim 128 over two
+    warpgroups): warpgroup w computes columns
     ``[w D / W, (w + 1) D / W)`` over every key of the tile, after all warpgroups wrote their dS^T rows
-    (one named barrier across the warpgroups). ``"keys"`` otherwise (head dim 64): warpgroup w computes
+    (one named barrier across the warpgroups). ``"keys"`` otherwise (head dim 64 with 64-row visits):
+    warpgroup w computes
     every column over its own keys only, so it reads only the dS^T rows it wrote (a barrier within the
     warpgroup) and the warpgroups add their partial dQ into the same FP32 rows (twice the reductions).
     """
-    if mma_warpgroups > 1 and block_m == 64 * mma_warpgroups:
+    if mma_warpgroups > 1 and block_m == 64 * mma_warpgroups and (
+            not block_n or kv_split(block_n, head_dim, mma_warpgroups) == "keys"):
         return "rows"
     return "columns" if (head_dim // mma_warpgroups) % 64 == 0 else "keys"
 
 
-def dq_store(deterministic: bool, smem_with_dq: int, smem_limit: int) -> str:
+def dq_store(deterministic: bool, smem_with_dq: int, smem_limit: int, dk_first: bool = False) -> str:
     """How a visit's dQ is added into ``dq_accum``: ``"bulk"`` (each consumer warpgroup's FP32 dQ to its own
     SMEM region, then one TMA bulk reduce-add of the region, issued by one thread of the warpgroup: the
     warpgroup's threads issue no global memory request for dQ) when the ``dq`` region fits beside the others
-    (``smem_with_dq <= smem_limit``: head dims 64 and 128 at FA3's tiles) and the reduction is atomic;
-    ``"red"`` otherwise (head dim 256, whose tiles leave no room; ``deterministic``, whose ordered
-    additions each thread issues inside the Q tile's turn)."""
-    return "bulk" if not deterministic and smem_with_dq <= smem_limit else "red"
+    (``smem_with_dq <= smem_limit``: head dims 64 and 128 at FA3's tiles), the reduction is atomic and dQ's
+    wgmmas may be issued before dK's (the bulk visit's order; ``dk_first`` is :func:`dk_before_dq`);
+    ``"red"`` otherwise (head dim 256, whose tiles leave no room and whose visit completes dK first;
+    ``deterministic``, whose ordered additions each thread issues inside the Q tile's turn)."""
+    return "bulk" if not deterministic and not dk_first and smem_with_dq <= smem_limit else "red"
 
 
 def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
@@ -205,11 +211,20 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     d, m, n, st = s.head_dim, s.block_m, s.block_n, s.q_stages
     regions = (("k", n * d * 2), ("v", n * d * 2), ("q", st * m * d * 2), ("do", st * m * d * 2),
                ("ds", 2 * m * n * 2), ("lse", st * m * 4), ("dpsum", st * m * 4))
-    split = dq_split(d, s.mma_warpgroups, m)
+    split = dq_split(d, s.mma_warpgroups, m, n)
+    consumer_threads = 128 * s.mma_warpgroups
+    sdp_threads = consumer_threads if kv_split(n, d, s.mma_warpgroups) == "keys" else 128
+    sdp = -(-2 * m * n // sdp_threads)
+    parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", sdp), ("P^T + dS^T", -(-sdp // 2)),
+             ("dQ", -(-m * d // (128 if split == "keys" else consumer_threads))))
+    # rounded up: an uneven split leaves some threads one more
+    kv, _, packed, dq = (r for _, r in parts)
+    first = dk_before_dq(kv, packed, dq, s.consumer_regs)
+    late = dv_after_ds(kv, sdp, packed, s.consumer_regs)
     dq_bytes = m * d * 4 * (s.mma_warpgroups if split == "keys" else 1)
     with_dq = regions[:5] + (("dq", dq_bytes),) + regions[5:]
     store = dq_store(s.dq_reduction == "deterministic", _layout(with_dq, st)[1] + limits.smem_align_slack,
-                     limits.smem_bytes)
+                     limits.smem_bytes, first)
     if store == "bulk":
         regions = with_dq
     offsets, off = _layout(regions, st)
@@ -222,15 +237,6 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"backward schedule {s.name!r} needs {smem_bytes} B of shared memory on sm90a (limit "
             f"{limits.smem_bytes}): largest regions {', '.join(f'{a} {b} B' for a, b in biggest)}; lower block_m, "
             "block_n or q_stages")
-    consumer_threads = 128 * s.mma_warpgroups
-    sdp_threads = consumer_threads if kv_split(n, d, s.mma_warpgroups) == "keys" else 128
-    sdp = -(-2 * m * n // sdp_threads)
-    parts = (("dK + dV", -(-2 * n * d // consumer_threads)), ("S + dP", sdp), ("P^T + dS^T", -(-sdp // 2)),
-             ("dQ", -(-m * d // (128 if split == "keys" else consumer_threads))))
-    # rounded up: an uneven split leaves some threads one more
-    kv, _, packed, dq = (r for _, r in parts)
-    first = dk_before_dq(kv, packed, dq, s.consumer_regs)
-    late = dv_after_ds(kv, sdp, packed, s.consumer_regs)
     # P^T (the dV wgmma's A) lives through the dS loop, whose S and dP die as dS^T is made; dQ's accumulators
     # come after, next to P^T and dS^T unless the dV and dK wgmmas completed first
     acc = kv + max(sdp + packed // 2, dq + (0 if first else packed))
@@ -251,7 +257,7 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"{s.mma_warpgroups} x {s.consumer_regs})) but the CTA of {threads} threads is launched with {pool}; "
             "lower consumer_regs or producer_regs")
     return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets),
-                        (d, s.mma_warpgroups, m), (n, d, s.mma_warpgroups), first, store, late)
+                        (d, s.mma_warpgroups, m, n), (n, d, s.mma_warpgroups), first, store, late)
 
 
 def _layout(regions, stages: int) -> tuple:

@@ -4,8 +4,9 @@ per gradient, twice the max error of the same computation in BF16 plus 1e-3 of t
 magnitude. The forward's output and LSE come from FP32 attention (O rounded to BF16, as a forward kernel
 hands it over). Cases: dense and causal, S not a multiple of the tiles, S_q != S_kv (bottom-right causal,
 rows that see no key: their dQ exactly 0), 1 to 16 heads, GQA; head dims 128 (each consumer warpgroup
-computes half of dQ's columns), 64 (each computes every column over its own keys) and 256 (each keeps half
-of dK's and dV's columns, and computes half of dQ's)."""
+computes half of dQ's columns), 64 (128-row visits: each computes 64 of dQ's rows; with 64-row visits each
+computes every column over its own keys) and 256 (each keeps half of dK's and dV's columns, and computes half
+of dQ's)."""
 import math
 
 import pytest
@@ -67,6 +68,20 @@ CASES = [
 
 @pytest.mark.parametrize("b,h,hk,sq,skv,causal,d", CASES)
 def test_backward_kernel_matches_autograd(b, h, hk, sq, skv, causal, d):
+    _check(b, h, hk, sq, skv, causal, d)
+
+
+@pytest.mark.parametrize("b,h,hk,sq,skv,causal", [(1, 2, 2, 200, 333, False), (2, 8, 2, 320, 320, True),
+                                                  (1, 2, 2, 512, 200, True)])
+def test_head_dim_64_with_64_row_visits(b, h, hk, sq, skv, causal):
+    """block_m = 64 at head dim 64 (the built-in takes 128 x 128): each warpgroup computes every dQ column over
+    its own keys and both bulk-add into the same part of dq_accum."""
+    import b200c
+
+    _check(b, h, hk, sq, skv, causal, 64, b200c.default_backward_schedule(64).replace(name="d64_m64", block_m=64))
+
+
+def _check(b, h, hk, sq, skv, causal, d, schedule=None):
     _hopper()
     import torch
 
@@ -90,7 +105,7 @@ def test_backward_kernel_matches_autograd(b, h, hk, sq, skv, causal, d):
     bf16 = (qb.grad, kb.grad, vb.grad)
 
     dq, dk, dv = attention_backward(q, k, v, out_f.detach().to(torch.bfloat16), dout, lse.detach(), causal=causal,
-                                    scale=scale)
+                                    scale=scale, schedule=schedule)
     torch.cuda.synchronize()
     for name, got, r, rb in zip(("dQ", "dK", "dV"), (dq, dk, dv), ref, bf16):
         assert got.shape == r.shape and got.dtype == torch.bfloat16, name

@@ -82,12 +82,13 @@ class BackwardLayout(msgspec.Struct, frozen=True):
         ds_rows_by_warp: ``"columns"`` with several warpgroups: each warpgroup writes only the dS^T rows of
             its share of the warps (``4 / mma_warpgroups`` warps' 16-row blocks), the others' copies of the
             same values are not stored twice.
-        dq_split: ``"columns"`` or ``"keys"``: how the warpgroups share dQ
+        dq_split: ``"columns"``, ``"rows"`` or ``"keys"``: how the warpgroups share dQ
             (:func:`b200c.codegen.backward_plan.dq_split`).
         dq_cols: dQ columns per consumer warpgroup (the N of its dQ wgmma).
-        dq_keys: keys each warpgroup's dQ sums over (the K of its dQ wgmmas: block_n, or wg_keys).
+        dq_keys: keys each warpgroup's dQ sums over (the K of its dQ wgmmas: block_n, or wg_keys where split
+            by keys).
         dq_wg_key_bytes: per warpgroup index, the byte offset of its first dQ key row in the dS^T and K
-            tiles (``"keys"``: wg_keys rows of 128 B; ``"columns"``: 0).
+            tiles (``"keys"``: wg_keys rows of 128 B; else 0).
         dq_wg_col_bytes: per warpgroup index, the byte offset of its first K column slice (``"columns"``:
             dq_cols / 64 slices; ``"keys"``: 0).
         dq_wg_col0: per warpgroup index, its first dQ column (``"columns"``: dq_cols; else 0).
@@ -98,8 +99,10 @@ class BackwardLayout(msgspec.Struct, frozen=True):
             ``"keys"``: 0, every warpgroup adds into the one part).
         dq_store: ``"bulk"`` or ``"red"``: how a visit's dQ is added into ``dq_accum``
             (:func:`b200c.codegen.backward_plan.dq_store`). Either way ``dq_accum`` holds each Q tile in the
-            consumers' fragment order: the part of warpgroup columns ``[p dq_cols, (p + 1) dq_cols)`` at
-            ``p block_m dq_cols``, in it float4 chunk ``j`` of consumer thread ``t`` at ``4 (128 j + t)``.
+            consumers' fragment order, as parts of 64 rows x dq_cols (part p at float ``64 dq_cols p``: rows
+            ``[64 p, 64 p + 64)`` where split by rows, columns ``[p dq_cols, (p + 1) dq_cols)`` where split
+            by columns, the one part where split by keys), in a part float4 chunk ``j`` of consumer thread
+            ``t`` at ``4 (128 j + t)``.
         deterministic: ``dq_reduction == "deterministic"``: the K/V tiles of a sequence add into a Q tile's
             dQ rows in K/V tile order (a per-Q-tile turn counter in global memory), so dQ is bit-equal
             from run to run.
@@ -179,7 +182,7 @@ class GeneratedBackward(msgspec.Struct, frozen=True):
 _WHAT = {"k": "the item's K tile (BLOCK_N x D, K-major)", "v": "the item's V tile (BLOCK_N x D, K-major)",
          "q": "Q_STAGES Q tiles (BLOCK_M x D)", "do": "Q_STAGES dO tiles (BLOCK_M x D)",
          "ds": "two dS^T tiles (BLOCK_N keys x BLOCK_M rows, 128B swizzle), one per visit parity",
-         "dq": "each consumer warpgroup's FP32 dQ of the visit (BLOCK_M x DQ_COLS, fragment order), the source of "
+         "dq": "each consumer warpgroup's FP32 dQ of the visit (64 rows x DQ_COLS, fragment order), the source of "
                "its bulk reduce-add",
          "lse": "Q_STAGES x BLOCK_M lse_log2 (FP32)", "dpsum": "Q_STAGES x BLOCK_M dpsum (FP32)",
          "barriers": "mbarriers"}
@@ -205,8 +208,9 @@ def supported(schedule) -> None:
     w = s.mma_warpgroups
     by_keys = kv_split(s.block_n, s.head_dim, w) == "keys"
     if s.block_m != 64 and not (by_keys and w > 1 and s.block_m == 64 * w):
-        why = (f"block_m = {s.block_m} (use 64, or {64 * w} with dK and dV split by keys: one 64-row slice of the "
-               "dS^T tile per consumer warpgroup)")
+        rows = (f", or {64 * w} with dK and dV split by keys: one 64-row slice of the dS^T tile per consumer "
+                "warpgroup" if w > 1 else " with one consumer warpgroup")
+        why = f"block_m = {s.block_m} (use 64{rows})"
     elif by_keys and s.block_n != 64 * w:
         why = (f"block_n = {s.block_n} with {w} consumer warpgroups (each owns 64 keys: use block_n = {64 * w})")
     elif not by_keys and (s.block_n != 64 or (s.head_dim // w) % 64):
@@ -239,7 +243,7 @@ def backward_layout(schedule, target: str = "sm90a") -> BackwardLayout:
                                      "every consumer"),
                 ("q_empty", 1 + st, st, 4 * s.mma_warpgroups,
                  "each consumer warp once its wgmmas reading the stage completed; waited by the producer"))
-    split = dq_split(s.head_dim, s.mma_warpgroups, s.block_m)
+    split = dq_split(s.head_dim, s.mma_warpgroups, s.block_m, s.block_n)
     kv = kv_split(s.block_n, s.head_dim, s.mma_warpgroups)
     kv_cols = s.head_dim if kv == "keys" else s.head_dim // s.mma_warpgroups
     q_tile = s.block_m * s.head_dim * 2

@@ -198,14 +198,15 @@ class BwdSdp(Node):
 
 class BwdPdV(Node):
     """Wait for S^T; P^T = exp2(S^T scale log2 e - LSE), masked where ``masked`` (a C condition) holds;
-    packed to bf16x2; dV += P^T dO (RS wgmma group)."""
+    packed to bf16x2 and dV += P^T dO (RS wgmma group), unless ``dv_late`` (then BwdDsDk does both)."""
 
     masked: str
     ahead: int = 1  # groups of four registers whose LSE pair is read ahead of its use (the first while S^T runs)
     dv_late: bool = False  # P^T packed and dV issued after dS^T (BwdDsDk.dv_late), not here
 
     def describe(self) -> str:
-        return f"wait S^T; P^T = exp2(S^T c - lse) (masked if {self.masked}); wgmma dV += P^T dO"
+        dv = "" if self.dv_late else "; wgmma dV += P^T dO"
+        return f"wait S^T; P^T = exp2(S^T c - lse) (masked if {self.masked}){dv}"
 
 
 class BwdDsDk(Node):
@@ -219,12 +220,14 @@ class BwdDsDk(Node):
     dv_late: bool = False  # pack P^T as dS^T is made and issue dV after it (FA3's order: fewer live registers)
 
     def describe(self) -> str:
+        dv = "P^T packed; wgmma dV += P^T dO; " if self.dv_late else ""
         dk = "wgmma dK += dS^T Q; " if self.issue_dk else ""
-        return f"wait dP^T; dS^T = P^T (dP^T - D) -> regs and smem ds[v % 2]; {dk}fence.proxy.async"
+        return f"wait dP^T; dS^T = P^T (dP^T - D) -> regs and smem ds[v % 2]; {dv}{dk}fence.proxy.async"
 
 
 class BwdDq(Node):
-    """This warpgroup's columns of dQ = dS K (SS wgmma, both operands MN-major), then
+    """This warpgroup's share of dQ = dS K (its columns, its 64 rows, or every column over its own keys:
+    ``dq_split``; SS wgmma, both operands MN-major), then
     ``wgmma.wait_group 0``: every wgmma of the visit done (the stage's Q and dO no longer read).
     ``dk_first``: wait for the dV and dK wgmmas before dQ's are issued, so that the P^T and dS^T registers
     they read are free before dQ's accumulators are live (:func:`b200c.codegen.backward_plan.dk_before_dq`)."""

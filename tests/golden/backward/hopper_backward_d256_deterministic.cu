@@ -797,8 +797,8 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
 //   S^T = K_w Q^T and dP^T = V_w dO^T (SS), P^T = exp2(S^T scale log2 e - lse_log2) (masked on the
 //   causal diagonal and past the keys), dV += P^T dO (RS), dS^T = P^T (dP^T - dpsum), dK += dS^T Q (RS),
 //   dS^T into SMEM (double-buffered by visit), then, once every warpgroup wrote its rows (bar.sync), this
-//   warpgroup's columns of dQ = dS K (SS) added into dq_accum (red.global.add); the softmax
-//   scale of dQ is applied by the postprocess and dK's at the end.
+//   warpgroup's columns of dQ = dS K (SS) added into dq_accum (red.global.add); the softmax scale of dQ is applied by the
+//   postprocess and dK's at the end.
 // Accumulator fragment of a 64 x N wgmma (PTX 9.7.15.5.1.1.2): register i of thread (warp wi, lane l) is
 // row 16 wi + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
 __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {

@@ -485,7 +485,7 @@ namespace bwd {
 [[maybe_unused]] constexpr uint32_t SMEM_Q = 32768;  // 32768 B: Q_STAGES Q tiles (BLOCK_M x D)
 [[maybe_unused]] constexpr uint32_t SMEM_DO = 65536;  // 32768 B: Q_STAGES dO tiles (BLOCK_M x D)
 [[maybe_unused]] constexpr uint32_t SMEM_DS = 98304;  // 65536 B: two dS^T tiles (BLOCK_N keys x BLOCK_M rows, 128B swizzle), one per visit parity
-[[maybe_unused]] constexpr uint32_t SMEM_DQ = 163840;  // 32768 B: each consumer warpgroup's FP32 dQ of the visit (BLOCK_M x DQ_COLS, fragment order), the source of its bulk reduce-add
+[[maybe_unused]] constexpr uint32_t SMEM_DQ = 163840;  // 32768 B: each consumer warpgroup's FP32 dQ of the visit (64 rows x DQ_COLS, fragment order), the source of its bulk reduce-add
 [[maybe_unused]] constexpr uint32_t SMEM_LSE = 196608;  // 1024 B: Q_STAGES x BLOCK_M lse_log2 (FP32)
 [[maybe_unused]] constexpr uint32_t SMEM_DPSUM = 197632;  // 1024 B: Q_STAGES x BLOCK_M dpsum (FP32)
 [[maybe_unused]] constexpr uint32_t SMEM_BARRIERS = 198656;  // 40 B: mbarriers
@@ -795,10 +795,12 @@ __device__ __forceinline__ void role_load(const BwdCtx& c) {
 // Consumer warpgroup wg (0 .. MMA_WARPGROUPS - 1) owns keys [WG_KEYS wg, WG_KEYS (wg + 1)) of the K/V tile:
 // dK and dV of those keys stay in its registers for the whole item. Per visit (one Q tile of one head):
 //   S^T = K_w Q^T and dP^T = V_w dO^T (SS), P^T = exp2(S^T scale log2 e - lse_log2) (masked on the
-//   causal diagonal and past the keys), dV += P^T dO (RS), dS^T = P^T (dP^T - dpsum), dK += dS^T Q (RS),
+//   causal diagonal and past the keys), dS^T = P^T (dP^T - dpsum) (P^T packed as it is made),
+//   dV += P^T dO (RS),
 //   dS^T into SMEM (double-buffered by visit), then, once every warpgroup wrote its rows (bar.sync), this
-//   warpgroup's columns of dQ = dS K (SS) added into dq_accum (through its dq region and a TMA bulk reduce-add); the softmax
-//   scale of dQ is applied by the postprocess and dK's at the end.
+//   warpgroup's 64 rows of dQ = dS K (SS) added into dq_accum (dK += dS^T Q (RS) queued behind dQ;
+//   dQ through its dq region and a TMA bulk reduce-add while dK runs); the softmax scale of dQ is applied by the
+//   postprocess and dK's at the end.
 // Accumulator fragment of a 64 x N wgmma (PTX 9.7.15.5.1.1.2): register i of thread (warp wi, lane l) is
 // row 16 wi + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2.
 __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
