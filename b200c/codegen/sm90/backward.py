@@ -214,8 +214,10 @@ def supported(schedule) -> None:
     elif by_keys and s.block_n != 64 * w:
         why = (f"block_n = {s.block_n} with {w} consumer warpgroups (each owns 64 keys: use block_n = {64 * w})")
     elif not by_keys and (s.block_n != 64 or (s.head_dim // w) % 64):
+        need = "use block_n = 64" + ("" if (s.head_dim // w) % 64 == 0 else
+                                      f", and {s.head_dim // w} columns per warpgroup is not a multiple of 64")
         why = (f"block_n = {s.block_n} at head dim {s.head_dim} with {w} consumer warpgroups (dK and dV split by "
-               f"columns: block_n 64, and {s.head_dim // w} columns per warpgroup must be a multiple of 64)")
+               f"columns: {need})")
     elif s.persistent:
         why = "persistent=True (the persistent backward grid)"
     if why is not None:

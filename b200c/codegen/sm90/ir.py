@@ -238,8 +238,8 @@ class BwdDq(Node):
     def describe(self) -> str:
         first = "wait_group 0 (dV, dK); " if self.dk_first else ""
         if self.dk_after:
-            return "wgmma dQ[:, cols of wg] = dS K; wgmma dK += dS^T Q; wait_group 1 (dV, dQ)"
-        return f"{first}wgmma dQ[:, cols of wg] = dS K; wait_group 0"
+            return "wgmma dQ (wg's share) = dS K; wgmma dK += dS^T Q; wait_group 1 (dV, dQ)"
+        return f"{first}wgmma dQ (wg's share) = dS K; wait_group 0"
 
 
 class BwdDkWait(Node):
@@ -303,10 +303,10 @@ class BwdDqTurnWait(Node):
 
 class BwdDqTurnDone(Node):
     """Deterministic dQ: after the warpgroup's additions (every thread of it past a named barrier), one
-    thread adds 1 to the Q tile's turn counter (``red.release.gpu``)."""
+    thread adds 1 to the Q tile's turn counter (``fence.acq_rel.gpu`` then ``red.relaxed.gpu.add``)."""
 
     def describe(self) -> str:
-        return "dq_semaphore[b, h, i] += 1 (red.release.gpu)"
+        return "dq_semaphore[b, h, i] += 1 (fence.acq_rel.gpu; red.relaxed.gpu.add)"
 
 
 class BwdStoreDkDv(Node):
@@ -314,4 +314,4 @@ class BwdStoreDkDv(Node):
     S_kv dropped)."""
 
     def describe(self) -> str:
-        return "store dK * scale, dV (bf16) of this warpgroup's keys"
+        return "store dK * scale, dV (bf16) of this warpgroup's keys (or columns)"
