@@ -451,9 +451,11 @@ def _iterations(text: str) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of K/V tiles, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a whole number of K/V tiles (visits of a backward schedule), got "
+                                         f"{text!r}") from None
     if not 1 <= n <= MAX_ITERATIONS:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_ITERATIONS} K/V tiles, got {n}")
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_ITERATIONS} K/V tiles (visits of a backward "
+                                         f"schedule), got {n}")
     return n
 
 
@@ -504,7 +506,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="plan: SMEM/TMEM/barrier/warp-role plan; ir: what each warp role does; cu: CUDA source "
                         "(default); ptx, cubin: nvcc output for the target")
     c.add_argument("--target", type=_target_or_auto, default="auto",
-                   help=_target_help("the schedule's own target (sm90a for examples/hopper, else sm100a)"))
+                   help=_target_help("the schedule's own target (sm90a for examples/hopper and backward "
+                                     "schedules, else sm100a)"))
     c.add_argument("--score-mod", metavar="FILE.py:FUNC",
                    help="compile a score_mod into the kernel: FILE.py:FUNCTION or MODULE:FUNCTION, "
                         "score_mod(score, b, h, q_idx, kv_idx) -> score (the kernel b200c.attention(..., "
@@ -536,7 +539,8 @@ def make_parser() -> argparse.ArgumentParser:
     k.add_argument("--json", action="store_true",
                    help="print the rows (with each role's steady-state loop counts) as JSON instead of tables")
     k.add_argument("--target", type=_target_or_auto, default="auto",
-                   help=_target_help("each schedule's own target (sm90a for examples/hopper, else sm100a; one table "
+                   help=_target_help("each schedule's own target (sm90a for examples/hopper and backward "
+                                     "schedules, else sm100a; one table "
                                      "per target)"))
     k.set_defaults(func=_check)
     b = sub.add_parser("build", help="build schedules into the on-disk kernel cache (parallel, via ninja)",
@@ -545,7 +549,8 @@ def make_parser() -> argparse.ArgumentParser:
                        epilog=EXIT_STATUS_PLAIN, formatter_class=fmt)
     b.add_argument("files", nargs="+", metavar="FILE", help="schedule files")
     b.add_argument("--target", type=_target_or_auto, default="auto",
-                   help=_target_help("each schedule's own target (sm90a for examples/hopper, else sm100a)"))
+                   help=_target_help("each schedule's own target (sm90a for examples/hopper and backward "
+                                     "schedules, else sm100a)"))
     b.add_argument("-j", "--jobs", type=_jobs, default=None, help="parallel nvcc runs, >= 1 (default: CPU count)")
     b.set_defaults(func=_build)
     from .bench.cli import add_parser as _add_bench
@@ -566,7 +571,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="K/V tiles to unroll, 1-6 (a backward schedule: visits, Q tiles, of one K/V tile; default 3: "
                         "prologue, two steady-state iterations, epilogue)")
     d.add_argument("--target", type=_target_or_auto, default="auto",
-                   help=_target_help("the schedule's own target (sm90a for examples/hopper, else sm100a)"))
+                   help=_target_help("the schedule's own target (sm90a for examples/hopper and backward "
+                                     "schedules, else sm100a)"))
     d.set_defaults(func=_draw)
     for sp in sub.choices.values():
         sp.set_defaults(subparser=sp)  # main() names a stray argument against this subcommand's help

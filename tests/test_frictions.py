@@ -105,7 +105,7 @@ def test_help_texts():
         assert ("1 check:" in text) == (name == "check")  # the check status only where check runs
     bench = " ".join(subs["bench"].format_help().split())
     assert "needs one" in bench and "Time schedules" in bench
-    assert "auto: each schedule's own target (sm90a for examples/hopper, else sm100a) (default)" in " ".join(
+    assert "auto: each schedule's own target (sm90a for examples/hopper and backward schedules, else sm100a) (default)" in " ".join(
         subs["build"].format_help().split())
 
 
