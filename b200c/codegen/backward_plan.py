@@ -274,4 +274,5 @@ def _layout(regions, stages: int) -> tuple:
     return tuple(offsets), off + BARRIER_BYTES * (1 + 2 * stages)
 
 
-__all__ = ["BackwardPlan", "dk_before_dq", "dq_split", "dq_store", "dv_after_ds", "EARLY_DV_RESERVE", "kv_split", "plan_backward", "OVERLAP_RESERVE", "RESERVED_REGS"]
+__all__ = ["BackwardPlan", "dk_before_dq", "dq_split", "dq_store", "dv_after_ds", "EARLY_DV_RESERVE", "kv_split",
+           "plan_backward", "OVERLAP_RESERVE", "RESERVED_REGS"]

@@ -164,6 +164,22 @@ def _dq_add(lay) -> tuple:
             BwdDqTurnDone())
 
 
+def _visit_head(lay) -> tuple:
+    """The visit up to P^T: its stage's Q / dO, S^T and dP^T, P^T (LSE pairs read one register group ahead
+    of their use: at head dim 128, nvcc 13.0.88 spills with two)."""
+    return (Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
+            BwdSdp(),
+            BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD, dv_late=lay.dv_after_ds))
+
+
+def _ds_ready(lay) -> NamedBarSync:
+    """The meeting before dQ's wgmmas read dS^T: every warpgroup, or each warpgroup's own four warps where
+    each reads only its own keys' rows."""
+    if lay.dq_split != "keys":
+        return NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM")
+    return NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")
+
+
 def consumer_role(lay) -> RoleIR:
     """One instance per consumer warpgroup (``q`` in the IR: the warpgroup's index ``wg``).
 
@@ -173,15 +189,10 @@ def consumer_role(lay) -> RoleIR:
     the visit waits for everything before the additions."""
     if lay.dq_store == "bulk":
         return _consumer_bulk(lay)
-    visit = Loop("v", "0", "visits", body=_visit_decls() + (
-        Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
-        BwdSdp(),
-        # LSE and D pairs read one register group ahead of their use (at head dim 128, nvcc 13.0.88 spills with
-        # two groups ahead, and deterministic dQ's kernel with D read ahead at all: 16 B)
-        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD, dv_late=lay.dv_after_ds),
+    visit = Loop("v", "0", "visits", body=_visit_decls() + _visit_head(lay) + (
+        # D read as each group starts where dQ is deterministic (read ahead, nvcc 13.0.88 spills 16 B at 128)
         BwdDsDk(ahead=0 if lay.deterministic else READ_AHEAD, dv_late=lay.dv_after_ds),
-        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split != "keys"
-         else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
+        _ds_ready(lay),
         BwdDq(dk_first=lay.dk_before_dq),
         Arrive("q_empty", "st", by="warp"),
         *_dq_add(lay),
@@ -193,14 +204,10 @@ def _consumer_bulk(lay) -> RoleIR:
     """The visit with dQ through the dq region: dS^T, meet, dQ then dK, dQ staged and added while dK runs."""
     if lay.dk_before_dq:  # dQ's accumulators would wait for dK: not the order this visit has
         raise ValueError("the bulk dQ visit issues dQ before dK; dk_before_dq layouts use red.global.add")
-    visit = Loop("v", "0", "visits", body=_visit_decls() + (
-        Wait("q_full", "st", PhaseRef("(v / Q_STAGES) & 1", storage="value"), 2, iter="v"),
-        BwdSdp(),
-        BwdPdV("w.partial || i < w.q_full_lo", ahead=READ_AHEAD, dv_late=lay.dv_after_ds),
+    visit = Loop("v", "0", "visits", body=_visit_decls() + _visit_head(lay) + (
         BwdDsDk(ahead=READ_AHEAD, issue_dk=False, dv_late=lay.dv_after_ds),
         BwdDqBufferFree(),
-        (NamedBarSync("ds_ready", note="every key's dS^T of this visit is in SMEM") if lay.dq_split != "keys"
-         else NamedBarSync("ds_ready", index="q", printed="wg", note="this warpgroup's dS^T rows are in SMEM")),
+        _ds_ready(lay),
         BwdDq(dk_after=True),
         *_dq_add(lay),
         BwdDkWait(),

@@ -555,6 +555,11 @@ struct BwdCtx {
   __device__ __forceinline__ int* dq_turns(int b, int h, int i) const {  // Q tile i's turn counter
     return dq_semaphore + ((size_t)b * heads + h) * (seq_pad / BLOCK_M) + i;
   }
+  // the part of Q tile i's dq_accum (fragment order) that warpgroup wg adds into
+  __device__ __forceinline__ float* dq_part(int b, int h, int i, int wg) const {
+    return dq_accum + (((size_t)b * heads + h) * seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
+           + (size_t)DQ_PART_FLOATS * DQ_WG_PART * wg;
+  }
 };
 
 // The work item of one CTA, as BackwardDecomposition.item (b200c/codegen/backward_work.py): items are
@@ -909,11 +914,8 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
       fence_proxy_async_smem();  // the writes above, visible to the bulk copy's (async proxy) reads
     }
     named_bar_sync(NBAR_DQ_FULL + wg, NBAR_DQ_FULL_THREADS);  // the warpgroup's dQ is in its dq region
-    if (threadIdx.x % 128 == 0) {  // dq_accum[Q tile (b, h, i), this warpgroup's part] += the dq region, one TMA reduce-add
-      float* part = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
-                    + (size_t)DQ_PART_FLOATS * DQ_WG_PART * wg;
-      bulk_reduce_add_f32(part, c.smem + SMEM_DQ + (uint32_t)wg * DQ_PART_BYTES, DQ_PART_BYTES);
-    }
+    if (threadIdx.x % 128 == 0)  // dq_accum[Q tile (b, h, i), this warpgroup's part] += the dq region, one TMA reduce-add
+      bulk_reduce_add_f32(c.dq_part(w.b, h, i, wg), c.smem + SMEM_DQ + (uint32_t)wg * DQ_PART_BYTES, DQ_PART_BYTES);
     wgmma_wait<0>();  // dK done: stage st's Q and dO are no longer read
     reg_fence_all(dk);
     reg_fence_all(ds);

@@ -555,6 +555,11 @@ struct BwdCtx {
   __device__ __forceinline__ int* dq_turns(int b, int h, int i) const {  // Q tile i's turn counter
     return dq_semaphore + ((size_t)b * heads + h) * (seq_pad / BLOCK_M) + i;
   }
+  // the part of Q tile i's dq_accum (fragment order) that warpgroup wg adds into
+  __device__ __forceinline__ float* dq_part(int b, int h, int i, int wg) const {
+    return dq_accum + (((size_t)b * heads + h) * seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
+           + (size_t)DQ_PART_FLOATS * DQ_WG_PART * wg;
+  }
 };
 
 // The work item of one CTA, as BackwardDecomposition.item (b200c/codegen/backward_work.py): items are
@@ -907,8 +912,7 @@ __device__ __forceinline__ void role_consumer(const BwdCtx& c, int wg) {
     }
     named_bar_sync(NBAR_DQ_TURN + wg, NBAR_DQ_TURN_THREADS);  // the turn has come for every thread
     {  // dq_accum[Q tile (b, h, i), this warpgroup's part] += dQ, fragment order: float4 chunk j of thread t at 4 (128 j + t)
-      float* dq_thread = c.dq_accum + (((size_t)w.b * c.heads + h) * c.seq_pad + (size_t)i * BLOCK_M) * HEAD_DIM
-                         + (size_t)DQ_PART_FLOATS * DQ_WG_PART * wg + 4 * (threadIdx.x % 128);
+      float* dq_thread = c.dq_part(w.b, h, i, wg) + 4 * (threadIdx.x % 128);
     #pragma unroll
       for (int j = 0; j < DQ_REGS / 4; ++j)  // one request of 16 contiguous bytes per thread, 512 per warp
         red_add_v4(dq_thread + DQ_CHUNK_FLOATS * j, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
