@@ -181,6 +181,10 @@ def test_split_build_only_where_asked(tmp_path):
         assert "b200c_attention_combine" not in plain and "num_splits" not in plain
         split = generate(split_build(s), target)
         assert "b200c_attention_combine" in split.source and "c.num_splits" in split.source
+        # programmatic dependent launch: the split kernel lets the combine be scheduled, the combine waits for it
+        assert split.source.count("griddepcontrol.launch_dependents;") == 1
+        assert split.source.count("griddepcontrol.wait;") == 1
+        assert "griddepcontrol" not in plain
         assert split.launch.split_kv and [p[0] for p in split.launch.params][-9:] == [
             "num_splits", "part_rows", "o_part", "lse_part", "seqused_k", "block_table", "max_blocks", "page_size",
             "page_box"]

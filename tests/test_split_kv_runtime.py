@@ -254,6 +254,10 @@ def test_kvcache_step_parses_no_schedule_json(monkeypatch):
         n = len(fd.launches)
         b200c.attention_with_kvcache(q, k, k, cache_seqlens=lens, target="sm90a")
         assert calls == [] and len(fd.launches) == n + 2  # the split kernel and the combine kernel
+        main, comb = fd.launches[n:n + 2]
+        # the combine goes through cuLaunchKernelEx with programmatic dependent launch, on the split kernel's stream
+        assert not main.pdl and comb.pdl and comb.stream == main.stream and comb.block == 128
+        assert comb.grid == 8 and comb.params["rows"] == 32  # 32 query rows (GQA 32/8 folded), 4 per CTA
         b200c.attention_with_kvcache(q, k, k, cache_seqlens=lens, target="sm90a", num_splits=3)
         assert calls  # a new count: its token is made once
         assert fd.launches[n + 2].params["num_splits"] == 3

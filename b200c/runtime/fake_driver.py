@@ -2,7 +2,7 @@
 
 :func:`install` replaces, for the duration of a ``with`` block, everything the
 per-call path of :func:`b200c.attention` touches on a GPU: the driver module
-(``cuLaunchKernel``, ``cuCtxSetCurrent``/``Push``/``Pop``, ``cuMemsetD32Async``,
+(``cuLaunchKernel``, ``cuLaunchKernelEx``, ``cuCtxSetCurrent``/``Push``/``Pop``, ``cuMemsetD32Async``,
 ``cuTensorMapEncodeTiled``, ``cuDriverGetVersion``; like the real driver, a launch or an
 encode in a thread with no current context fails with CUDA_ERROR_INVALID_CONTEXT), kernel building/loading
 (a LoadedKernel with the schedule's real LaunchInfo, no cubin; the backward module's three kernels with
@@ -51,6 +51,7 @@ class Launch:
     params: dict
     kernel: object = None  # the kernel's LaunchInfo (its schedule name, q_stages, head_dim, ...)
     grid_yz: tuple = (1, 1)  # gridDim.y, gridDim.z (the backward's preprocess / postprocess: H, B)
+    pdl: bool = False  # cuLaunchKernelEx with programmatic dependent launch (the split-KV combine)
 
     @property
     def maps(self) -> tuple:
@@ -119,6 +120,16 @@ class FakeDriver:
                 fd.launches.append(Launch(gx, bx, smem, int(stream), decode(f.spec, params), f.info, (gy, gz)))
             return (ok,)
 
+        def launch_ex(config, f, params, extra):
+            if current() is None:
+                return (no_ctx,)
+            pdl = any(a.id == real.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                      and a.value.programmaticStreamSerializationAllowed for a in config.attrs[:config.numAttrs])
+            if fd.record:
+                fd.launches.append(Launch(config.gridDimX, config.blockDimX, config.sharedMemBytes, int(config.hStream),
+                                          decode(f.spec, params), f.info, (config.gridDimY, config.gridDimZ), pdl))
+            return (ok,)
+
         def memset(ptr, value, n, stream):
             fd.memsets += 1
             return (ok,)
@@ -160,6 +171,7 @@ class FakeDriver:
         ns = types.SimpleNamespace(**{name: getattr(real, name) for name in dir(real) if name[:2] == "CU"})
         ns.cuuint64_t, ns.cuuint32_t = int, int
         ns.cuLaunchKernel = launch
+        ns.cuLaunchKernelEx = launch_ex
         ns.cuMemsetD32Async = memset
         ns.cuCtxSetCurrent = set_ctx
         ns.cuCtxPushCurrent = push_ctx

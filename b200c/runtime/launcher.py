@@ -342,8 +342,9 @@ class Entry:
                 slots["out"].value = out.data_ptr()
                 slots["lse"].value = 0 if lse is None else lse.data_ptr()
                 slots["sinks"].value = int(extra.get("sinks", 0)) if extra else 0
-                what = "cuLaunchKernel (split-KV combine)"
-                (err,) = self._launch(sp.function, sp.grid, 1, 1, 128, 1, 1, 0, stream, sp.block.array_addr, 0)
+                what = "cuLaunchKernelEx (split-KV combine, programmatic dependent launch)"
+                (err,) = self._cu.cuLaunchKernelEx(sp.launch_config(self._cu, stream), sp.function,
+                                                   sp.block.array_addr, 0)
         if err != self._ok:
             self._raise(what, err)
 

@@ -5,8 +5,8 @@ count through :func:`b200c.codegen.work.choose_splits`), which build runs them (
 ``kv_splits=None`` runs its split-KV build, ``kv_splits=0``, only for calls that split:
 :func:`split_token`), and per call the FP32 workspace of the splits' O and LSE and the second launch,
 ``b200c_attention_combine``, that merges them into ``out`` and ``lse`` (:class:`SplitLaunch`).
-Both launches go to the same stream, so the merge reads what the splits wrote; CUDA-graph capture
-records both (the workspace comes from PyTorch's caching allocator, as ``out`` does).
+Both launches go to the same stream, the combine with programmatic dependent launch (its CTAs start
+while the splits run and wait in the kernel for their results); CUDA-graph capture records both (the workspace comes from PyTorch's caching allocator, as ``out`` does).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class SplitLaunch:
     """
 
     __slots__ = ("num_splits", "part_rows", "rows", "o_shape", "lse_shape", "block", "grid", "slots", "function",
-                 "head_dim")
+                 "head_dim", "config")
 
     def __init__(self, lk, num_splits: int, slots: int, part_rows: int, heads: int, out_strides, lse_strides):
         from .params import ParamBlock
@@ -85,6 +85,28 @@ class SplitLaunch:
                   "rows": self.rows, "heads": heads, "part_rows": part_rows, "num_splits": num_splits}
         self.block = ParamBlock(tuple((p.name, p.kind) for p in combine_params()), values)
         self.slots = {n: self.block.slot(n) for n in ("o_part", "lse_part", "out", "lse", "sinks")}
+        self.config = None  # the combine's cuLaunchKernelEx configuration, made on its first launch (launch_config)
+
+    def launch_config(self, cu, stream):
+        """The combine kernel's ``cuLaunchKernelEx`` configuration on ``stream``: its grid, 128 threads, and
+        programmatic dependent launch (``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``), so its CTAs
+        are scheduled while the split kernel runs (the split kernel's ``griddepcontrol.launch_dependents``)
+        and wait at ``griddepcontrol.wait`` for its results instead of launching after it ends. Made once;
+        the stream is set per call."""
+        c = self.config
+        if c is None:
+            attr = cu.CUlaunchAttribute()
+            attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            c = cu.CUlaunchConfig()
+            c.gridDimX, c.gridDimY, c.gridDimZ = self.grid, 1, 1
+            c.blockDimX, c.blockDimY, c.blockDimZ = COMBINE_ROWS_PER_CTA * 32, 1, 1
+            c.sharedMemBytes = 0
+            c.attrs = [attr]
+            c.numAttrs = 1
+            self.config = c
+        c.hStream = stream
+        return c
 
     def kernel_values(self, max_blocks: int = 0, page_size: int = 0, page_box: int = 0) -> dict:
         """The main kernel's split-KV parameter values (:func:`b200c.codegen.work.params`): the count and
