@@ -104,3 +104,26 @@ def test_missing_disassembler_is_a_build_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BuildError, match="nvdisasm not found"):
         disassemble_lines(tmp_path / "k.cubin")
+
+
+def test_hot_loop_stays_in_its_kernel():
+    """A module's kernels each start at address 0: the loop of the second kernel is found, and an EXIT of the
+    first one at an address inside that loop's range is not part of it (the backward module's preprocess,
+    main and postprocess kernels)."""
+    from b200c.sass.hopper import hot_loop
+
+    first = ("        Function : pre\n"
+             "        /*0000*/                   MOV R1, c[0x0][0x28] ;\n"
+             "        /*0010*/                   IADD3 R2, R1, 0x1, RZ ;\n"
+             "        /*0020*/                   EXIT ;\n"
+             "        /*0030*/                   BRA 0x30;\n")
+    second = ("        Function : main\n"
+              "        /*0000*/                   MOV R1, c[0x0][0x28] ;\n"
+              "        /*0010*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;\n"
+              "        /*0020*/                   MUFU.EX2 R3, R3 ;\n"
+              "        /*0030*/                   FFMA R4, R3, R3, R4 ;\n"
+              "        /*0040*/              @P0   BRA 0x10 ;\n"
+              "        /*0050*/                   EXIT ;\n")
+    loop = hot_loop(first + second)
+    assert loop is not None and loop["instructions"] == 4 and loop["mma"] == 1 and loop["mufu_ex2"] == 1
+    assert loop["body"][0].startswith("HGMMA") and loop["body"][-1].startswith("@P0")

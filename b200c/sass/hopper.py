@@ -34,22 +34,30 @@ def hot_loop(sass: str) -> dict | None:
     "ffma", "fmul", "fadd", "fmnmx", "f2fp", "body"}`` or None if there is none."""
     ins = instructions(sass)
     best = None
-    for addr, text in ins:
+    for i, (addr, text) in enumerate(ins):
         m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
         if not m:
             continue
         target = int(m.group(1), 16)
         if target >= addr:
             continue
-        body = [x for a, x in ins if target <= a <= addr]
+        # the branch's own function: addresses restart at each kernel of a module, so walk back only while
+        # they fall (a loop never spans two kernels)
+        j = i
+        while j > 0 and ins[j][0] > target and ins[j - 1][0] < ins[j][0]:
+            j -= 1
+        if ins[j][0] != target:
+            continue
+        body = [x for _, x in ins[j:i + 1]]
         if any(re.search(r"\b(EXIT|RET)\b", x) for x in body):
             continue  # out-of-line wait blocks after the EXITs jump back into the loop: not loops
         if any(_MMA.search(x) for x in body) and (best is None or len(body) < best[2]):
-            best = (target, addr, len(body))
+            best = (j, i, len(body))
     if best is None:
         return None
     lo, hi, _ = best
-    body = [(a, x) for a, x in ins if lo <= a <= hi]
+    body = ins[lo:hi + 1]
+    hi = body[-1][0]
 
     def count(pattern, seq=body):
         return sum(bool(re.search(pattern, x)) for _, x in seq)
