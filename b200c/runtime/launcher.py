@@ -289,7 +289,8 @@ class Entry:
 
         Raises:
             BarrierTimeoutError: an earlier launch of this kernel timed out.
-            DriverError: cuLaunchKernel (or the emulator's memset) failed.
+            DriverError: cuLaunchKernel (or the emulator's memset, or a split-KV entry's cuLaunchKernelEx of the
+                combine kernel) failed.
         """
         if self.hang is not None and self.hang.flag:
             driver.check_hang(self.lk)
