@@ -74,6 +74,23 @@ def test_fa3_tiles_fit():
         b200c.plan_backward(BackwardSchedule(head_dim=256, block_m=64, block_n=80, q_stages=1, mma_warpgroups=2))
 
 
+def test_register_refusal_advises_more_warpgroups_only_where_they_fit():
+    """One consumer warpgroup holding dK and dV of a 128-key tile (256 registers per thread at head dim 128): the
+    refusal names mma_warpgroups = 2, whose plan fits (the built-in schedule); where the schedule with one more
+    warpgroup is itself refused (three warpgroups do not split 128 keys or 128 columns into wgmma's 64-row M
+    blocks), it only says to lower the tiles."""
+    one = b200c.default_backward_schedule(128).replace(mma_warpgroups=1, name="one")
+    with pytest.raises(ResourceError, match=r"over consumer_regs = 240; use mma_warpgroups = 2 \(its budgets fit"):
+        b200c.plan_backward(one)
+    b200c.plan_backward(one.replace(mma_warpgroups=2))  # the advice holds
+    two = BackwardSchedule(head_dim=128, block_m=80, block_n=128)  # FA3's dense 80 x 128: 244 of 240
+    with pytest.raises(ResourceError, match=r"over consumer_regs = 240; lower block_n") as e:
+        b200c.plan_backward(two)
+    assert "mma_warpgroups" not in str(e.value)
+    with pytest.raises(ScheduleError, match=r"do not split over 3 warpgroups"):
+        b200c.plan_backward(two.replace(mma_warpgroups=3))
+
+
 @pytest.mark.parametrize("changes, words", [
     (dict(head_dim=96), "head_dim = 96"),
     (dict(block_m=72), "block_m = 72; use a multiple of 16"),

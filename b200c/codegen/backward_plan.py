@@ -246,8 +246,8 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             f"backward schedule {s.name!r}: the consumers' accumulators need {acc} registers per thread "
             f"({', '.join(f'{a} {b}' for a, b in parts)}; the peak is dK + dV {kv} with the larger of S + dP + P^T "
             f"{sdp + packed // 2} in the dS loop and {later} after it) plus {RESERVED_REGS} for the rest: "
-            f"{acc + RESERVED_REGS}, over consumer_regs = {s.consumer_regs}; lower block_n (dK, dV) or block_m "
-            "(S, dP, dQ)")
+            f"{acc + RESERVED_REGS}, over consumer_regs = {s.consumer_regs}; "
+            + _more_warpgroups(s, target) + "lower block_n (dK, dV) or block_m (S, dP, dQ)")
     threads = 128 * (s.mma_warpgroups + 1)
     pool = limits.setmaxnreg_pool(threads)
     used = 128 * (s.producer_regs + s.mma_warpgroups * s.consumer_regs)
@@ -258,6 +258,19 @@ def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
             "lower consumer_regs or producer_regs")
     return BackwardPlan(s.name, target, threads, smem, smem_bytes, acc, parts, (used, pool), tuple(offsets),
                         (d, s.mma_warpgroups, m, n), (n, d, s.mma_warpgroups), first, store, late)
+
+
+def _more_warpgroups(s, target: str) -> str:
+    """The register refusal's first advice where one more consumer warpgroup (the accumulators spread over
+    128 more threads) gives a schedule whose budgets all fit, else ""."""
+    from ..errors import ResourceError, ScheduleError
+
+    w = s.mma_warpgroups + 1
+    try:
+        plan_backward(s.replace(mma_warpgroups=w), target)
+    except (ScheduleError, ResourceError):
+        return ""
+    return f"use mma_warpgroups = {w} (its budgets fit: {w} x 128 threads share the accumulators), or "
 
 
 def _layout(regions, stages: int) -> tuple:
