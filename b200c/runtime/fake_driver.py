@@ -113,22 +113,18 @@ class FakeDriver:
         ok = real.CUresult.CUDA_SUCCESS
         fd = self
 
-        def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra, pdl=False):
             if current() is None:
                 return (no_ctx,)
             if fd.record:
-                fd.launches.append(Launch(gx, bx, smem, int(stream), decode(f.spec, params), f.info, (gy, gz)))
+                fd.launches.append(Launch(gx, bx, smem, int(stream), decode(f.spec, params), f.info, (gy, gz), pdl))
             return (ok,)
 
-        def launch_ex(config, f, params, extra):
-            if current() is None:
-                return (no_ctx,)
+        def launch_ex(config, f, params, extra):  # cuLaunchKernelEx: the same launch, its attributes read
             pdl = any(a.id == real.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
                       and a.value.programmaticStreamSerializationAllowed for a in config.attrs[:config.numAttrs])
-            if fd.record:
-                fd.launches.append(Launch(config.gridDimX, config.blockDimX, config.sharedMemBytes, int(config.hStream),
-                                          decode(f.spec, params), f.info, (config.gridDimY, config.gridDimZ), pdl))
-            return (ok,)
+            return launch(f, config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY,
+                          config.blockDimZ, config.sharedMemBytes, config.hStream, params, extra, pdl)
 
         def memset(ptr, value, n, stream):
             fd.memsets += 1

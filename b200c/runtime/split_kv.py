@@ -6,7 +6,8 @@ count through :func:`b200c.codegen.work.choose_splits`), which build runs them (
 :func:`split_token`), and per call the FP32 workspace of the splits' O and LSE and the second launch,
 ``b200c_attention_combine``, that merges them into ``out`` and ``lse`` (:class:`SplitLaunch`).
 Both launches go to the same stream, the combine with programmatic dependent launch (its CTAs start
-while the splits run and wait in the kernel for their results); CUDA-graph capture records both (the workspace comes from PyTorch's caching allocator, as ``out`` does).
+while the splits run and wait in the kernel for their results); CUDA-graph capture records both (the
+workspace comes from PyTorch's caching allocator, as ``out`` does).
 """
 from __future__ import annotations
 
