@@ -387,3 +387,69 @@ def test_backward_varlen_check_compares_the_first_sequence():
     off = [g.clone() for g in grads]
     off[0][100] += 1.0  # sequence 1
     assert backward._first_sequence_diff(inputs, off, dout, backend="MATH") < 1e-5
+
+
+def test_kernel_times_summarize_drops_each_calls_flush_by_position():
+    """Per-kernel times of a call (b200c bench --backward --kernels): the flush's kernels before each call are
+    left out by position, so a call's own kernel of the same name (a fill) is kept; names lose their
+    template and parameter lists; a kernel launched twice per call counts twice."""
+    from b200c.bench.kernel_times import describe, short_name, summarize
+
+    fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>>(int, T1, T2)"
+    events = []
+    for i in range(3):
+        events += [(fill, 40.0), ("b200c_bwd_pre", 100.0 + i), (fill, 2.0), ("b200c_bwd_main(float*)", 900.0),
+                   ("b200c_bwd_main(float*)", 300.0), ("b200c_bwd_post", 120.0)]
+    ks = summarize(events, calls=3, lead=1)
+    assert [k.name for k in ks] == ["b200c_bwd_pre", "at::native::vectorized_elementwise_kernel", "b200c_bwd_main",
+                                    "b200c_bwd_post"]
+    assert ks[0].us == pytest.approx(101.0) and ks[0].per_call == 1
+    assert ks[1].us == pytest.approx(2.0)  # the call's own fill, not the flush's 40 us
+    assert ks[2].per_call == 2 and ks[2].us_per_call == pytest.approx(1200.0)
+    assert describe(ks).endswith("sum 1,423.0 us") and "b200c_bwd_main 1,200.0 us (x2)" in describe(ks)
+    assert short_name("void f<int>(float*)") == "f"
+    with pytest.raises(ValueError, match="did not launch the same kernels"):
+        summarize(events[:-1], calls=3, lead=1)
+    with pytest.raises(ValueError, match="calls must be >= 1"):
+        summarize(events, calls=0)
+
+
+def test_backward_table_lists_each_calls_kernels():
+    import torch
+
+    from b200c.bench import backward
+    from b200c.bench.kernel_times import KernelTime
+
+    grads = (torch.ones(2), torch.ones(2), torch.ones(2))
+    seen = []
+
+    def per_kernel(fn):
+        seen.append(fn)
+        return [KernelTime("pre", 1, 95.0), KernelTime("main", 1, 1500.0)]
+
+    def kernels_of(inputs, cap, dout):
+        return [("cuDNN", lambda: lambda: grads), ("b200c", lambda: lambda: grads)]
+
+    dev = Device(0, "NVIDIA H100", (9, 0), 132)
+    fake_inputs = lambda shape, device, seed=0: SimpleNamespace(shape=shape, q=torch.zeros(1, 2, 3, 4))  # noqa: E731
+    rows = backward.measure(parse_shapes("4x16x8192"), dev, timer=lambda fn, warmup, iters: Timing(2.0, 1.9, (2.0,)),
+                            make_inputs=fake_inputs, kernels_of=kernels_of, kernel_times=per_kernel)
+    assert len(seen) == 2 and all(r.kernels for r in rows)
+    text = backward.markdown(rows, {"device": "H100", "iters": 3})
+    assert "- 4x16x8192, b200c (2,000.0 us timed): pre 95.0 us; main 1,500.0 us; sum 1,595.0 us" in text
+    plain = backward.measure(parse_shapes("4x16x8192"), dev, timer=lambda fn, warmup, iters: Timing(2.0, 1.9, (2.0,)),
+                             make_inputs=fake_inputs, kernels_of=kernels_of)
+    assert "GPU kernels of each call" not in backward.markdown(plain, {"device": "H100", "iters": 3})
+
+    def uneven(fn):
+        raise ValueError("7 kernels over 3 calls")
+    rows = backward.measure(parse_shapes("4x16x8192"), dev, timer=lambda fn, warmup, iters: Timing(2.0, 1.9, (2.0,)),
+                            make_inputs=fake_inputs, kernels_of=kernels_of, kernel_times=uneven)
+    assert all(r.tflops and not r.error for r in rows)  # still timed: only the listing is missing
+    assert "- 4x16x8192, b200c (2,000.0 us timed): not listed: 7 kernels over 3 calls" in backward.markdown(rows, {})
+
+
+def test_bench_kernels_needs_backward():
+    r = subprocess.run([sys.executable, "-m", "b200c", "bench", "default", "--kernels"], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 2 and "--kernels lists the GPU kernels of the backward table" in r.stderr, r.stderr

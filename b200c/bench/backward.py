@@ -42,6 +42,8 @@ class BackwardRow:
     rel_diff: float | None = None
     runs_ms: list = field(default_factory=list)
     check_error: str = ""  # the correctness check could not run (the row is timed, not checked)
+    kernels: list = field(default_factory=list)  # --kernels: its GPU kernels (b200c.bench.kernel_times.KernelTime)
+    kernels_error: str = ""  # --kernels: why its kernels could not be listed (the row stays timed)
 
 
 def _grad_timer(out, inputs, dout):
@@ -135,9 +137,11 @@ def _rel_diff(a, b) -> float:
 
 
 def measure(shapes, device, *, timer, warmup: int = 5, iters: int = 30, make_inputs=None, kernels_of=kernels,
-            check: bool = True) -> list:
+            check: bool = True, kernel_times=None) -> list:
     """One :class:`BackwardRow` per (shape, kernel) (``timer(fn, warmup=, iters=) -> Timing``;
-    ``make_inputs`` and ``kernels_of`` are replaced in CPU tests)."""
+    ``make_inputs`` and ``kernels_of`` are replaced in CPU tests). ``kernel_times``: None, or
+    ``kernel_times(fn) -> [KernelTime]`` (:func:`b200c.bench.kernel_times.kernel_times`), called once per
+    timed row after its timing, its result in the row's ``kernels``."""
     from ..errors import BackwardNotSupportedError
     from .run import make_inputs as default_inputs
 
@@ -161,6 +165,11 @@ def measure(shapes, device, *, timer, warmup: int = 5, iters: int = 30, make_inp
                 t = timer(fn, warmup=warmup, iters=iters)
                 row.ms, row.runs_ms = t.median_ms, list(t.runs_ms)
                 row.tflops = 2.5 * shape.flops / (t.median_ms * 1e-3) / 1e12
+                if kernel_times is not None:
+                    try:
+                        row.kernels = list(kernel_times(fn))
+                    except ValueError as e:  # calls that launched different kernels: timed, not itemised
+                        row.kernels_error = str(e)
             except BackwardNotSupportedError as e:
                 row.unsupported, row.error = True, str(e)
             except (B200cError, RuntimeError, NotImplementedError, TypeError, ValueError) as e:
@@ -216,7 +225,15 @@ def markdown(rows: list, meta: dict) -> str:
                     notes.append(f"- {n} {shape}: not checked: {r.check_error}")
                 cells.append(t)
         out.append(f"| {shape} | " + " | ".join(cells) + " |")
-    return "\n".join(out + (["", "Notes:"] + notes if notes else [])) + "\n"
+    out += ["", "Notes:"] + notes if notes else []
+    timed = [r for r in rows if r.kernels or r.kernels_error]
+    if timed:
+        from .kernel_times import describe
+
+        out += ["", "GPU kernels of each call (torch.profiler, each call after an L2 flush; microseconds per call):", ""]
+        out += [f"- {r.shape}, {r.kernel} ({r.ms * 1e3:,.1f} us timed): "
+                + (describe(r.kernels) if r.kernels else f"not listed: {r.kernels_error}") for r in timed]
+    return "\n".join(out) + "\n"
 
 
 __all__ = ["BACKWARD_SHAPES", "BackwardRow", "MAX_REL_DIFF", "kernels", "measure", "markdown"]

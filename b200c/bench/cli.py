@@ -63,6 +63,8 @@ def add_parser(sub, func) -> None:
                                                             "backward pass alone of b200c's sm90a kernels next to "
                                                             "cuDNN, FlashAttention-2 and FA4 on --shapes (default "
                                                             "'backward'; b200c/bench/backward.py)")
+    b.add_argument("--kernels", action="store_true", help="with --backward: also each call's GPU kernels and their "
+                                                           "times (torch.profiler), listed under the table")
     b.set_defaults(func=func)
 
 
@@ -107,6 +109,8 @@ def run_bench(args, *, timer=None, device=None) -> int:
     from .run import measure
     from .timing import time_ms
 
+    if getattr(args, "kernels", False) and not getattr(args, "backward", False):
+        raise ScheduleError("--kernels lists the GPU kernels of the backward table: use it with --backward")
     if getattr(args, "decode", None):
         from . import decode
 
@@ -185,8 +189,11 @@ def _bench_backward(args, device, timer) -> int:
                             f"{' '.join(args.files)})")
     shapes = parse_shapes("backward" if args.shapes == "blog" else args.shapes)
     dev = device if device is not None else current_device()
+    per_kernel = None
+    if getattr(args, "kernels", False):
+        from .kernel_times import kernel_times as per_kernel
     rows = backward.measure(shapes, dev, timer=timer, warmup=args.warmup, iters=args.iters,
-                            check=not args.no_check)
+                            check=not args.no_check, kernel_times=per_kernel)
     meta = {"device": dev.name, "iters": args.iters, "date": datetime.date.today().isoformat()}
     table = backward.markdown(rows, meta)
     print(table)
