@@ -129,8 +129,8 @@ def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_
 
 def default_backward_schedule(head_dim: int, target: str = "sm90a"):
     """The built-in :class:`BackwardSchedule` for head dim 64, 128 or 256 (only ``target="sm90a"`` has them;
-    raises ScheduleError for another target or head dim, TargetError for an unknown target name). A design:
-    no backward kernel is generated from it yet."""
+    raises ScheduleError for another target or head dim, TargetError for an unknown target name): the schedule
+    :func:`attention`'s backward runs for that head dim (``b200c compile`` / ``check`` / ``draw`` take it too)."""
     from .codegen.targets import resolve
 
     return resolve(target).default_backward_schedule(head_dim)

@@ -453,3 +453,17 @@ def test_bench_kernels_needs_backward():
     r = subprocess.run([sys.executable, "-m", "b200c", "bench", "default", "--kernels"], capture_output=True,
                        text=True, cwd=ROOT)
     assert r.returncode == 2 and "--kernels lists the GPU kernels of the backward table" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--backward", "--decode", "default"], "--decode and --backward are two tables"),
+    (["--backward", "--csv", "b.csv"], "b200c bench --backward does not use --csv: it takes --shapes"),
+    (["--backward", "--png", "b.png", "--no-baselines"], "does not use --png, --no-baselines"),
+    (["--backward", "--target", "sm100a"], "does not use --target sm100a"),
+    (["--decode", "default", "--shapes", "4x16x8192"], "b200c bench --decode does not use --shapes: it takes --iters"),
+])
+def test_decode_and_backward_tables_refuse_options_they_would_drop(argv, msg):
+    """From a new-user trial: with --backward, --csv / --png / --profile / --no-baselines / --target sm100a were
+    accepted and never used, and --backward --decode silently ran the decode table only."""
+    r = subprocess.run([sys.executable, "-m", "b200c", "bench", *argv], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr

@@ -141,6 +141,12 @@ def test_kvcache_paged_append():
     (dict(cache_seqlens=-1), ">= 0"),
     (dict(cache_seqlens=1, num_splits=200), "num_splits"),
     (dict(cache_seqlens=1, block_table=torch.zeros(2, 3)), "block_table must be a torch.int32"),
+    (dict(cache_seqlens=1, block_table=torch.zeros(2, 3, dtype=torch.int64)),
+     r"got a torch.int64 tensor of shape \(2, 3\) \(convert it with block_table.to\(torch.int32\)\)"),
+    (dict(cache_seqlens=1, return_softmax_lse=True), "flash_attn_with_kvcache's name; here it is return_lse="),
+    (dict(cache_seqlens=1, window_size=(128, 0)), "sliding window is not supported in the KV-cache step yet"),
+    (dict(cache_seqlens=1, rotary_cos=None), "rotate q and the new k before the call"),
+    (dict(cache_seqlens=1, num_split=2), "takes no argument 'num_split'; did you mean num_splits=?"),
 ])
 def test_kvcache_argument_errors(kw, msg):
     q = bf(2, 1, 8, 64)

@@ -36,11 +36,12 @@ def add_parser(sub, func) -> None:
     b.add_argument("files", nargs="*", help="schedule files; 'default': the built-in schedule of the target for "
                                             "each shape's head dim (b200c.attention(schedule=None)); none with "
                                             "--decode (it times the built-in schedules)")
-    b.add_argument("--shapes", default="blog", help="comma list of BxH[/Hkv]xS[:Skv][xD][c][wN] (c: causal, wN: "
-                                                    "causal window of N keys), varlen:L1+L2+...xH[/Hkv][xD][c], "
-                                                    "'blog' (8x16x4096, 4x16x8192, 2x16x16384; default), 'hopper' "
-                                                    "(the Hopper table) or 'fa4' (the rows compared with "
-                                                    "FlashAttention-4's Hopper kernel)")
+    b.add_argument("--shapes", default=None, help="comma list of BxH[/Hkv]xS[:Skv][xD][c][wN] (c: causal, wN: "
+                                                  "causal window of N keys), varlen:L1+L2+...xH[/Hkv][xD][c], "
+                                                  "'blog' (8x16x4096, 4x16x8192, 2x16x16384; the default), 'hopper' "
+                                                  "(the Hopper table), 'fa4' (the rows compared with "
+                                                  "FlashAttention-4's Hopper kernel) or 'backward' (the backward "
+                                                  "table's set; the default with --backward)")
     b.add_argument("--target", default="auto", help="auto (sm90a on Hopper, sm100a on a B200), sm90a, sm100a")
     b.add_argument("--iters", type=int, default=30, help="timed runs per kernel and shape (median; default 30)")
     b.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
@@ -83,7 +84,7 @@ def validate_args(args) -> tuple:
     resolve_or_auto(args.target)  # an unknown name: TargetError before any work
     if args.iters < 1 or args.warmup < 0:
         raise ScheduleError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
-    shapes = parse_shapes(args.shapes)
+    shapes = parse_shapes(args.shapes or "blog")
     schedules = [(f, None if f == "default" else load_schedule_file(f)) for f in args.files]
     for path in (args.csv, args.json, args.md, args.png):
         if path and not Path(path).resolve().parent.is_dir():
@@ -111,6 +112,7 @@ def run_bench(args, *, timer=None, device=None) -> int:
 
     if getattr(args, "kernels", False) and not getattr(args, "backward", False):
         raise ScheduleError("--kernels lists the GPU kernels of the backward table: use it with --backward")
+    _refuse_unused(args)
     if getattr(args, "decode", None):
         from . import decode
 
@@ -174,6 +176,29 @@ def run_bench(args, *, timer=None, device=None) -> int:
     return 1 if bad else 0
 
 
+def _refuse_unused(args) -> None:
+    """The decode and backward tables take fewer options than the forward one: an option they would not use is
+    refused (ScheduleError naming it and what the table takes) rather than silently dropped."""
+    from ..errors import ScheduleError
+
+    table = "--decode" if getattr(args, "decode", None) else "--backward" if getattr(args, "backward", False) else None
+    if table is None:
+        return
+    if getattr(args, "decode", None) and getattr(args, "backward", False):
+        raise ScheduleError("--decode and --backward are two tables: run them one at a time")
+    opt = lambda name: getattr(args, name, None)  # noqa: E731
+    unused = [flag for flag, name in (("--csv", "csv"), ("--png", "png"), ("--profile", "profile"),
+                                      ("--no-baselines", "no_baselines")) if opt(name)]
+    if table == "--decode":
+        unused += [flag for flag, name in (("--shapes", "shapes"), ("--no-check", "no_check")) if opt(name)]
+    elif opt("target") not in (None, "auto", "sm90a"):
+        unused.append(f"--target {opt('target')}")
+    if unused:
+        takes = ("--iters, --warmup, --target, --md and --json" if table == "--decode" else
+                 "--shapes, --iters, --warmup, --no-check, --kernels, --md and --json (target sm90a)")
+        raise ScheduleError(f"b200c bench {table} does not use {', '.join(unused)}: it takes {takes}")
+
+
 def _bench_backward(args, device, timer) -> int:
     """``b200c bench --backward``: the backward table (b200c/bench/backward.py) on --shapes ('blog', the
     default, means the 'backward' set here)."""
@@ -187,7 +212,7 @@ def _bench_backward(args, device, timer) -> int:
     if args.files and args.files != ["default"]:
         raise ScheduleError(f"--backward times b200c's built-in backward schedules: give no schedule files (got "
                             f"{' '.join(args.files)})")
-    shapes = parse_shapes("backward" if args.shapes == "blog" else args.shapes)
+    shapes = parse_shapes(args.shapes or "backward")
     dev = device if device is not None else current_device()
     per_kernel = None
     if getattr(args, "kernels", False):

@@ -66,8 +66,11 @@ def _check_cache(q, k_cache, v_cache, block_table):
     if block_table is not None:
         if not isinstance(block_table, _Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
                 or block_table.shape[0] != q.shape[0]:
-            raise LaunchError(f"block_table must be a torch.int32 tensor (B={q.shape[0]}, max_blocks), got "
-                              f"{getattr(block_table, 'shape', type(block_table).__name__)}")
+            got = (f"a {block_table.dtype} tensor of shape {tuple(block_table.shape)}"
+                   if isinstance(block_table, _Tensor) else type(block_table).__name__)
+            raise LaunchError(f"block_table must be a torch.int32 tensor (B={q.shape[0]}, max_blocks), got {got}"
+                              + (" (convert it with block_table.to(torch.int32))"
+                                 if isinstance(block_table, _Tensor) and block_table.dtype != torch.int32 else ""))
         page = k_cache.shape[1]
         if not 16 <= page <= 256 or page % 16:
             raise LaunchError(f"page size {page} (k_cache.shape[1] with block_table): use a multiple of 16 in 16..256")
@@ -92,7 +95,7 @@ def _append(k_cache, v_cache, k, v, lengths, block_table):
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None,
                            causal: bool = False, softmax_scale=None, return_lse: bool = False, schedule=None,
-                           target: str = "auto", num_splits: int = 0, check_inputs: bool = True):
+                           target: str = "auto", num_splits: int = 0, check_inputs: bool = True, **kwargs):
     """One attention step against a KV cache, like FlashAttention's ``flash_attn_with_kvcache``.
 
     Args:
@@ -105,9 +108,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
             positions ``cache_seqlens[b] .. cache_seqlens[b] + S_new - 1`` before the attention.
         cache_seqlens: an int or a torch.int32 tensor (B,) on q's device: tokens already in each
             sequence's cache. The call attends to the first ``cache_seqlens[b] + S_new`` keys. The
-            values are not read on the host (no synchronization; CUDA-graph capturable): they must
-            leave room for the new tokens (``cache_seqlens[b] + S_new <= S_max``, or the pages
-            the table names).
+            values must leave room for the new tokens (``cache_seqlens[b] + S_new <= S_max``, or the
+            pages the table names); they are read on the host only by ``check_inputs`` (below), else
+            they stay on the device (no synchronization; CUDA-graph capturable).
         block_table: None, or (B, max_blocks) torch.int32: sequence ``b``'s token ``t`` lives in
             cache block ``block_table[b, t // page_size]``, row ``t % page_size`` (vLLM's layout).
         causal: bottom-right aligned per sequence (query row ``r`` sees keys up to
@@ -134,7 +137,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     Raises:
         LaunchError: a tensor or argument rule is broken (names it, the rule and the value); with
             ``check_inputs``, a bad length or table entry (naming the sequence, the entry and the limit),
-            or a CUDA-graph capture.
+            or a CUDA-graph capture. Also a keyword this function does not take (``**kwargs`` only catches
+            it to say what to pass): ``flash_attn_with_kvcache``'s ``return_softmax_lse`` (use
+            ``return_lse=``), its keywords b200c's KV-cache step has no counterpart for
+            (``window_size``, ``softcap``, ``alibi_slopes``, ``rotary_cos`` / ``rotary_sin`` /
+            ``rotary_interleaved``, ``cache_batch_idx``, ``cache_leftpad``), or a misspelt name.
         BackwardNotSupportedError: with grad mode on, q, a cache or a new k / v requires grad (the step
             is forward-only: its output would carry no gradient).
         ScheduleError / ResourceError / BuildError / UnsupportedDeviceError: as :func:`b200c.attention`.
@@ -149,6 +156,8 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     """
     from . import api
 
+    if kwargs:
+        raise _unexpected_keyword(kwargs)
     if not isinstance(q, _Tensor):
         raise LaunchError(f"q must be a torch.Tensor, got {type(q).__name__}")
     _check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
@@ -254,8 +263,45 @@ def _check_no_grad(**tensors) -> None:
 
             raise BackwardNotSupportedError(
                 f"attention_with_kvcache is forward-only and {name} requires grad: its output would carry no "
-                "gradient; call it under torch.no_grad() / torch.inference_mode() or pass detached tensors "
-                "(b200c.attention's backward is not implemented yet either)")
+                "gradient; call it under torch.no_grad() / torch.inference_mode() or pass detached tensors; "
+                "b200c.attention (and attention_varlen) run the backward for training")
+
+
+# flash_attn_with_kvcache's keywords that attention_with_kvcache has no counterpart for, and what to do instead
+_FA_ONLY = {
+    "window_size": "a sliding window is not supported in the KV-cache step yet (b200c.attention takes window_size=)",
+    "softcap": "score softcapping is not supported in the KV-cache step yet (b200c.attention takes "
+               "score_mod=b200c.mods.softcap(...))",
+    "alibi_slopes": "ALiBi is not supported in the KV-cache step yet (b200c.attention takes "
+                    "score_mod=b200c.mods.alibi(...))",
+    "rotary_cos": "rotary embedding is not applied here: rotate q and the new k before the call",
+    "rotary_sin": "rotary embedding is not applied here: rotate q and the new k before the call",
+    "rotary_interleaved": "rotary embedding is not applied here: rotate q and the new k before the call",
+    "cache_batch_idx": "the caches are indexed by q's batch index (or through block_table); gather the cache "
+                       "rows first",
+    "cache_leftpad": "left-padded caches are not supported: keep each sequence's tokens from position 0",
+}
+
+
+def _unexpected_keyword(kwargs: dict) -> LaunchError:
+    """The error of a call to :func:`attention_with_kvcache` with a keyword it does not take (the first of
+    ``kwargs``): flash_attn_with_kvcache's names, its keywords without a counterpart here, or a misspelling
+    (with the closest name)."""
+    import difflib
+    import inspect
+
+    name, value = next(iter(kwargs.items()))
+    given = f"attention_with_kvcache() got {name}={value!r}" if len(repr(value)) <= 40 else \
+        f"attention_with_kvcache() got {name}=<{type(value).__name__}>"
+    if name == "return_softmax_lse":
+        return LaunchError(f"{given}: that is flash_attn_with_kvcache's name; here it is return_lse=")
+    if name in _FA_ONLY:
+        return LaunchError(f"{given}: {_FA_ONLY[name]}")
+    names = [p for p in inspect.signature(attention_with_kvcache).parameters
+             if p not in ("q", "k_cache", "v_cache", "kwargs")]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {close[0]}=?" if close else f"its keyword arguments: {', '.join(names)}"
+    return LaunchError(f"{given}: attention_with_kvcache takes no argument {name!r}; {hint}")
 
 
 def _attend(q, k_cache, v_cache, k, v, lengths, block_table, base: str, scale, target: str, causal: bool,
