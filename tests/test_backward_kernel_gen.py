@@ -88,6 +88,8 @@ def test_d256_layout_by_hand():
     (dict(head_dim=64, block_m=96), "block_m = 96"),  # 64, or one 64-row slice per consumer warpgroup
     (dict(block_m=32), "block_m = 32"),
     (dict(block_n=32), "block_n = 32 at head dim 128"),  # dK, dV split by columns: 64 keys only
+    # from a new-user trial: the advice named only block_n = 64, though the built-in schedule splits by keys
+    (dict(block_n=80), "use block_n = 64; or block_n = 128, dK and dV split by keys"),
     (dict(persistent=True), "persistent"),
 ])
 def test_not_yet_generated_is_refused_by_name(change, word):

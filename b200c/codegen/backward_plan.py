@@ -186,7 +186,9 @@ def dq_store(deterministic: bool, smem_with_dq: int, smem_limit: int, dk_first: 
 
 def plan_backward(schedule, target: str = "sm90a") -> BackwardPlan:
     """Validate ``schedule`` (a :class:`b200c.dsl.backward_schedule.BackwardSchedule`) and check its budgets on
-    ``target``.
+    ``target``. The resource model only: the tile shapes the target's kernel generator covers, and
+    ``persistent``, are checked when the kernel is generated (``b200c compile`` / ``check``; a
+    BackwardNotSupportedError naming the shapes to use), so a schedule that plans may still be refused there.
 
     Raises:
         ScheduleError: an invalid knob, or a target with no backward design yet (only ``"sm90a"``).

@@ -39,7 +39,12 @@ class BackwardSchedule:
     * ``consumer_regs`` / ``producer_regs``: ``setmaxnreg`` budgets (24..256, multiples of 8) of the consumer
       warpgroups and the producer warpgroup; their sum over the CTA must fit the launch allocation.
     * ``persistent``: grid of one CTA per SM looping over work items (longest first under causal) instead
-      of one CTA per item.
+      of one CTA per item. Planned, not generated yet: the sm90a backward kernel refuses ``True`` with
+      BackwardNotSupportedError (``b200c compile`` / ``check``, and the calls that run the backward).
+
+    :func:`b200c.codegen.backward_plan.plan_backward` checks the knobs and the budgets; which tile shapes the
+    sm90a kernel generator covers (the consumer warpgroups' split of dK / dV and dQ) is checked when the kernel
+    is generated, so a schedule can plan and still be refused there, with the shapes to use instead.
     """
 
     name: str = "backward_custom"

@@ -216,6 +216,8 @@ def supported(schedule) -> None:
     elif not by_keys and (s.block_n != 64 or (s.head_dim // w) % 64):
         need = "use block_n = 64" + ("" if (s.head_dim // w) % 64 == 0 else
                                       f", and {s.head_dim // w} columns per warpgroup is not a multiple of 64")
+        if w > 1:  # the other split covered: 64 keys per consumer warpgroup
+            need += f"; or block_n = {64 * w}, dK and dV split by keys"
         why = (f"block_n = {s.block_n} at head dim {s.head_dim} with {w} consumer warpgroups (dK and dV split by "
                f"columns: {need})")
     elif s.persistent:
