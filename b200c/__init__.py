@@ -149,7 +149,8 @@ def plan_backward(schedule, target: str = "sm90a"):
 # (PEP 562), so `import b200c` and `b200c compile` stay free of torch. After that first
 # use they are plain attributes of this module: no wrapper frame per call, and nothing
 # that torch.compile would guard on or recompile for.
-_RUNTIME = ("attention", "attention_varlen", "attention_with_kvcache", "scaled_dot_product_attention")
+_RUNTIME = ("attention", "attention_varlen", "attention_with_kvcache", "attention_backward", "attention_backward_varlen",
+            "scaled_dot_product_attention")
 
 
 def _register_torch_provider() -> None:
@@ -196,6 +197,8 @@ __all__ = [
     "attention",
     "attention_varlen",
     "attention_with_kvcache",
+    "attention_backward",
+    "attention_backward_varlen",
     "scaled_dot_product_attention",
     "B200cError",
     "ScheduleError",

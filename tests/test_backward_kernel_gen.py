@@ -598,3 +598,26 @@ def test_d64_128_by_128_compiles_without_spills(tmp_path, deterministic):
     res = compile_cuda(g.source, tmp_path / "bwd.cubin", "cubin", "sm_90a")
     r = res.resources(MAIN_KERNEL)
     assert r["spill_bytes"] == 0 and r["stack_frame"] == 0 and "(C751" not in res.log, res.log
+
+
+def test_attention_backward_is_public_and_takes_a_schedule_file(tmp_path):
+    """From a new-user trial: a BackwardSchedule of one's own could only run through an internal function, and
+    b200c.attention(schedule=BackwardSchedule) said only 'must be a b200c.Schedule'. b200c.attention_backward
+    is public, takes a schedule file, refuses a forward Schedule by name, and attention's error points to it."""
+    import torch
+
+    from b200c.runtime import fake_driver
+
+    b, h, s, d = 1, 2, 64, 128
+    q, k, v, out, dout = (torch.randn(b, h, s, d).to(torch.bfloat16) for _ in range(5))
+    lse = torch.randn(b, h, s)
+    path = Path(__file__).resolve().parents[1] / "examples" / "backward" / "hopper_backward_d128.py"
+    with fake_driver.install(target="sm90a") as fd:
+        dq, dk, dv = b200c.attention_backward(q, k, v, out, dout, lse, schedule=str(path))
+        assert len(fd.launches) == 3 and dq.shape == q.shape
+        with pytest.raises(b200c.ScheduleError, match="must be a b200c.BackwardSchedule or the path of a file"):
+            b200c.attention_backward(q, k, v, out, dout, lse, schedule=b200c.default_schedule(128, target="sm90a"))
+        with pytest.raises(b200c.ScheduleError, match=r"call b200c.attention_backward\(q, k, v, out, dout, lse"):
+            b200c.attention(q, k, v, schedule=b200c.default_backward_schedule(128), target="sm90a")
+        with pytest.raises(b200c.ScheduleError, match=r"attention_backward\(q, k, v, out, dout, lse, schedule=path\)"):
+            b200c.attention(q, k, v, schedule=str(path), target="sm90a")

@@ -127,7 +127,8 @@ def _load_file(p: Path, resolved: str) -> Schedule:
         raise ScheduleError(
             f"schedule file {str(p)!r}: 'schedule' is a BackwardSchedule; `b200c compile` prints its plan, IR, CUDA, "
             "PTX or cubin (--emit plan|ir|cu|ptx|cubin), `b200c check` checks it and `b200c draw` draws it; the other "
-            "commands take a forward b200c.Schedule")
+            "commands, and b200c.attention's schedule=, take a forward b200c.Schedule (from Python, "
+            "b200c.attention_backward(q, k, v, out, dout, lse, schedule=path) runs it)")
     if not isinstance(s, Schedule):
         raise ScheduleError(
             f"schedule file {str(p)!r}: 'schedule' is a {type(s).__name__}, expected b200c.Schedule"

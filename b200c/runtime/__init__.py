@@ -14,6 +14,9 @@ Public API:
               target="auto") -> Tensor | (Tensor, Tensor)
     attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule, ...)
     attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, ...)
+    attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, schedule=None, deterministic=None)
+                                                        dQ, dK, dV with a BackwardSchedule of your own
+    attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
     scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                                  scale=None, enable_gqa=False, *, schedule=None, target="auto") -> Tensor
     attention_generated(q, k, v, generated_kernel, *, causal=False, softmax_scale=None, return_lse=False,
@@ -33,6 +36,8 @@ _LAZY = {
     "attention_generated": ".api",
     "attention_varlen": ".api",
     "attention_with_kvcache": ".kvcache",
+    "attention_backward": ".backward_launch",
+    "attention_backward_varlen": ".backward_launch",
     "scaled_dot_product_attention": ".sdpa",
     "check_hang": ".driver",
     "synchronize": ".driver",
@@ -54,5 +59,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'b200c.runtime' has no attribute {name!r}")
 
 
-__all__ = ["attention", "attention_generated", "attention_varlen", "attention_with_kvcache", "scaled_dot_product_attention", "build",
+__all__ = ["attention", "attention_generated", "attention_varlen", "attention_with_kvcache", "attention_backward",
+           "attention_backward_varlen", "scaled_dot_product_attention", "build",
            "build_many", "BuiltKernel", "check_hang", "synchronize", "validate_inputs", "Problem"]

@@ -190,7 +190,7 @@ def _schedule_json(schedule, target: str = "auto") -> str:
     elif isinstance(schedule, (str, os.PathLike)):
         text = _json_of_file(os.fspath(schedule))
     else:
-        raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
+        raise _not_a_schedule(schedule)
     if target != "auto" and (text, target) not in _fits:
         _check_target_fits(text, target)
     return text
@@ -316,7 +316,19 @@ def _traced_schedule_json(schedule) -> str:
         return _json_of_fields(tuple([getattr(schedule, name) for name in _FIELDS]))
     if isinstance(schedule, (str, os.PathLike)):
         return _json_of_path(schedule)
-    raise ScheduleError(f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}")
+    raise _not_a_schedule(schedule)
+
+
+def _not_a_schedule(schedule) -> ScheduleError:
+    """The error of a ``schedule=`` that is neither a Schedule nor a path; a BackwardSchedule is told where it goes."""
+    from ..dsl.backward_schedule import BackwardSchedule
+
+    text = f"schedule must be a b200c.Schedule or a schedule file path, got {type(schedule).__name__}"
+    if isinstance(schedule, BackwardSchedule):
+        text += (": a BackwardSchedule sets the backward pass, which b200c.attention runs with the built-in one of "
+                 "its head dim; to run your own, call b200c.attention_backward(q, k, v, out, dout, lse, "
+                 "schedule=...) with the forward's out and lse (b200c.attention(..., return_lse=True))")
+    return ScheduleError(text)
 
 
 # ---- arguments ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import threading
 from dataclasses import dataclass
 
@@ -289,7 +290,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
             saw no key; its dQ is 0).
         causal: causal mask aligned to the bottom-right corner (as the forward).
         scale: softmax scale (default 1/sqrt(D)).
-        schedule: a BackwardSchedule (default ``default_backward_schedule(D)``).
+        schedule: a BackwardSchedule, or the path of a schedule file whose ``schedule`` is one (default
+            ``default_backward_schedule(D)``).
         deterministic: add the K/V tiles' dQ parts in K/V tile order (``dq_reduction="deterministic"``:
             bit-equal gradients from run to run, the dQ additions of a Q tile serialised); None: when
             ``torch.are_deterministic_algorithms_enabled()``; False: the schedule's own reduction.
@@ -299,6 +301,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
 
     Raises:
         LaunchError: bad shapes, dtypes or strides.
+        ScheduleError: ``schedule`` is not a BackwardSchedule (or a file defining one), or is invalid.
         BackwardNotSupportedError: not a compute capability 9.0 device, or a head dim or schedule the
             generated kernels do not cover yet.
         BuildError: nvcc failed; LaunchError: a driver call failed.
@@ -332,6 +335,18 @@ def _schedule_for(q, schedule, deterministic):
         if d not in (64, 128, 256):
             raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
         schedule = default_backward_schedule(int(d))
+    elif isinstance(schedule, (str, os.PathLike)):  # a schedule file whose 'schedule' is a BackwardSchedule
+        from ..dsl.loader import load_compile_input
+
+        schedule = load_compile_input(schedule)[0]
+    from ..dsl.backward_schedule import BackwardSchedule
+
+    if not isinstance(schedule, BackwardSchedule):
+        from ..errors import ScheduleError
+
+        raise ScheduleError(f"attention_backward: schedule must be a b200c.BackwardSchedule or the path of a file "
+                            f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one), got "
+                            f"{type(schedule).__name__}")
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     if deterministic and schedule.dq_reduction != "deterministic":
