@@ -244,6 +244,10 @@ def _compile(args) -> int:
         Path(args.file).stem + "." + args.emit)
     _warn_extension(out, args.emit)
     schedule, deps = load_compile_input(args.file)  # deps: args.file and every file it loaded
+    if args.head_dim is not None and args.head_dim != schedule.head_dim:
+        raise UsageError(f"--head-dim {args.head_dim} goes with 'default'; {args.file} sets head_dim = "
+                         f"{schedule.head_dim}: change it in the file (schedule = ....replace(head_dim="
+                         f"{args.head_dim}))")
     _not_an_input(out, args.file, loaded=tuple(f for f, _ in deps))
     if out is not None:
         _writable(out)
@@ -394,7 +398,7 @@ def _compile_default(args) -> int:
     mods = _traced_mods(args)
     if mods is not None and args.emit in ("plan", "ir"):
         raise UsageError(f"--score-mod / --mask-mod change the kernel's source, not its {args.emit}; use --emit cu")
-    schedule = default_schedule(args.head_dim, target, mods=mods if mods is not None else False)
+    schedule = default_schedule(args.head_dim or 128, target, mods=mods if mods is not None else False)
     out = None if args.output in (None, "-") else _output_path(args.output)
     if out is not None:
         _writable(out)
@@ -497,8 +501,8 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("file", help="schedule file (Python defining a module-level `schedule`), or 'default': the "
                                 "built-in schedule b200c.attention(schedule=None) runs (with --score-mod / "
                                 "--mask-mod: for those mods) at --head-dim on --target (auto: sm90a)")
-    c.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=128,
-                   help="with 'default': the inputs' head dim (default 128)")
+    c.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=None,
+                   help="with 'default': the inputs' head dim (default 128); a schedule file sets its own")
     c.add_argument("-o", "--output", metavar="OUT",
                    help="output file, '-' for stdout (default: stdout for plan/ir/cu, FILE's stem + .ptx/.cubin "
                         "in the current folder for ptx/cubin)")

@@ -80,3 +80,13 @@ def test_emit_plan_refuses_what_has_no_kernel_yet(tmp_path):
     f.write_text("import b200c\nschedule = b200c.default_backward_schedule(128).replace(persistent=True)\n")
     r = run("compile", str(f), "--emit", "plan")
     assert r.returncode == 2 and "persistent=True" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_head_dim_with_a_schedule_file_is_refused_unless_it_agrees():
+    """From a new-user trial: --head-dim 64 with a head-dim-128 schedule file printed the 128 plan, rc 0."""
+    r = run("compile", FILE, "--head-dim", "64", "--emit", "plan")
+    assert r.returncode == 2 and "--head-dim 64 goes with 'default'" in r.stderr and "head_dim = 128" in r.stderr
+    r = run("compile", FILE, "--head-dim", "128", "--emit", "plan")
+    assert r.returncode == 0 and "backward plan 'hopper_backward_d128'" in r.stdout, r.stderr
+    r = run("compile", "default", "--head-dim", "64", "--emit", "plan")
+    assert r.returncode == 0 and "hopper_default_d64" in r.stdout, r.stderr
