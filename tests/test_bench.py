@@ -467,3 +467,19 @@ def test_decode_and_backward_tables_refuse_options_they_would_drop(argv, msg):
     accepted and never used, and --backward --decode silently ran the decode table only."""
     r = subprocess.run([sys.executable, "-m", "b200c", "bench", *argv], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
+def test_backward_md_keeps_the_text_around_the_markers(monkeypatch, tmp_path):
+    """From a new-user trial: --md with --backward overwrote the whole file; it now replaces only what lies
+    between the '<!-- b200c bench -->' markers, as the forward table does."""
+    from b200c.bench import backward, report
+
+    monkeypatch.setattr(backward, "measure", lambda *a, **k: [backward.BackwardRow("b200c", "4x16x8192", ms=2.0,
+                                                                                     tflops=500.0)])
+    md = tmp_path / "doc.md"
+    md.write_text(f"# notes\n\nbefore\n{report.MD_BEGIN}\nold table\n{report.MD_END}\nafter\n")
+    dev = Device(0, "NVIDIA H100", (9, 0), 132)
+    assert run_bench(_args(files=[], backward=True, shapes=None, md=str(md)), timer=_timer, device=dev) == 0
+    text = md.read_text()
+    assert text.startswith("# notes\n\nbefore\n") and text.endswith(f"{report.MD_END}\nafter\n")
+    assert "old table" not in text and "| 4x16x8192 | 500 |" in text

@@ -126,7 +126,7 @@ def run_bench(args, *, timer=None, device=None) -> int:
         table = decode.markdown(rows)
         print(table)
         if args.md:
-            Path(args.md).write_text(table + "\n")
+            report.write_md_text(table + "\n", args.md)
         if args.json:
             import json
 
@@ -223,7 +223,9 @@ def _bench_backward(args, device, timer) -> int:
     table = backward.markdown(rows, meta)
     print(table)
     if args.md:
-        Path(args.md).write_text(table)
+        from .report import write_md_text
+
+        write_md_text(table, args.md)
     if args.json:
         import json
         from dataclasses import asdict

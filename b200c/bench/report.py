@@ -104,7 +104,11 @@ def _by_shape(rows, meta, shapes, kernels, by) -> str:
 def write_md(rows: list, meta: dict, path) -> None:
     """Write the table to ``path``; if the file exists and has the
     ``<!-- b200c bench: begin/end -->`` markers, replace only what is between them."""
-    table = markdown(rows, meta)
+    write_md_text(markdown(rows, meta), path)
+
+
+def write_md_text(table: str, path) -> None:
+    """:func:`write_md` for a table already made (the decode and backward tables)."""
     p = Path(path)
     if p.is_file():
         text = p.read_text()
