@@ -8,7 +8,7 @@ Public API:
     default_schedule(head_dim, target="sm100a")  the built-in schedule of a target (sm90a: Hopper)
     BackwardSchedule, default_backward_schedule(head_dim, target="sm90a"), plan_backward(schedule, target)
                              the backward's schedule, its built-in ones and its budget plan (the sm90a
-                             backward kernels are generated for head dim 128: docs/backward.md)
+                             backward kernels: head dims 64, 128 and 256, docs/backward.md)
     generate(schedule, target="sm100a")  CUDA source + launch info (b200c.codegen); target "sm90a": Hopper
     kernel_source(head_dim, target="sm90a", *, schedule=None, score_mod=None, mask_mod=None)
                              the CUDA a call with those mods runs (no GPU needed)
@@ -17,6 +17,9 @@ Public API:
                              like flash_attn_varlen_func
     attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None, ...)
                              like flash_attn_with_kvcache (decoding; split-KV, paged caches)
+    attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, schedule=None, ...)
+                             dQ, dK, dV from the forward's out and lse (a BackwardSchedule of your own);
+                             attention_backward_varlen likewise for packed sequences
     scaled_dot_product_attention(query, key, value, ...)  drop-in for torch's SDPA
     errors: ScheduleError, ResourceError, IssueOrderError, BuildError, TargetError,
             LaunchError, UnsupportedDeviceError, BarrierTimeoutError, DriverError, ProtocolError,

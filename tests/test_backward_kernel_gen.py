@@ -617,6 +617,9 @@ def test_attention_backward_is_public_and_takes_a_schedule_file(tmp_path):
         assert len(fd.launches) == 3 and dq.shape == q.shape
         with pytest.raises(b200c.ScheduleError, match="must be a b200c.BackwardSchedule or the path of a file"):
             b200c.attention_backward(q, k, v, out, dout, lse, schedule=b200c.default_schedule(128, target="sm90a"))
+        fwd = Path(__file__).resolve().parents[1] / "examples" / "07_compute_pipeline.py"
+        with pytest.raises(b200c.ScheduleError, match="07_compute_pipeline.py' defines a Schedule \\(a forward"):
+            b200c.attention_backward(q, k, v, out, dout, lse, schedule=str(fwd))
         with pytest.raises(b200c.ScheduleError, match=r"call b200c.attention_backward\(q, k, v, out, dout, lse"):
             b200c.attention(q, k, v, schedule=b200c.default_backward_schedule(128), target="sm90a")
         with pytest.raises(b200c.ScheduleError, match=r"attention_backward\(q, k, v, out, dout, lse, schedule=path\)"):

@@ -483,3 +483,24 @@ def test_backward_md_keeps_the_text_around_the_markers(monkeypatch, tmp_path):
     text = md.read_text()
     assert text.startswith("# notes\n\nbefore\n") and text.endswith(f"{report.MD_END}\nafter\n")
     assert "old table" not in text and "| 4x16x8192 | 500 |" in text
+
+
+def test_backward_table_takes_sm90a_under_any_spelling():
+    """A reviewer found --backward --target sm_90a refused as an unused option (sm_90a names sm90a)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU this would run the backward bench; the refusal is checked without one")
+    r = subprocess.run([sys.executable, "-m", "b200c", "bench", "--backward", "--target", "sm_90a"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "does not use" not in r.stderr and "needs a CUDA GPU" in r.stderr, r.stderr
+
+
+def test_kernel_times_keep_two_kernels_of_one_short_name_apart():
+    from b200c.bench.kernel_times import summarize
+
+    fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, T1, T2)"
+    add = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, T1, T2)"
+    ks = summarize([(fill, 3.0), (add, 5.0)] * 2, calls=2)
+    assert [(k.per_call, k.us) for k in ks] == [(1, 3.0), (1, 5.0)]
+    assert ks[0].name.startswith("at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor")

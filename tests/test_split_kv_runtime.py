@@ -143,9 +143,10 @@ def test_kvcache_paged_append():
     (dict(cache_seqlens=1, block_table=torch.zeros(2, 3)), "block_table must be a torch.int32"),
     (dict(cache_seqlens=1, block_table=torch.zeros(2, 3, dtype=torch.int64)),
      r"got a torch.int64 tensor of shape \(2, 3\) \(convert it with block_table.to\(torch.int32\)\)"),
-    (dict(cache_seqlens=1, return_softmax_lse=True), "flash_attn_with_kvcache's name; here it is return_lse="),
+    (dict(cache_seqlens=1, return_lse=True, return_softmax_lse=False), "disagree"),
     (dict(cache_seqlens=1, window_size=(128, 0)), "sliding window is not supported in the KV-cache step yet"),
-    (dict(cache_seqlens=1, rotary_cos=None), "rotate q and the new k before the call"),
+    (dict(cache_seqlens=1, window_size=(-1, -1), rotary_cos=torch.zeros(4, 8)), "rotate q and the new k before"),
+    (dict(cache_seqlens=1, softcap=30.0), "softcapping is not supported in the KV-cache step yet"),
     (dict(cache_seqlens=1, num_split=2), "takes no argument 'num_split'; did you mean num_splits=?"),
 ])
 def test_kvcache_argument_errors(kw, msg):
@@ -153,6 +154,20 @@ def test_kvcache_argument_errors(kw, msg):
     kc = torch.zeros(2, 64, 2, 64, dtype=torch.bfloat16)
     with pytest.raises(LaunchError, match=msg):
         b200c.attention_with_kvcache(q, kc, kc, **kw)
+
+
+def test_kvcache_takes_flash_attn_calls_at_their_no_op_defaults():
+    """A call written for flash_attn_with_kvcache passes with its keywords at the values that do nothing, and
+    return_softmax_lse is return_lse (a reviewer found the defaults refused)."""
+    q = bf(2, 1, 8, 64)
+    kc = torch.zeros(2, 64, 2, 64, dtype=torch.bfloat16)
+    noop = dict(rotary_cos=None, rotary_sin=None, rotary_interleaved=True, window_size=(-1, -1), softcap=0.0,
+                cache_batch_idx=None, cache_leftpad=None, alibi_slopes=None)
+    with fake_driver.install(target="sm90a") as fd:
+        out = b200c.attention_with_kvcache(q, kc, kc, cache_seqlens=3, target="sm90a", **noop)
+        assert out.shape == q.shape and len(fd.launches) >= 1
+        out, lse = b200c.attention_with_kvcache(q, kc, kc, cache_seqlens=3, target="sm90a", return_softmax_lse=True)
+        assert lse.shape == (2, 8, 1)
 
 
 def test_kvcache_page_size_rule():

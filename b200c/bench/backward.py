@@ -168,7 +168,7 @@ def measure(shapes, device, *, timer, warmup: int = 5, iters: int = 30, make_inp
                 if kernel_times is not None:
                     try:
                         row.kernels = list(kernel_times(fn))
-                    except ValueError as e:  # calls that launched different kernels: timed, not itemised
+                    except (ValueError, RuntimeError) as e:  # uneven calls, a profiler failure: timed, not itemised
                         row.kernels_error = str(e)
             except BackwardNotSupportedError as e:
                 row.unsupported, row.error = True, str(e)

@@ -191,8 +191,11 @@ def _refuse_unused(args) -> None:
                                       ("--no-baselines", "no_baselines")) if opt(name)]
     if table == "--decode":
         unused += [flag for flag, name in (("--shapes", "shapes"), ("--no-check", "no_check")) if opt(name)]
-    elif opt("target") not in (None, "auto", "sm90a"):
-        unused.append(f"--target {opt('target')}")
+    elif opt("target") not in (None, "auto"):
+        from ..codegen.targets import resolve
+
+        if resolve(opt("target")).name != "sm90a":  # an unknown name: TargetError; sm_90a and the like pass
+            unused.append(f"--target {opt('target')}")
     if unused:
         takes = ("--iters, --warmup, --target, --md and --json" if table == "--decode" else
                  "--shapes, --iters, --warmup, --no-check, --kernels, --md and --json (target sm90a)")
@@ -200,8 +203,8 @@ def _refuse_unused(args) -> None:
 
 
 def _bench_backward(args, device, timer) -> int:
-    """``b200c bench --backward``: the backward table (b200c/bench/backward.py) on --shapes ('blog', the
-    default, means the 'backward' set here)."""
+    """``b200c bench --backward``: the backward table (b200c/bench/backward.py) on --shapes (the 'backward' set
+    when not given)."""
     import datetime
 
     from ..errors import ScheduleError

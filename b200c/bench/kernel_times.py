@@ -35,9 +35,11 @@ def short_name(name: str, width: int = 60) -> str:
 
 
 def summarize(events, calls: int, lead: int = 0) -> list:
-    """``events``: ``(kernel name, device microseconds)`` of every kernel launched by ``calls`` calls, in
-    launch order, each call's kernels preceded by ``lead`` kernels that are not the call's (the L2 flush),
-    which are left out. Returns one :class:`KernelTime` per distinct short name, in order of first launch.
+    """``events``: ``(kernel name, device microseconds)`` of every kernel (and copy or memset) launched by
+    ``calls`` calls, in launch order, each call's kernels preceded by ``lead`` kernels that are not the
+    call's (the L2 flush), which are left out. Returns one :class:`KernelTime` per distinct kernel name, in
+    order of first launch, labelled with its short name (its name up to the parameter list where two share
+    a short name).
 
     Raises:
         ValueError: ``calls`` < 1, or ``lead`` > 0 with a count of events that is not ``calls`` equal
@@ -53,13 +55,15 @@ def summarize(events, calls: int, lead: int = 0) -> list:
                              "the calls did not launch the same kernels")
         events = [e for i, e in enumerate(events) if i % group >= lead]
     order, times = [], {}
-    for name, us in events:
-        key = short_name(name)
-        if key not in times:
-            order.append(key)
-            times[key] = []
-        times[key].append(float(us))
-    return [KernelTime(k, len(times[k]) / calls, sum(times[k]) / len(times[k])) for k in order]
+    for name, us in events:  # grouped by the full name: two kernels of one short name stay apart
+        if name not in times:
+            order.append(name)
+            times[name] = []
+        times[name].append(float(us))
+    shorts = [short_name(n) for n in order]
+    shown = [sh if shorts.count(sh) == 1 else n.split("(")[0].removeprefix("void ").strip()[:100]
+             for sh, n in zip(shorts, order)]
+    return [KernelTime(label, len(times[n]) / calls, sum(times[n]) / len(times[n])) for label, n in zip(shown, order)]
 
 
 def _cuda_kernels(prof) -> list:
@@ -83,6 +87,8 @@ def kernel_times(fn, *, calls: int = 10, warmup: int = 3, device=None) -> list:
         flush.zero_()
         torch.cuda.synchronize(device)
     lead = len(_cuda_kernels(p))
+    if lead < 1:  # zero_() launches a kernel: a profile without it cannot be split into calls
+        raise ValueError("the profiler recorded no GPU activity for the L2 flush alone")
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(device)

@@ -335,18 +335,21 @@ def _schedule_for(q, schedule, deterministic):
         if d not in (64, 128, 256):
             raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
         schedule = default_backward_schedule(int(d))
-    elif isinstance(schedule, (str, os.PathLike)):  # a schedule file whose 'schedule' is a BackwardSchedule
+    path = None
+    if isinstance(schedule, (str, os.PathLike)):  # a schedule file whose 'schedule' is a BackwardSchedule
         from ..dsl.loader import load_compile_input
 
-        schedule = load_compile_input(schedule)[0]
+        path = os.fspath(schedule)
+        schedule = load_compile_input(path)[0]
     from ..dsl.backward_schedule import BackwardSchedule
 
     if not isinstance(schedule, BackwardSchedule):
         from ..errors import ScheduleError
 
+        got = (f"schedule file {path!r} defines a {type(schedule).__name__} (a forward schedule: b200c.attention's)"
+               if path is not None else f"got {type(schedule).__name__}")
         raise ScheduleError(f"attention_backward: schedule must be a b200c.BackwardSchedule or the path of a file "
-                            f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one), got "
-                            f"{type(schedule).__name__}")
+                            f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one); {got}")
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     if deterministic and schedule.dq_reduction != "deterministic":

@@ -138,10 +138,11 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         LaunchError: a tensor or argument rule is broken (names it, the rule and the value); with
             ``check_inputs``, a bad length or table entry (naming the sequence, the entry and the limit),
             or a CUDA-graph capture. Also a keyword this function does not take (``**kwargs`` only catches
-            it to say what to pass): ``flash_attn_with_kvcache``'s ``return_softmax_lse`` (use
-            ``return_lse=``), its keywords b200c's KV-cache step has no counterpart for
-            (``window_size``, ``softcap``, ``alibi_slopes``, ``rotary_cos`` / ``rotary_sin`` /
-            ``rotary_interleaved``, ``cache_batch_idx``, ``cache_leftpad``), or a misspelt name.
+            it to say what to pass): ``flash_attn_with_kvcache``'s keywords b200c's KV-cache step has
+            no counterpart for (``window_size``, ``softcap``, ``alibi_slopes``, ``rotary_cos`` /
+            ``rotary_sin`` / ``rotary_interleaved``, ``cache_batch_idx``, ``cache_leftpad``) at a value
+            other than their no-op default (those pass, as does ``return_softmax_lse``, which is
+            ``return_lse``), or a misspelt name.
         BackwardNotSupportedError: with grad mode on, q, a cache or a new k / v requires grad (the step
             is forward-only: its output would carry no gradient).
         ScheduleError / ResourceError / BuildError / UnsupportedDeviceError: as :func:`b200c.attention`.
@@ -157,7 +158,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     from . import api
 
     if kwargs:
-        raise _unexpected_keyword(kwargs)
+        return_lse = _flash_attn_keywords(kwargs, return_lse)
     if not isinstance(q, _Tensor):
         raise LaunchError(f"q must be a torch.Tensor, got {type(q).__name__}")
     _check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
@@ -283,6 +284,38 @@ _FA_ONLY = {
 }
 
 
+def _no_op(name: str, value) -> bool:
+    """Whether flash_attn_with_kvcache's keyword ``name`` has the value that does nothing (its default)."""
+    if name in ("rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad", "alibi_slopes"):
+        return value is None
+    if name == "window_size":
+        return isinstance(value, (tuple, list)) and tuple(value) == (-1, -1)
+    if name == "softcap":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+    return False
+
+
+def _flash_attn_keywords(kwargs: dict, return_lse) -> bool:
+    """The keywords of a call written for ``flash_attn_with_kvcache``: ``return_softmax_lse`` is
+    ``return_lse`` (both given: they must agree), its other keywords pass at their no-op defaults
+    (``rotary_cos=None``, ``window_size=(-1, -1)``, ``softcap=0.0``, ...; ``rotary_interleaved`` with no
+    rotary tables); anything else raises :func:`_unexpected_keyword`'s error. Returns ``return_lse``."""
+    rest = dict(kwargs)
+    if "return_softmax_lse" in rest:
+        flag = rest.pop("return_softmax_lse")
+        if not isinstance(flag, bool):
+            raise LaunchError(f"return_softmax_lse={flag!r}: use True or False (b200c's name: return_lse)")
+        if return_lse and not flag:
+            raise LaunchError("return_lse=True and return_softmax_lse=False disagree: pass one of them")
+        return_lse = return_lse or flag
+    if "rotary_interleaved" in rest and rest.get("rotary_cos") is None:
+        rest.pop("rotary_interleaved")  # means nothing without rotary tables
+    rest = {k: v for k, v in rest.items() if not _no_op(k, v)}
+    if rest:
+        raise _unexpected_keyword(rest)
+    return return_lse
+
+
 def _unexpected_keyword(kwargs: dict) -> LaunchError:
     """The error of a call to :func:`attention_with_kvcache` with a keyword it does not take (the first of
     ``kwargs``): flash_attn_with_kvcache's names, its keywords without a counterpart here, or a misspelling
@@ -293,8 +326,6 @@ def _unexpected_keyword(kwargs: dict) -> LaunchError:
     name, value = next(iter(kwargs.items()))
     given = f"attention_with_kvcache() got {name}={value!r}" if len(repr(value)) <= 40 else \
         f"attention_with_kvcache() got {name}=<{type(value).__name__}>"
-    if name == "return_softmax_lse":
-        return LaunchError(f"{given}: that is flash_attn_with_kvcache's name; here it is return_lse=")
     if name in _FA_ONLY:
         return LaunchError(f"{given}: {_FA_ONLY[name]}")
     names = [p for p in inspect.signature(attention_with_kvcache).parameters

@@ -188,6 +188,18 @@ _WHAT = {"k": "the item's K tile (BLOCK_N x D, K-major)", "v": "the item's V til
          "barriers": "mbarriers"}
 
 
+def _plans(schedule) -> bool:
+    """Whether ``schedule`` passes :func:`b200c.codegen.backward_plan.plan_backward` (its knobs and budgets)."""
+    from ...errors import ResourceError, ScheduleError
+    from ..backward_plan import plan_backward
+
+    try:
+        plan_backward(schedule)
+    except (ResourceError, ScheduleError):
+        return False
+    return True
+
+
 def supported(schedule) -> None:
     """Refuse a schedule whose kernel is not generated yet, naming the missing piece.
 
@@ -216,7 +228,7 @@ def supported(schedule) -> None:
     elif not by_keys and (s.block_n != 64 or (s.head_dim // w) % 64):
         need = "use block_n = 64" + ("" if (s.head_dim // w) % 64 == 0 else
                                       f", and {s.head_dim // w} columns per warpgroup is not a multiple of 64")
-        if w > 1:  # the other split covered: 64 keys per consumer warpgroup
+        if w > 1 and _plans(s.replace(block_n=64 * w)):  # the other split: 64 keys per consumer warpgroup
             need += f"; or block_n = {64 * w}, dK and dV split by keys"
         why = (f"block_n = {s.block_n} at head dim {s.head_dim} with {w} consumer warpgroups (dK and dV split by "
                f"columns: {need})")
