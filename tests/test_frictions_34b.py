@@ -265,6 +265,8 @@ def test_compile_time_exits_1_when_a_goal_is_not_met(cold, warm, rc, monkeypatch
     (dict(attn_mask=None), "attn_mask is an argument of the SDPA drop-in, b200c.scaled_dot_product_attention"),
     (dict(dropout_p=0.1), "dropout_p is an argument of the SDPA drop-in, b200c.scaled_dot_product_attention"),
     (dict(casual=True), "b200c.attention takes no argument 'casual'; did you mean causal=?"),
+    (dict(softcap=30.0), "b200c.attention takes it as a score_mod: score_mod=b200c.mods.softcap(cap)"),
+    (dict(alibi_slopes=None), "score_mod=b200c.mods.alibi(slopes)"),
 ])
 def test_attention_names_the_argument_to_use(kwargs, needle):
     import torch
@@ -317,3 +319,33 @@ def test_load_schedule_file_refuses_a_file_that_is_not_python(tmp_path):
     readme.write_text("# b200c\n\nnot Python\n")
     with pytest.raises(ScheduleError, match=r"is not a schedule file: a schedule file is Python \(\.py\)"):
         b200c.load_schedule_file(readme)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(layout="bshd"), "attention_varlen takes packed (total_tokens, H, D) tensors"),
+    (dict(dropout_p=0.0), "b200c kernels have no dropout"),
+    (dict(softcap=30.0), "b200c.attention_varlen takes it as a score_mod"),
+    (dict(is_causal=True), "b200c.attention_varlen takes flash_attn_func's: causal="),
+    (dict(casual=True), "b200c.attention_varlen takes no argument 'casual'; did you mean causal=?"),
+])
+def test_attention_varlen_names_the_argument_to_use(kwargs, needle):
+    """From a new-user trial: attention_varlen raised a raw TypeError for these (attention explained them)."""
+    import torch
+
+    q = torch.zeros(10, 2, 64, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 10], dtype=torch.int32)
+    with pytest.raises(b200c.LaunchError) as e:
+        b200c.attention_varlen(q, q, q, cu, cu, 10, 10, **kwargs)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind, recipe, call", [("mask_mod", "causal", "b200c.mods.causal()"),
+                                                ("score_mod", "softcap", "b200c.mods.softcap(cap)"),
+                                                ("mask_mod", "sliding_window", "b200c.mods.sliding_window(left, right=0)")])
+def test_a_recipe_passed_uncalled_is_told_to_call_it(kind, recipe, call):
+    """From a new-user trial: mask_mod=b200c.mods.causal (not called) was told to take 4 parameters."""
+    import b200c.mods
+
+    with pytest.raises(b200c.ScheduleError) as e:
+        b200c.kernel_source(128, **{kind: getattr(b200c.mods, recipe)})
+    assert f"{kind}=b200c.mods.{recipe} is a recipe, which returns the {kind}: call it, {kind}={call}" in str(e.value)

@@ -845,6 +845,17 @@ def _override_tables_ready(torch) -> None:
                             "a __name__ (functools.wraps) or swap in a plain function") from None
 
 
+def _recipe_params(fn) -> str:
+    """A recipe's parameter names, as a call would list them (``cap``; ``left, right=0``)."""
+    import inspect
+
+    try:
+        ps = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return "..."
+    return ", ".join(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}" for p in ps)
+
+
 def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]:
     import torch
     import torch.fx
@@ -858,6 +869,9 @@ def _trace_one(fn, kind: str, caps: dict) -> tuple[list[_Raw], _Raw, list[_Raw]]
         raise ScheduleError(f"{kind} is a {type(fn).__name__}, not a function; pass a function {signature}")
     ok, why = _takes(fn, len(params))
     if not ok:
+        if getattr(fn, "__module__", None) == "b200c.mods":  # a recipe, not called: it returns the mod
+            raise ScheduleError(f"{kind}=b200c.mods.{fn.__name__} is a recipe, which returns the {kind}: call it, "
+                                f"{kind}=b200c.mods.{fn.__name__}({_recipe_params(fn)})")
         raise ScheduleError(f"{kind} must take exactly {len(params)} positional parameters {signature} "
                             f"(FlexAttention's convention), but {why}{_definition(fn)}; rewrite it with these "
                             f"parameters")

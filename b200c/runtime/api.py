@@ -649,36 +649,53 @@ def _traced_json(q, schedule, target, seq_kv=None) -> str:
 
 
 _SDPA_NAMES = {"is_causal": "causal", "scale": "softmax_scale"}  # torch SDPA's name -> b200c.attention's
+# flash_attn_func's keywords that are score_mods here
+_FA_MOD_NAMES = {"softcap": "score_mod=b200c.mods.softcap(cap) (tanh softcapping, as flash_attn's softcap)",
+                 "alibi_slopes": "score_mod=b200c.mods.alibi(slopes) (b200c.mods.alibi_slopes(heads) makes "
+                                 "the standard slopes)"}
 
 
-def _unexpected_keyword(kwargs: dict) -> LaunchError:
-    """The error of a call to :func:`attention` with a keyword it does not take (the first of ``kwargs``):
-    torch SDPA's names for its arguments, SDPA-only arguments, or a misspelling (with the closest name)."""
+def _unexpected_keyword(kwargs: dict, varlen: bool = False) -> LaunchError:
+    """The error of a call to :func:`attention` (``varlen``: :func:`attention_varlen`) with a keyword it does not
+    take (the first of ``kwargs``): torch SDPA's names for its arguments, SDPA-only arguments, flash_attn's
+    softcap / alibi_slopes, or a misspelling (with the closest name)."""
     import difflib
     import inspect
 
+    fname = "b200c.attention_varlen" if varlen else "b200c.attention"
     name, value = next(iter(kwargs.items()))
-    given = f"b200c.attention() got {name}={value!r}" if len(repr(value)) <= 40 else \
-        f"b200c.attention() got {name}=<{type(value).__name__}>"
+    given = f"{fname}() got {name}={value!r}" if len(repr(value)) <= 40 else \
+        f"{fname}() got {name}=<{type(value).__name__}>"
+    if varlen and name == "layout":
+        return LaunchError(f"{given}: attention_varlen takes packed (total_tokens, H, D) tensors, flash_attn_"
+                           "varlen_func's layout; it has no layout argument")
+    if varlen and name == "dropout_p":
+        return LaunchError(f"{given}: b200c kernels have no dropout; drop the argument for dropout_p=0 (for "
+                           "dropout_p > 0 use flash_attn_varlen_func)")
     if name in _SDPA_NAMES:
-        return LaunchError(f"{given}: that is torch SDPA's name; b200c.attention takes flash_attn_func's: "
-                           f"{_SDPA_NAMES[name]}= (or call b200c.scaled_dot_product_attention, the SDPA drop-in)")
+        return LaunchError(f"{given}: that is torch SDPA's name; {fname} takes flash_attn_func's: "
+                           f"{_SDPA_NAMES[name]}=" + ("" if varlen else
+                                                      " (or call b200c.scaled_dot_product_attention, the SDPA drop-in)"))
+    if name in _FA_MOD_NAMES:
+        return LaunchError(f"{given}: {fname} takes it as a score_mod: {_FA_MOD_NAMES[name]}")
     if name in ("attn_mask", "dropout_p", "enable_gqa"):
         instead = {"attn_mask": "; here a mask is mask_mod= (or causal=, window_size=)",
                    "dropout_p": " (b200c kernels have no dropout: it falls back to torch's for dropout_p > 0)",
                    "enable_gqa": "; here GQA needs no flag (k and v with fewer heads than q)"}[name]
         return LaunchError(f"{given}: {name} is an argument of the SDPA drop-in, "
                            f"b200c.scaled_dot_product_attention{instead}")
-    names = [p for p in inspect.signature(attention).parameters if p not in ("q", "k", "v", "kwargs")]
+    fn = attention_varlen if varlen else attention
+    positional = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "kwargs")
+    names = [p for p in inspect.signature(fn).parameters if p not in positional]
     close = difflib.get_close_matches(name, names, n=1)
     hint = f"did you mean {close[0]}=?" if close else f"its keyword arguments: {', '.join(names)}"
-    return LaunchError(f"{given}: b200c.attention takes no argument {name!r}; {hint}")
+    return LaunchError(f"{given}: {fname} takes no argument {name!r}; {hint}")
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule=None,
                      causal: bool = False, softmax_scale=None, return_lse: bool = False, target: str = "auto",
                      check_seqlens: bool = True, score_mod=None, mask_mod=None, sinks=None, window_size=None,
-                     deterministic: bool = False):
+                     deterministic: bool = False, **kwargs):
     """Attention over a batch of sequences of different lengths packed into one tensor, like
     FlashAttention's ``flash_attn_varlen_func``.
 
@@ -720,12 +737,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
     Raises:
         LaunchError: a tensor, argument or cu_seqlens value breaks a rule
-            (names it, the rule and the value); otherwise as
-            :func:`b200c.attention`.
+            (names it, the rule and the value); a keyword this function does
+            not take (``**kwargs`` only catches it to say what to pass:
+            ``layout``, ``dropout_p``, torch SDPA's names, ``softcap``, a
+            misspelling); otherwise as :func:`b200c.attention`.
 
     torch.compile: the custom op ``torch.ops.b200c.attention_varlen``;
     ``max_seqlen_*`` are graph constants.
     """
+    if kwargs:
+        raise _unexpected_keyword(kwargs, varlen=True)
     deterministic = flag_value("deterministic", deterministic)  # mods have no backward: checked, not used
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
         return _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule,
