@@ -349,3 +349,14 @@ def test_a_recipe_passed_uncalled_is_told_to_call_it(kind, recipe, call):
     with pytest.raises(b200c.ScheduleError) as e:
         b200c.kernel_source(128, **{kind: getattr(b200c.mods, recipe)})
     assert f"{kind}=b200c.mods.{recipe} is a recipe, which returns the {kind}: call it, {kind}={call}" in str(e.value)
+
+
+def test_a_schedule_name_given_as_a_path_is_told_what_a_schedule_is(tmp_path, monkeypatch):
+    """From a new-user trial: schedule="hopper_default_d128" said only that the file does not exist."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(b200c.ScheduleError) as e:
+        b200c.load_schedule_file("hopper_default_d128")
+    assert "looks like a schedule's name" in str(e.value) and "b200c.default_schedule(head_dim" in str(e.value)
+    with pytest.raises(b200c.ScheduleError) as e:
+        b200c.load_schedule_file("missing/sched.py")
+    assert "looks like" not in str(e.value)

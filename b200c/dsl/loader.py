@@ -48,6 +48,9 @@ def load_schedule_file(path: str | os.PathLike) -> Schedule:
         raise ScheduleError(f"schedule file {str(p)!r} is a directory, not a file{hint}")
     if not p.is_file():
         where = "" if p.is_absolute() else f" (relative to {Path.cwd()})"
+        if not p.suffix and len(p.parts) == 1 and str(p).isidentifier():  # a schedule's name, not a file
+            where += (f"; {str(p)!r} looks like a schedule's name: a schedule is a b200c.Schedule or a .py file "
+                      "defining one (the built-in ones: b200c.default_schedule(head_dim, target=...))")
         raise ScheduleError(f"schedule file {str(p)!r} does not exist{where}")
     if p.suffix != ".py":
         raise ScheduleError(f"{str(p)!r} is not a schedule file: a schedule file is Python (.py) defining a "
