@@ -360,3 +360,21 @@ def test_a_schedule_name_given_as_a_path_is_told_what_a_schedule_is(tmp_path, mo
     with pytest.raises(b200c.ScheduleError) as e:
         b200c.load_schedule_file("missing/sched.py")
     assert "looks like" not in str(e.value)
+
+
+def test_a_knob_refusal_says_when_the_schedule_looks_written_for_another_target():
+    """From a new-user trial: `b200c check --target sm90a examples/07_compute_pipeline.py` (a B200 blog stage)
+    said only 'set block_m=64', and each fix led to the next refusal. The refusal now says the schedule looks
+    written for sm100a and where a Hopper schedule starts; a Hopper schedule's own mistakes get no such hint."""
+    from b200c.codegen import make_plan
+
+    stage7 = b200c.load_schedule_file(str(ROOT / "examples" / "07_compute_pipeline.py"))
+    with pytest.raises(b200c.ScheduleError) as e:
+        make_plan(stage7, "sm90a")
+    assert "block_m=128" in str(e.value)
+    assert "(this schedule looks written for sm100a: it breaks fewer of that target's knob rules; for sm90a, start " \
+           "from b200c.default_schedule(head_dim, target='sm90a'))" in str(e.value)
+    hopper = b200c.default_schedule(128, target="sm90a")
+    with pytest.raises(b200c.ScheduleError) as e:
+        make_plan(hopper.replace(q_stages=3), "sm90a")
+    assert "q_stages=3" in str(e.value) and "looks written for" not in str(e.value)

@@ -194,7 +194,7 @@ def _refuse_unused(args) -> None:
     elif opt("target") not in (None, "auto"):
         from ..codegen.targets import resolve
 
-        if resolve(opt("target")).name != "sm90a":  # an unknown name: TargetError; sm_90a and the like pass
+        if not resolve(opt("target")).backward:  # no backward design there (an unknown name: TargetError)
             unused.append(f"--target {opt('target')}")
     if unused:
         takes = ("--iters, --warmup, --target, --md and --json" if table == "--decode" else

@@ -70,16 +70,36 @@ def make_plan(schedule, target="sm100a"):
         ResourceError: TMEM, SMEM, threads or registers exceeded.
     """
     from ..dsl.validate import validate_schedule
+    from ..errors import ScheduleError
 
     _check_schedule_type(schedule)
     be = backend(target)
-    issue = validate_schedule(schedule, be.RULES, p_aliases_s=be.P_ALIASES_S)
+    try:
+        issue = validate_schedule(schedule, be.RULES, p_aliases_s=be.P_ALIASES_S)
+    except ScheduleError as e:
+        hint = _written_for(schedule, target) if type(e) is ScheduleError else ""  # IssueOrderError: as it is
+        if hint and len(e.args) == 1:
+            e.args = (f"{e.args[0]}{hint}",)  # the same exception (its traceback names the rule that refused)
+        raise
     plan = be.make_plan(schedule, issue)
     if schedule.kv_splits is not None:  # split-KV (b200c/codegen/work.py): every backend, the same way
         import msgspec
 
         plan = msgspec.structs.replace(plan, split_kv=schedule.kv_splits != 1, kv_splits=schedule.kv_splits)
     return plan
+
+
+def _written_for(schedule, target) -> str:
+    """A hint for a schedule refused by ``target``'s knob rules when it looks written for another backend's
+    target (:func:`b200c.codegen.targets.schedule_target`: the native target whose rules it breaks fewest
+    of); "" otherwise."""
+    from .targets import resolve, schedule_target
+
+    t, native = resolve(target), schedule_target(schedule)
+    if native.backend == t.backend:
+        return ""
+    return (f" (this schedule looks written for {native.name}: it breaks fewer of that target's knob rules; for "
+            f"{t.name}, start from b200c.default_schedule(head_dim, target={t.name!r}))")
 
 
 def lower(schedule, plan=None, target="sm100a", profile: bool = False, mods=None):
