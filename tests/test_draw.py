@@ -202,3 +202,19 @@ def test_backward_timeline_follows_the_ring(d):
     dq = ["dq"] if d < 256 else []  # the bulk reduce-add's region (no room for it at 256)
     assert [b.name for b in t.smem] == ["k", "v", "q", "do", "ds", *dq, "lse", "dpsum", "barriers"]
     assert t.tmem == () and "visits (Q tiles)" in t.unit and "dK, dV" in t.registers
+
+
+def test_a_narrow_pictures_legend_wraps_instead_of_running_over_the_maps(tmp_path):
+    """From a new-user trial: the head-dim-256 backward picture (5 step columns) drew its one-line legend over
+    the SMEM and TMEM titles beside the lanes; it now wraps to the lanes' width. A wide picture keeps one line."""
+    pytest.importorskip("matplotlib")
+    from b200c.draw.backward import backward_timeline
+    from b200c.draw.render import render
+
+    legend_tail = "scale);  arrows: a barrier phase handed from the step that arrives to the step that waits"
+    narrow = tmp_path / "narrow.svg"
+    render(backward_timeline(b200c.default_backward_schedule(256)), narrow)
+    assert "boxes: each warp role" in narrow.read_text() and legend_tail not in narrow.read_text()
+    wide = tmp_path / "wide.svg"
+    render(build_timeline(b200c.load_schedule_file(ROOT / "examples" / "07_compute_pipeline.py"), iterations=3), wide)
+    assert legend_tail in wide.read_text()

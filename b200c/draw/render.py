@@ -145,10 +145,15 @@ def _draw_lanes(ax, t, patches, span):
         ax.text(mx, my, e.label, ha="center", va="center", fontsize=6.8, color=color[e.barrier], zorder=5,
                 bbox=dict(boxstyle="round,pad=0.12", facecolor="white", edgecolor="none", alpha=0.85))
     if t.edges:
-        ax.set_title("boxes: each warp role's steps in issue order (a dependency diagram, not to time scale);  "
-                     "arrows: a barrier phase handed from the step that arrives to the step that waits"
-                     + ("; dashed: named barrier (bar.arrive -> bar.sync)" if any(e.named for e in t.edges) else ""),
-                     loc="left", fontsize=8, color="#555555")
+        import textwrap
+
+        legend = ("boxes: each warp role's steps in issue order (a dependency diagram, not to time scale);  "
+                  "arrows: a barrier phase handed from the step that arrives to the step that waits"
+                  + ("; dashed: named barrier (bar.arrive -> bar.sync)" if any(e.named for e in t.edges) else ""))
+        # wrapped to the lanes' width (about 14 characters of 8-point text per inch): a narrow picture's one
+        # line ran over the SMEM and TMEM titles beside it
+        width = int(ax.get_position().width * ax.figure.get_figwidth() * 14)
+        ax.set_title(textwrap.fill(legend, max(width, 40)), loc="left", fontsize=8, color="#555555")
 
 
 def _label_point(start, end, rad, placed, boxes):
