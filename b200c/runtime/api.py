@@ -24,7 +24,7 @@ from ..dsl import Schedule
 from ..errors import BuildError, LaunchError, ScheduleError, TargetError
 from . import launcher, op  # op: registers torch.ops.b200c.attention
 from . import watch as _watch
-from .inputs import check_tensor_types, flag_value, softmax_scale_value
+from .inputs import check_tensor_types, flag_value, keyword_given, no_such_keyword, softmax_scale_value
 from .varlen import seqlen_value
 
 _TARGETS: set = {"auto"}  # names seen resolving (the fast path's one set lookup); others go through _check_options
@@ -659,13 +659,9 @@ def _unexpected_keyword(kwargs: dict, varlen: bool = False) -> LaunchError:
     """The error of a call to :func:`attention` (``varlen``: :func:`attention_varlen`) with a keyword it does not
     take (the first of ``kwargs``): torch SDPA's names for its arguments, SDPA-only arguments, flash_attn's
     softcap / alibi_slopes, or a misspelling (with the closest name)."""
-    import difflib
-    import inspect
-
     fname = "b200c.attention_varlen" if varlen else "b200c.attention"
     name, value = next(iter(kwargs.items()))
-    given = f"{fname}() got {name}={value!r}" if len(repr(value)) <= 40 else \
-        f"{fname}() got {name}=<{type(value).__name__}>"
+    given = keyword_given(fname, name, value)
     if varlen and name == "layout":
         return LaunchError(f"{given}: attention_varlen takes packed (total_tokens, H, D) tensors, flash_attn_"
                            "varlen_func's layout; it has no layout argument")
@@ -673,9 +669,9 @@ def _unexpected_keyword(kwargs: dict, varlen: bool = False) -> LaunchError:
         return LaunchError(f"{given}: b200c kernels have no dropout; drop the argument for dropout_p=0 (for "
                            "dropout_p > 0 use flash_attn_varlen_func)")
     if name in _SDPA_NAMES:
+        drop_in = "" if varlen else " (or call b200c.scaled_dot_product_attention, the SDPA drop-in)"
         return LaunchError(f"{given}: that is torch SDPA's name; {fname} takes flash_attn_func's: "
-                           f"{_SDPA_NAMES[name]}=" + ("" if varlen else
-                                                      " (or call b200c.scaled_dot_product_attention, the SDPA drop-in)"))
+                           f"{_SDPA_NAMES[name]}={drop_in}")
     if name in _FA_MOD_NAMES:
         return LaunchError(f"{given}: {fname} takes it as a score_mod: {_FA_MOD_NAMES[name]}")
     if name in ("attn_mask", "dropout_p", "enable_gqa"):
@@ -684,12 +680,8 @@ def _unexpected_keyword(kwargs: dict, varlen: bool = False) -> LaunchError:
                    "enable_gqa": "; here GQA needs no flag (k and v with fewer heads than q)"}[name]
         return LaunchError(f"{given}: {name} is an argument of the SDPA drop-in, "
                            f"b200c.scaled_dot_product_attention{instead}")
-    fn = attention_varlen if varlen else attention
-    positional = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "kwargs")
-    names = [p for p in inspect.signature(fn).parameters if p not in positional]
-    close = difflib.get_close_matches(name, names, n=1)
-    hint = f"did you mean {close[0]}=?" if close else f"its keyword arguments: {', '.join(names)}"
-    return LaunchError(f"{given}: {fname} takes no argument {name!r}; {hint}")
+    return no_such_keyword(fname, attention_varlen if varlen else attention, name, given,
+                           ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"))
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule=None,

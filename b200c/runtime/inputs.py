@@ -326,3 +326,23 @@ def flag_value(name: str, value) -> bool:
     if type(value).__name__ == "bool_" or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
     raise LaunchError(f"{name}={value!r} ({type(value).__name__}) must be True or False")
+
+
+def keyword_given(fname: str, name: str, value) -> str:
+    """The start of the error of a keyword ``fname`` does not take: ``"fname() got name=value"`` (a value whose
+    repr is longer than 40 characters: its type instead)."""
+    shown = repr(value) if len(repr(value)) <= 40 else f"<{type(value).__name__}>"
+    return f"{fname}() got {name}={shown}"
+
+
+def no_such_keyword(fname: str, fn, name: str, given: str, positional: tuple) -> LaunchError:
+    """The error of a keyword ``name`` that ``fn`` (called ``fname`` in messages) does not take and that has no
+    explanation of its own: the closest of ``fn``'s keyword parameters (those not in ``positional``), or all of
+    them."""
+    import difflib
+    import inspect
+
+    names = [p for p in inspect.signature(fn).parameters if p not in positional + ("kwargs",)]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f"did you mean {close[0]}=?" if close else f"its keyword arguments: {', '.join(names)}"
+    return LaunchError(f"{given}: {fname} takes no argument {name!r}; {hint}")

@@ -15,7 +15,7 @@ import functools
 import torch
 
 from ..errors import LaunchError
-from .inputs import flag_value
+from .inputs import flag_value, keyword_given, no_such_keyword
 
 _Tensor = torch.Tensor
 
@@ -320,19 +320,11 @@ def _unexpected_keyword(kwargs: dict) -> LaunchError:
     """The error of a call to :func:`attention_with_kvcache` with a keyword it does not take (the first of
     ``kwargs``): flash_attn_with_kvcache's names, its keywords without a counterpart here, or a misspelling
     (with the closest name)."""
-    import difflib
-    import inspect
-
     name, value = next(iter(kwargs.items()))
-    given = f"attention_with_kvcache() got {name}={value!r}" if len(repr(value)) <= 40 else \
-        f"attention_with_kvcache() got {name}=<{type(value).__name__}>"
+    given = keyword_given("attention_with_kvcache", name, value)
     if name in _FA_ONLY:
         return LaunchError(f"{given}: {_FA_ONLY[name]}")
-    names = [p for p in inspect.signature(attention_with_kvcache).parameters
-             if p not in ("q", "k_cache", "v_cache", "kwargs")]
-    close = difflib.get_close_matches(name, names, n=1)
-    hint = f"did you mean {close[0]}=?" if close else f"its keyword arguments: {', '.join(names)}"
-    return LaunchError(f"{given}: attention_with_kvcache takes no argument {name!r}; {hint}")
+    return no_such_keyword("attention_with_kvcache", attention_with_kvcache, name, given, ("q", "k_cache", "v_cache"))
 
 
 def _attend(q, k_cache, v_cache, k, v, lengths, block_table, base: str, scale, target: str, causal: bool,
