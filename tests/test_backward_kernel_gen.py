@@ -624,3 +624,36 @@ def test_attention_backward_is_public_and_takes_a_schedule_file(tmp_path):
             b200c.attention(q, k, v, schedule=b200c.default_backward_schedule(128), target="sm90a")
         with pytest.raises(b200c.ScheduleError, match=r"attention_backward\(q, k, v, out, dout, lse, schedule=path\)"):
             b200c.attention(q, k, v, schedule=str(path), target="sm90a")
+
+
+def test_attention_backward_runs_a_schedule_file_once(tmp_path, monkeypatch):
+    """attention_backward(schedule=path) ran the file on every call (a training loop's every step); it is
+    now loaded once, and again only after an edit, like b200c.attention(schedule=path)."""
+    import os
+
+    import torch
+
+    from b200c.runtime import api, fake_driver
+
+    f = tmp_path / "my_bwd.py"
+    f.write_text("import b200c\nschedule = b200c.default_backward_schedule(128).replace(name='mine')\n")
+    old = os.stat(f).st_mtime_ns - 10 * 10**9  # well in the past: no content hashing either
+    os.utime(f, ns=(old, old))
+    b, h, s, d = 1, 2, 64, 128
+    q, k, v, out, dout = (torch.randn(b, h, s, d).to(torch.bfloat16) for _ in range(5))
+    lse = torch.randn(b, h, s)
+    runs = []
+    real = api._load_backward
+    monkeypatch.setattr(api, "_load_backward", lambda p: runs.append(p) or real(p))
+    with fake_driver.install(target="sm90a") as fd:
+        for _ in range(3):
+            b200c.attention_backward(q, k, v, out, dout, lse, schedule=str(f))
+        assert len(runs) == 1 and len(fd.launches) == 9
+        f.write_text("import b200c\nschedule = b200c.default_backward_schedule(128).replace(name='mine', "
+                     "dq_reduction='deterministic')\n")
+        os.utime(f, ns=(old + 10**9, old + 10**9))
+        b200c.attention_backward(q, k, v, out, dout, lse, schedule=str(f))
+        assert len(runs) == 2
+    assert api.backward_schedule_of_file(str(f)).dq_reduction == "deterministic"
+    with pytest.raises(b200c.ScheduleError, match="defines a Schedule"):
+        api.backward_schedule_of_file(Path(__file__).resolve().parents[1] / "examples" / "07_compute_pipeline.py")

@@ -79,7 +79,7 @@ class _FileEntry:
         self.gen = -1
 
 
-_files: dict[str, _FileEntry] = {}
+_files: dict[tuple[str, bool], _FileEntry] = {}  # (path as given, backward) -> the loaded file
 
 
 def _sig(st) -> tuple:
@@ -96,8 +96,10 @@ def _digest(path: str) -> bytes | None:
         return None
 
 
-def _json_of_file(path: str) -> str:
+def _json_of_file(path: str, backward: bool = False) -> str:
     """Validated JSON of a schedule file, reloaded when it or any file it was built from changes.
+    ``backward``: the file's ``schedule`` is a :class:`b200c.BackwardSchedule` (the JSON is its
+    ``to_json()``), else a :class:`b200c.Schedule`.
 
     A cached file is verified by stat'ing the file (by the path as given: no
     resolve) and the files it was built from (see
@@ -111,18 +113,19 @@ def _json_of_file(path: str) -> str:
     one poll of the event queue instead of the stats.
 
     Raises:
-        ScheduleError: the file is missing, invalid or its schedule infeasible.
+        ScheduleError: the file is missing, invalid or its schedule infeasible; with ``backward``, its
+            ``schedule`` is not a BackwardSchedule.
     """
-    e = _files.get(path)
+    e = _files.get((path, backward))
     if e is not None:
         w = e.watcher
         if w is not None and w is _watch.current and w.quiet(e.gen) and (e.cwd is None or os.getcwd() == e.cwd):
             return e.json
-        return _verify_file(path, e)
-    return _load_file(path)
+        return _verify_file(path, e, backward)
+    return _load_file(path, backward)
 
 
-def _verify_file(path: str, e: _FileEntry) -> str:
+def _verify_file(path: str, e: _FileEntry, backward: bool = False) -> str:
     w = _watch.watcher()
     if e.tried is not w:  # first check after the load, or a forked child's new queue
         e.tried = w
@@ -145,16 +148,20 @@ def _verify_file(path: str, e: _FileEntry) -> str:
     if fresh:
         e.gen = gen if e.racy_until is None else -1  # while racy, every call compares the contents
         return e.json
-    return _load_file(path)
+    return _load_file(path, backward)
 
 
-def _load_file(path: str) -> str:
+def _load_file(path: str, backward: bool = False) -> str:
     from ..dsl import load_with_dependencies
 
-    _files.pop(path, None)
+    _files.pop((path, backward), None)
     t_read = time.time()
-    schedule, deps = load_with_dependencies(path)  # raises ScheduleError for a missing path
-    text = _validated_json(schedule.to_json())
+    if backward:
+        schedule, deps = _load_backward(path)
+        text = schedule.to_json()
+    else:
+        schedule, deps = load_with_dependencies(path)  # raises ScheduleError for a missing path
+        text = _validated_json(schedule.to_json())
     try:
         main = os.stat(path)
     except OSError:
@@ -172,9 +179,44 @@ def _load_file(path: str) -> str:
     # the path as given (its folders and links; a relative one from the working folder) and the real files
     cwd = None if os.path.isabs(path) else os.getcwd()
     watched = tuple(dict.fromkeys([os.path.join(cwd, path) if cwd else path] + files))
-    _files[path] = _FileEntry(_sig(main), tuple((d, s) for d, s in sigs.items() if d != main_path), text,
+    _files[(path, backward)] = _FileEntry(_sig(main), tuple((d, s) for d, s in sigs.items() if d != main_path), text,
                               newest + _RACY_S if racy else None, digests, watched, cwd)
     return text
+
+
+def _load_backward(path: str):
+    """(BackwardSchedule, files) of a backward schedule file (see :func:`b200c.dsl.load_with_dependencies`).
+
+    Raises:
+        ScheduleError: as :func:`b200c.load_schedule_file`; the file's ``schedule`` is not a BackwardSchedule.
+    """
+    from ..dsl.backward_schedule import BackwardSchedule
+    from ..dsl.loader import load_compile_input
+
+    schedule, deps = load_compile_input(path)
+    if not isinstance(schedule, BackwardSchedule):
+        raise ScheduleError(f"attention_backward: schedule must be a b200c.BackwardSchedule or the path of a file "
+                            f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one); schedule "
+                            f"file {path!r} defines a {type(schedule).__name__} (a forward schedule: b200c.attention's)")
+    return schedule.validate(), deps
+
+
+@functools.lru_cache(maxsize=64)
+def _backward_of_json(text: str):
+    from ..dsl.backward_schedule import BackwardSchedule
+
+    return BackwardSchedule.from_json(text)
+
+
+def backward_schedule_of_file(path) -> "object":
+    """The :class:`b200c.BackwardSchedule` a backward schedule file defines, loaded once and reloaded
+    when the file or any file it was built from changes (as ``b200c.attention(schedule=path)`` does for
+    forward schedule files: see :func:`_json_of_file`).
+
+    Raises:
+        ScheduleError: the file is missing or invalid, or its ``schedule`` is not a BackwardSchedule.
+    """
+    return _backward_of_json(_json_of_file(os.fspath(path), backward=True))
 
 
 def _schedule_json(schedule, target: str = "auto") -> str:

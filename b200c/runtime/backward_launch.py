@@ -291,7 +291,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         causal: causal mask aligned to the bottom-right corner (as the forward).
         scale: softmax scale (default 1/sqrt(D)).
         schedule: a BackwardSchedule, or the path of a schedule file whose ``schedule`` is one (default
-            ``default_backward_schedule(D)``).
+            ``default_backward_schedule(D)``); a file is run once and again only when it or a file it
+            was built from changes, as ``b200c.attention(schedule=path)`` does.
         deterministic: add the K/V tiles' dQ parts in K/V tile order (``dq_reduction="deterministic"``:
             bit-equal gradients from run to run, the dQ additions of a Q tile serialised); None: when
             ``torch.are_deterministic_algorithms_enabled()``; False: the schedule's own reduction.
@@ -335,21 +336,18 @@ def _schedule_for(q, schedule, deterministic):
         if d not in (64, 128, 256):
             raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
         schedule = default_backward_schedule(int(d))
-    path = None
     if isinstance(schedule, (str, os.PathLike)):  # a schedule file whose 'schedule' is a BackwardSchedule
-        from ..dsl.loader import load_compile_input
+        from .api import backward_schedule_of_file
 
-        path = os.fspath(schedule)
-        schedule = load_compile_input(path)[0]
+        schedule = backward_schedule_of_file(schedule)  # loaded once, reloaded when its files change
     from ..dsl.backward_schedule import BackwardSchedule
 
     if not isinstance(schedule, BackwardSchedule):
         from ..errors import ScheduleError
 
-        got = (f"schedule file {path!r} defines a {type(schedule).__name__} (a forward schedule: b200c.attention's)"
-               if path is not None else f"got {type(schedule).__name__}")
         raise ScheduleError(f"attention_backward: schedule must be a b200c.BackwardSchedule or the path of a file "
-                            f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one); {got}")
+                            f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one); "
+                            f"got {type(schedule).__name__}")
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     if deterministic and schedule.dq_reduction != "deterministic":
