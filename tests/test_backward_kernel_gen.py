@@ -633,7 +633,7 @@ def test_attention_backward_runs_a_schedule_file_once(tmp_path, monkeypatch):
 
     import torch
 
-    from b200c.runtime import api, fake_driver
+    from b200c.runtime import fake_driver, schedule_files
 
     f = tmp_path / "my_bwd.py"
     f.write_text("import b200c\nschedule = b200c.default_backward_schedule(128).replace(name='mine')\n")
@@ -643,8 +643,8 @@ def test_attention_backward_runs_a_schedule_file_once(tmp_path, monkeypatch):
     q, k, v, out, dout = (torch.randn(b, h, s, d).to(torch.bfloat16) for _ in range(5))
     lse = torch.randn(b, h, s)
     runs = []
-    real = api._load_backward
-    monkeypatch.setattr(api, "_load_backward", lambda p: runs.append(p) or real(p))
+    real = schedule_files._load_backward
+    monkeypatch.setattr(schedule_files, "_load_backward", lambda p: runs.append(p) or real(p))
     with fake_driver.install(target="sm90a") as fd:
         for _ in range(3):
             b200c.attention_backward(q, k, v, out, dout, lse, schedule=str(f))
@@ -654,6 +654,6 @@ def test_attention_backward_runs_a_schedule_file_once(tmp_path, monkeypatch):
         os.utime(f, ns=(old + 10**9, old + 10**9))
         b200c.attention_backward(q, k, v, out, dout, lse, schedule=str(f))
         assert len(runs) == 2
-    assert api.backward_schedule_of_file(str(f)).dq_reduction == "deterministic"
+    assert schedule_files.backward_schedule_of_file(str(f)).dq_reduction == "deterministic"
     with pytest.raises(b200c.ScheduleError, match="defines a Schedule"):
-        api.backward_schedule_of_file(Path(__file__).resolve().parents[1] / "examples" / "07_compute_pipeline.py")
+        schedule_files.backward_schedule_of_file(Path(__file__).resolve().parents[1] / "examples" / "07_compute_pipeline.py")

@@ -181,8 +181,10 @@ def test_unchanged_files_are_not_run_again(base_derived, monkeypatch):
     for p in base_derived:
         bump(p, -10 * 10**9)  # well in the past: no content hashing either
     api._schedule_json(str(derived))
-    monkeypatch.setattr(api, "_load_file", lambda *a: pytest.fail("loaded again"))
-    monkeypatch.setattr(api, "_digest", lambda path: pytest.fail("hashed"))
+    from b200c.runtime import schedule_files
+
+    monkeypatch.setattr(schedule_files, "_load_file", lambda *a: pytest.fail("loaded again"))
+    monkeypatch.setattr(schedule_files, "_digest", lambda path: pytest.fail("hashed"))
     api._schedule_json(str(derived))
     api._schedule_json(str(derived))
 

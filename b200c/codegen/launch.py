@@ -30,6 +30,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from .signature import ATTENTION_PARAMS, KERNEL_NAME  # noqa: F401 (KERNEL_NAME re-exported)
+from .work import WorkDecomposition
 
 EMULATOR_THREADS = 32  # the emulation target's extra MMA-engine warp
 
@@ -104,8 +105,6 @@ class LaunchInfo:
 
     def work(self):
         """The kernel's :class:`~b200c.codegen.work.WorkDecomposition` (its Python model)."""
-        from .work import WorkDecomposition
-
         return WorkDecomposition(self.block_m, self.block_n, self.q_stages, serpentine=self.serpentine,
                                  split_kv=self.split_kv)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from collections.abc import Hashable
 
 import torch
@@ -23,7 +22,7 @@ import torch
 from ..dsl import Schedule
 from ..errors import BuildError, LaunchError, ScheduleError, TargetError
 from . import launcher, op  # op: registers torch.ops.b200c.attention
-from . import watch as _watch
+from .schedule_files import _json_of_file, _json_of_schedule, _validated_json
 from .inputs import check_tensor_types, flag_value, keyword_given, no_such_keyword, softmax_scale_value
 from .varlen import seqlen_value
 
@@ -33,190 +32,6 @@ _Tensor = torch.Tensor
 
 
 # ---- schedule identity ------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=512)
-def _validated_json(schedule_json: str) -> str:
-    """``schedule_json`` after its knobs and hardware budgets were checked (``b200c.plan``
-    for the target the schedule is written for, see :func:`b200c.codegen.targets.schedule_target`;
-    cached, failures are not)."""
-    from ..codegen import make_plan
-    from ..codegen.targets import schedule_target
-
-    s = Schedule.from_json(schedule_json)
-    make_plan(s, schedule_target(s))
-    return schedule_json
-
-
-def _json_of_schedule(schedule) -> str:
-    """Validated JSON of a Schedule object: its canonical JSON (computed when the immutable
-    Schedule was made), checked once per distinct text."""
-    text = schedule._json
-    if text is None:  # a knob that JSON cannot hold: validate() names it
-        schedule.validate()
-        text = schedule.to_json()
-    return _validated_json(text)
-
-
-_RACY_S = 2.0  # a file modified this close to when it was read may change again without a new mtime
-
-
-class _FileEntry:
-    """A loaded schedule file: its JSON, what its files looked like when read, and its watch state
-    (``watcher``: the :class:`~b200c.runtime.watch.Watcher` holding watches on ``files``, None
-    when they cannot be watched; ``gen``: its generation when the files were last verified;
-    ``cwd``: for a relative path, the working folder it was resolved in: the watches answer for
-    that folder only, so the fast path also compares ``os.getcwd()``)."""
-
-    __slots__ = ("sig", "deps", "json", "racy_until", "digests", "files", "watcher", "tried", "gen", "cwd")
-
-    def __init__(self, sig, deps, json, racy_until, digests, files, cwd=None):
-        self.sig, self.deps, self.json, self.racy_until, self.digests = sig, deps, json, racy_until, digests
-        self.files = files
-        self.cwd = cwd
-        self.watcher = None
-        self.tried = None  # the Watcher that watch() was last tried with
-        self.gen = -1
-
-
-_files: dict[tuple[str, bool], _FileEntry] = {}  # (path as given, backward) -> the loaded file
-
-
-def _sig(st) -> tuple:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _digest(path: str) -> bytes | None:
-    import hashlib
-
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).digest()
-    except OSError:
-        return None
-
-
-def _json_of_file(path: str, backward: bool = False) -> str:
-    """Validated JSON of a schedule file, reloaded when it or any file it was built from changes.
-    ``backward``: the file's ``schedule`` is a :class:`b200c.BackwardSchedule` (the JSON is its
-    ``to_json()``), else a :class:`b200c.Schedule`.
-
-    A cached file is verified by stat'ing the file (by the path as given: no
-    resolve) and the files it was built from (see
-    :func:`b200c.dsl.load_with_dependencies`); another inode, size, mtime or
-    ctime reloads. While the newest of them was modified less than 2 s before
-    it was read (an edit within one timestamp tick keeps the mtime), their
-    contents are compared by sha256 as well. Once verified, files on a local
-    file system are watched (:mod:`b200c.runtime.watch`): while no event
-    arrived since the last verification (and, for a relative path, the working
-    folder is the one it was resolved in), a call returns the cached JSON after
-    one poll of the event queue instead of the stats.
-
-    Raises:
-        ScheduleError: the file is missing, invalid or its schedule infeasible; with ``backward``, its
-            ``schedule`` is not a BackwardSchedule.
-    """
-    e = _files.get((path, backward))
-    if e is not None:
-        w = e.watcher
-        if w is not None and w is _watch.current and w.quiet(e.gen) and (e.cwd is None or os.getcwd() == e.cwd):
-            return e.json
-        return _verify_file(path, e, backward)
-    return _load_file(path, backward)
-
-
-def _verify_file(path: str, e: _FileEntry, backward: bool = False) -> str:
-    w = _watch.watcher()
-    if e.tried is not w:  # first check after the load, or a forked child's new queue
-        e.tried = w
-        e.watcher = w if w.watch(e.files) else None
-    gen = w.sync() if e.watcher is not None else -1  # events after this fail the next quiet()
-    stat = os.stat
-    try:
-        fresh = _sig(stat(path)) == e.sig
-        if fresh:
-            for d, s in e.deps:
-                if _sig(stat(d)) != s:
-                    fresh = False
-                    break
-    except OSError:
-        fresh = False
-    if fresh and e.racy_until is not None:
-        fresh = all(_digest(d) == h for d, h in e.digests)
-        if fresh and time.time() >= e.racy_until:
-            e.racy_until = None
-    if fresh:
-        e.gen = gen if e.racy_until is None else -1  # while racy, every call compares the contents
-        return e.json
-    return _load_file(path, backward)
-
-
-def _load_file(path: str, backward: bool = False) -> str:
-    from ..dsl import load_with_dependencies
-
-    _files.pop((path, backward), None)
-    t_read = time.time()
-    if backward:
-        schedule, deps = _load_backward(path)
-        text = schedule.to_json()
-    else:
-        schedule, deps = load_with_dependencies(path)  # raises ScheduleError for a missing path
-        text = _validated_json(schedule.to_json())
-    try:
-        main = os.stat(path)
-    except OSError:
-        return text  # gone already: not cached
-    sigs = {d: _sig(st) for d, st in deps}
-    main_path = os.path.realpath(path)
-    if sigs.get(main_path, _sig(main)) != _sig(main):
-        return text  # changed while it ran: not cached, the next call loads it again
-    newest = max([main.st_mtime_ns] + [st.st_mtime_ns for _, st in deps]) / 1e9
-    racy = t_read < newest + _RACY_S
-    files = [main_path] + [d for d in sigs if d != main_path]
-    digests = tuple((f, _digest(f)) for f in files) if racy else ()
-    if len(_files) >= 256:
-        _files.clear()
-    # the path as given (its folders and links; a relative one from the working folder) and the real files
-    cwd = None if os.path.isabs(path) else os.getcwd()
-    watched = tuple(dict.fromkeys([os.path.join(cwd, path) if cwd else path] + files))
-    _files[(path, backward)] = _FileEntry(_sig(main), tuple((d, s) for d, s in sigs.items() if d != main_path), text,
-                              newest + _RACY_S if racy else None, digests, watched, cwd)
-    return text
-
-
-def _load_backward(path: str):
-    """(BackwardSchedule, files) of a backward schedule file (see :func:`b200c.dsl.load_with_dependencies`).
-
-    Raises:
-        ScheduleError: as :func:`b200c.load_schedule_file`; the file's ``schedule`` is not a BackwardSchedule.
-    """
-    from ..dsl.backward_schedule import BackwardSchedule
-    from ..dsl.loader import load_compile_input
-
-    schedule, deps = load_compile_input(path)
-    if not isinstance(schedule, BackwardSchedule):
-        raise ScheduleError(f"attention_backward: schedule must be a b200c.BackwardSchedule or the path of a file "
-                            f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one); schedule "
-                            f"file {path!r} defines a {type(schedule).__name__} (a forward schedule: b200c.attention's)")
-    return schedule.validate(), deps
-
-
-@functools.lru_cache(maxsize=64)
-def _backward_of_json(text: str):
-    from ..dsl.backward_schedule import BackwardSchedule
-
-    return BackwardSchedule.from_json(text)
-
-
-def backward_schedule_of_file(path) -> "object":
-    """The :class:`b200c.BackwardSchedule` a backward schedule file defines, loaded once and reloaded
-    when the file or any file it was built from changes (as ``b200c.attention(schedule=path)`` does for
-    forward schedule files: see :func:`_json_of_file`).
-
-    Raises:
-        ScheduleError: the file is missing or invalid, or its ``schedule`` is not a BackwardSchedule.
-    """
-    return _backward_of_json(_json_of_file(os.fspath(path), backward=True))
 
 
 def _schedule_json(schedule, target: str = "auto") -> str:
@@ -241,7 +56,7 @@ def _schedule_json(schedule, target: str = "auto") -> str:
 # ---- the built-in schedule of a call ---------------------------------------------
 
 
-_defaults: dict = {}  # (device index, target, head dim, mods) -> the built-in Schedule
+_defaults: dict = {}  # (device index, target, head dim, mods, dense key length) -> the built-in Schedule
 _default_targets: dict = {}  # (device index, target) -> the target record whose presets run
 
 
@@ -263,19 +78,21 @@ def default_schedule_for(q, target="auto", mods: bool = False, seq_kv=None):
 
 
 def _default(dev: int, target, d: int, mods: bool = False, seq_kv=None):
+    key = (dev, target, d, mods, None if mods else seq_kv)  # a dense call's key length picks its K/V tiles
+    hit = _defaults.get(key)
+    if hit is not None:
+        return hit
     t = _default_targets.get((dev, target))
     if t is None:
         t = _default_target(dev, target)
         _default_targets[(dev, target)] = t
-    short = None if mods or seq_kv is None else t.short_kv_preset(d, seq_kv)
-    if short is not None:
-        return short
-    key = (dev, target, d, mods)
-    hit = _defaults.get(key)
-    if hit is not None:
-        return hit
-    s = t.default_schedule(d, mods)
-    _defaults[key] = s
+    s = None if mods or seq_kv is None else t.short_kv_preset(d, seq_kv)
+    if s is None:
+        s = t.default_schedule(d, mods)
+    if type(seq_kv) is int or seq_kv is None:  # not a SymInt or another type the next lookup may not equal
+        if len(_defaults) >= 4096:  # one entry per key length seen (a decoding loop's grows by one a step)
+            _defaults.clear()
+        _defaults[key] = s
     return s
 
 
@@ -615,16 +432,24 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
     return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse, deterministic)
 
 
+@functools.cache
+def _mods_runtime():
+    """What calls with mods use, imported on the first one (``import b200c`` stays light) and not
+    again per call (an import statement in a function costs about a microsecond each time)."""
+    from ..codegen.mods import causal_top_left
+    from . import mod_call
+    from .mod_window import window_mask
+
+    return causal_top_left, mod_call, window_mask
+
+
 @torch.compiler.disable
 def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout, target, score_mod, mask_mod,
                     sinks, window_size, prepared=None, deterministic=False):
     """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
     kernel arguments; see :mod:`b200c.runtime.mod_call`). ``prepared``: a ModCall made by the caller
     (the SDPA drop-in's attn_mask, :mod:`b200c.runtime.sdpa_mask`) instead of the functions."""
-    from ..codegen.mods import causal_top_left
-    from . import mod_call
-    from .mod_window import window_mask
-
+    causal_top_left, mod_call, window_mask = _mods_runtime()
     check_tensor_types(q, k, v)
     _check_options(target, layout)
     causal, return_lse, scale, schedule_json = _mod_call_args(q, k, v, schedule, causal, return_lse, softmax_scale,
@@ -823,10 +648,7 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod, sinks,
                            window_size=None):
     """:func:`attention_varlen` with mods (eager; see :func:`_attention_mods`)."""
-    from ..codegen.mods import causal_top_left
-    from . import mod_call
-    from .mod_window import window_mask
-
+    causal_top_left, mod_call, window_mask = _mods_runtime()
     check_tensor_types(q, k, v)
     _check_options(target, "bhsd")
     max_seqlen_q = seqlen_value("max_seqlen_q", max_seqlen_q)

@@ -337,7 +337,7 @@ def _schedule_for(q, schedule, deterministic):
             raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
         schedule = default_backward_schedule(int(d))
     if isinstance(schedule, (str, os.PathLike)):  # a schedule file whose 'schedule' is a BackwardSchedule
-        from .api import backward_schedule_of_file
+        from .schedule_files import backward_schedule_of_file
 
         schedule = backward_schedule_of_file(schedule)  # loaded once, reloaded when its files change
     from ..dsl.backward_schedule import BackwardSchedule

@@ -15,6 +15,7 @@ import functools
 import torch
 
 from ..errors import LaunchError
+from . import api, launcher
 from .inputs import flag_value, keyword_given, no_such_keyword
 
 _Tensor = torch.Tensor
@@ -155,8 +156,6 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     them with TMA boxes of ``gcd(block_n, page_size)`` rows (one box per page run of a tile when the page
     holds a tile; several small boxes, a gather, when it does not).
     """
-    from . import api
-
     if kwargs:
         return_lse = _flash_attn_keywords(kwargs, return_lse)
     if not isinstance(q, _Tensor):
@@ -331,8 +330,6 @@ def _attend(q, k_cache, v_cache, k, v, lengths, block_table, base: str, scale, t
             return_lse: bool, num_splits: int):
     """The checked call of :func:`attention_with_kvcache` (and the real impl of its custom op): append the new
     tokens, then one split-KV launch. Returns ``(out, lse or None)``."""
-    from . import launcher
-
     s_q = q.shape[1]
     s_new = 0
     if k is not None:
@@ -427,8 +424,6 @@ def _run_paged(token, target, q, k_cache, v_cache, block_table, used, scale, cau
     """A paged KV cache through the launch-entry cache: the kernel's K/V tensor maps are the caches
     (num_blocks, page_size, H_kv, D) themselves (a block is the batch coordinate), with boxes of
     ``gcd(block_n, page_size)`` rows, each inside one page; the table is read by the load warp."""
-    from . import launcher
-
     key = ("paged", token, target, causal, return_lse, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
            q.shape, k_cache.shape, v_cache.shape, q.stride(), k_cache.stride(), v_cache.stride(),
            tuple(block_table.shape), q.get_device())

@@ -24,7 +24,10 @@ from collections import OrderedDict
 
 import torch
 
+from ..codegen.mods import SMALL_INDEX, kv_indexed_dims
+from ..codegen.mods import light as _light_of
 from ..errors import LaunchError
+from . import block_mask, mask_ranges
 
 _TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "i32": torch.int32,
                  "i64": torch.int64, "bool": torch.bool}
@@ -71,8 +74,6 @@ class ModCall:
         :attr:`~b200c.dsl.mod_records.CapturedTensor.unit_dims`: the dimensions the score_mod indexes by
         key that this tensor has with stride 1 (its keys are read at constant offsets from one address per
         tile)."""
-        from ..codegen.mods import SMALL_INDEX, kv_indexed_dims
-
         small = not self.mods.small_indices and all(0 <= int(s) < SMALL_INDEX for s in sizes)
         dims = _memo(_kv_dims_of, self.mods_json, lambda: kv_indexed_dims(self.mods))
         caps = self.mods.captured
@@ -96,9 +97,7 @@ class ModCall:
     def light(self) -> bool:
         """:func:`b200c.codegen.mods.light` of :attr:`mods` (whether the built-in schedule keeps the dense
         K/V tiles), computed once per ModSet."""
-        from ..codegen.mods import light
-
-        return _memo(_light, self.mods_json, lambda: light(self.mods))
+        return _memo(_light, self.mods_json, lambda: _light_of(self.mods))
 
     def check(self, q, heads: int) -> None:
         """The captured tensors and the sinks are usable with query ``q`` (H = ``heads``).
@@ -132,9 +131,6 @@ class ModCall:
 
     def ranges(self, entry, causal: bool, cu_seqlens=None, check_seqlens: bool = True) -> torch.Tensor:
         """The block mask of this call (:func:`b200c.runtime.block_mask.kv_ranges`), cached."""
-        from . import mask_ranges
-        from .block_mask import _CACHE, cached_kv_ranges, check_mask_tensor, kv_ranges, tensor_ranges
-
         p = entry.problem
         info = entry.lk.built.launch
         work = info.work()
@@ -149,16 +145,16 @@ class ModCall:
 
         def compute():
             if self.mask_tensor is not None and cu_seqlens is None and not causal:
-                check_mask_tensor(self.mask_tensor, (p.batch, p.heads, p.seq_q, p.seq_kv))
+                block_mask.check_mask_tensor(self.mask_tensor, (p.batch, p.heads, p.seq_q, p.seq_kv))
                 if (work.num_work(p.batch, p.heads, p.seq_q, entry.pack_heads) > 0
                         and mask_ranges.usable(entry.lk, work, p.seq_kv, device)):  # one launch
                     ranges = mask_ranges.launch(entry.lk, self.mask_tensor, work, batch=p.batch, heads=p.heads,
                                                 seq_q=p.seq_q, seq_kv=p.seq_kv, pack_heads=entry.pack_heads)
                 else:
-                    ranges = tensor_ranges(self.mask_tensor, work, batch=p.batch, heads=p.heads, seq_q=p.seq_q,
+                    ranges = block_mask.tensor_ranges(self.mask_tensor, work, batch=p.batch, heads=p.heads, seq_q=p.seq_q,
                                            seq_kv=p.seq_kv, pack_heads=entry.pack_heads)
             else:
-                ranges = kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv,
+                ranges = block_mask.kv_ranges(self.mask_fn, work, batch=p.batch, heads=p.heads, heads_kv=p.heads_kv,
                                    seq_q=p.seq_q, seq_kv=p.seq_kv, causal=causal, pack_heads=entry.pack_heads,
                                    cu_seqlens_q=None if cu_seqlens is None else cu_seqlens[0],
                                    cu_seqlens_k=None if cu_seqlens is None else cu_seqlens[1], device=device,
@@ -185,10 +181,10 @@ class ModCall:
         seqs = None if cu_seqlens is None else tuple((t.data_ptr(), t._version) for t in cu_seqlens)
         key = (self.mods_json, caps, seqs, work.block_m, work.block_n, work.q_stages, p.batch, p.heads, p.heads_kv,
                p.seq_q, p.seq_kv, causal, entry.pack_heads, str(device))
-        ranges, kept, made_on, done = cached_kv_ranges(key, compute)
+        ranges, kept, made_on, done = block_mask.cached_kv_ranges(key, compute)
         if any(a() is not b for a, b in zip(kept, owners)):  # other tensors at the same addresses: compute again
             hit = compute()
-            _CACHE.put(key, hit)
+            block_mask._CACHE.put(key, hit)
             ranges, kept, made_on, done = hit
         if cuda and made_on != stream:  # computed on another stream: wait for it, and keep it alive for this one
             stream.wait_event(done)

@@ -30,6 +30,9 @@ import threading
 
 import torch
 
+from ..dsl import mods as dsl_mods
+from .mod_call import ModCall
+
 _patterns: dict = {}  # (dtype, broadcast dims) -> (ModSet, mask_uses, its JSON)
 _lock = threading.Lock()
 
@@ -79,9 +82,6 @@ def _functions(m, sizes):
 def mod_call_of_mask(attn_mask):
     """The :class:`~b200c.runtime.mod_call.ModCall` of an SDPA ``attn_mask`` (checked by
     :func:`mask_problem`): the pattern's traced ModSet (cached) with this mask as its captured tensor."""
-    from ..dsl.mods import trace_mods, uses
-    from .mod_call import ModCall
-
     m = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)) if attn_mask.dim() < 4 else attn_mask
     sizes = tuple(m.shape)
     score_mod, mask_mod = _functions(m, sizes)
@@ -89,8 +89,8 @@ def mod_call_of_mask(attn_mask):
     with _lock:
         hit = _patterns.get(key)
     if hit is None:
-        mods, _ = trace_mods(score_mod=score_mod, mask_mod=mask_mod)
-        hit = (mods, uses(mods.mask_mod) if mods.mask_mod is not None else frozenset(), mods.to_json())
+        mods, _ = dsl_mods.trace_mods(score_mod=score_mod, mask_mod=mask_mod)
+        hit = (mods, dsl_mods.uses(mods.mask_mod) if mods.mask_mod is not None else frozenset(), mods.to_json())
         with _lock:
             _patterns[key] = hit
     return ModCall(hit[0], (m,), None, mask_mod, hit[1], hit[2], m if m.dtype == torch.bool else None)
