@@ -91,9 +91,11 @@ def default_schedule(head_dim: int, target: str = "sm100a", mods=False, seq_kv=N
     return resolve(target).default_schedule(head_dim, mods, seq_kv)
 
 
-def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_mod=None, mask_mod=None) -> str:
+def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_mod=None, mask_mod=None,
+                  sinks=None, window_size=None) -> str:
     """The CUDA source of the kernel ``b200c.attention(q, k, v, schedule=schedule, score_mod=score_mod,
-    mask_mod=mask_mod)`` runs for inputs of head dim ``head_dim`` on ``target``, without a GPU.
+    mask_mod=mask_mod, sinks=sinks, window_size=window_size)`` runs for inputs of head dim ``head_dim`` on
+    ``target``, without a GPU.
 
     Args:
         head_dim: D of the inputs: 64, 128 or 256.
@@ -104,12 +106,17 @@ def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_
             The kernel is the one of calls whose B, H and sequence lengths are below 2^21 (nearly every
             call: their index math is specialised) and whose captured tensors have the strides the
             functions see here.
+        sinks: None, or the per-head sink logits a call passes (a 1-D floating tensor; only whether there
+            are sinks changes the kernel, not their values).
+        window_size: None, or ``(left, right)`` as :func:`b200c.attention` takes it (ints >= -1; the
+            bounds are a kernel argument, so every window with the same bounded sides is one kernel).
 
     Returns:
         str: the generated CUDA source.
 
     Raises:
         ScheduleError: a function cannot be traced, an unsupported head dim, an invalid schedule.
+        LaunchError: ``sinks`` is not a 1-D floating tensor; ``window_size`` is not a pair of ints >= -1.
         ResourceError, TargetError: as :func:`generate`.
     """
     import msgspec
@@ -118,11 +125,14 @@ def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_
     from .dsl.loader import load_schedule_file as _load
 
     mods = None
-    if score_mod is not None or mask_mod is not None:
-        from .dsl.mods import trace_mods
+    if window_size is not None:  # the call's window is a mask_mod over a (B, 2) bounds tensor
+        from .runtime.mod_window import window_mask
 
-        mods, _ = trace_mods(score_mod=score_mod, mask_mod=mask_mod)
-        mods = msgspec.structs.replace(mods, small_indices=True)
+        mask_mod = window_mask(window_size, 1, 1, "cpu", mask_mod)
+    if score_mod is not None or mask_mod is not None or sinks is not None:
+        from .runtime.mod_call import prepare
+
+        mods = msgspec.structs.replace(prepare(score_mod, mask_mod, sinks).mods, small_indices=True)
     if schedule is None:
         schedule = default_schedule(head_dim, target, mods=mods if mods is not None else False)
     else:

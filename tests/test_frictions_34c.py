@@ -102,3 +102,34 @@ def test_kernel_source_is_the_kernel_a_call_with_those_mods_loads():
     assert r.returncode == 0 and "hopper_mods_d128" in r.stdout and "abs(q_idx - kv_idx) <= 128" in r.stdout, r.stderr
     r = _cli("compile", "default", "--emit", "cubin")
     assert r.returncode == 2 and "plan, IR or CUDA" in r.stderr
+
+
+def test_kernel_source_takes_the_window_and_sinks_of_a_call():
+    """kernel_source had no window_size or sinks (seen in a reread): the kernels of such calls could not be
+    printed without a GPU. Each is the kernel the call loads (the stand-in driver records it)."""
+    import b200c
+    import b200c.mods as mods
+    from b200c.runtime import fake_driver, op
+
+    sinks = torch.zeros(16)
+    cases = ((128, dict(window_size=(1023, 0)), dict(causal=True)), (64, dict(window_size=(-1, 64)), {}),
+             (128, dict(sinks=sinks), {}), (128, dict(sinks=sinks, window_size=(127, 0)), {}),
+             (128, dict(window_size=(255, 255), mask_mod=mods.document(torch.zeros(512, dtype=torch.int32))), {}))
+    sources = []
+    for d, kw, extra in cases:
+        with fake_driver.install(target="sm90a"):
+            loaded = []
+            load = op.kernel_for_generated
+            op.kernel_for_generated = lambda g, *a: loaded.append(g.source) or load(g, *a)
+            try:
+                q = torch.randn(1, 16, 512, d, dtype=torch.bfloat16)
+                b200c.attention(q, q, q, target="sm90a", **kw, **extra)
+            finally:
+                op.kernel_for_generated = load
+        src = b200c.kernel_source(d, "sm90a", **kw)
+        assert loaded and loaded[-1] == src, (d, kw)
+        sources.append(src)
+    assert len(set(sources)) == len(sources)  # each case is its own kernel: the keywords were not ignored
+    assert b200c.kernel_source(128, "sm90a", window_size=(-1, -1)) == b200c.kernel_source(128, "sm90a")
+    with pytest.raises(b200c.LaunchError, match="window_size must be a pair"):
+        b200c.kernel_source(128, "sm90a", window_size=5)
