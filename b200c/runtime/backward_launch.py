@@ -21,6 +21,7 @@ import torch
 
 from ..errors import BackwardNotSupportedError, LaunchError
 from . import driver
+from .inputs import flag_value, softmax_scale_value
 from .params import ParamBlock
 
 _lock = threading.Lock()
@@ -269,8 +270,8 @@ def _check_inputs(q, k, v, out, dout, lse, layout) -> tuple:
     if d != layout.head_dim:
         raise BackwardNotSupportedError(f"attention_backward: head dim {d}; this module is built for "
                                         f"{layout.head_dim}")
-    if sq < 1 or skv < 1:
-        raise LaunchError(f"attention_backward: S_q = {sq} and S_kv = {skv} must be >= 1")
+    if min(b, h, sq, skv) < 0:
+        raise LaunchError(f"attention_backward: B = {b}, H = {h}, S_q = {sq}, S_kv = {skv} must be >= 0")
     if lse.dtype != torch.float32 or tuple(lse.shape) != (b, h, sq):
         raise LaunchError(f"attention_backward: lse must be FP32 (B, H, S_q) = {(b, h, sq)}, got {lse.dtype} "
                          f"{tuple(lse.shape)}")
@@ -288,30 +289,40 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         dout: the gradient of the loss with respect to ``out``, as q.
         lse: (B, H, S_q) FP32, the forward's log-sum-exp per row in natural-log units (-inf: a row that
             saw no key; its dQ is 0).
-        causal: causal mask aligned to the bottom-right corner (as the forward).
-        scale: softmax scale (default 1/sqrt(D)).
+        causal: causal mask aligned to the bottom-right corner (as the forward); True or False.
+        scale: softmax scale (default 1/sqrt(D)); the forward's rules (a real number >= 0, not so large that
+            scale * log2(e) overflows FP32).
         schedule: a BackwardSchedule, or the path of a schedule file whose ``schedule`` is one (default
-            ``default_backward_schedule(D)``); a file is run once and again only when it or a file it
+            ``default_backward_schedule(D)``); its ``head_dim`` is set to the inputs' D; a file is run once and again only when it or a file it
             was built from changes, as ``b200c.attention(schedule=path)`` does.
         deterministic: add the K/V tiles' dQ parts in K/V tile order (``dq_reduction="deterministic"``:
             bit-equal gradients from run to run, the dQ additions of a Q tile serialised); None: when
             ``torch.are_deterministic_algorithms_enabled()``; False: the schedule's own reduction.
 
     Returns:
-        ``(dq, dk, dv)`` BF16 contiguous tensors of q's, k's and v's shapes.
+        ``(dq, dk, dv)`` BF16 contiguous tensors of q's, k's and v's shapes (zeros when B, H, S_q or S_kv
+        is 0: nothing launches).
 
     Raises:
-        LaunchError: bad shapes, dtypes or strides.
+        LaunchError: bad shapes, dtypes or strides; ``causal`` / ``deterministic`` not a bool, a bad ``scale``;
+            a head dim other than 64, 128 or 256.
         ScheduleError: ``schedule`` is not a BackwardSchedule (or a file defining one), or is invalid.
         BackwardNotSupportedError: not a compute capability 9.0 device, or a head dim or schedule the
             generated kernels do not cover yet.
         BuildError: nvcc failed; LaunchError: a driver call failed.
     """
+    causal = flag_value("causal", causal)
+    scale = softmax_scale_value(scale)
+    if deterministic is not None:
+        deterministic = flag_value("deterministic", deterministic)
     schedule = _schedule_for(q, schedule, deterministic)
     gen = _generated(schedule.to_json())
     lay = gen.layout
     q, k, v, out, dout = (_tma_ready(t) for t in (q, k, v, out, dout))
     b, h, hk, sq, skv, d = _check_inputs(q, k, v, out, dout, lse, lay)
+    if not (b and h and sq and skv):  # nothing to differentiate through: every gradient is 0 (the forward's out is 0)
+        return (torch.zeros_like(q, memory_format=torch.contiguous_format),
+                torch.zeros(k.shape, dtype=k.dtype, device=q.device), torch.zeros(v.shape, dtype=v.dtype, device=q.device))
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
@@ -331,11 +342,12 @@ def _schedule_for(q, schedule, deterministic):
             f"b200c's backward kernels run on sm_90a (H100 / H200, compute capability 9.0), not on {where}; the "
             "sm100a backward is not built yet: compute this gradient with torch.nn.functional."
             "scaled_dot_product_attention")
+    d = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() > 0 else None
+    if d not in (64, 128, 256):
+        raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
+    d = int(d)
     if schedule is None:
-        d = q.shape[-1] if isinstance(q, torch.Tensor) else None
-        if d not in (64, 128, 256):
-            raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
-        schedule = default_backward_schedule(int(d))
+        schedule = default_backward_schedule(d)
     if isinstance(schedule, (str, os.PathLike)):  # a schedule file whose 'schedule' is a BackwardSchedule
         from .schedule_files import backward_schedule_of_file
 
@@ -348,6 +360,8 @@ def _schedule_for(q, schedule, deterministic):
         raise ScheduleError(f"attention_backward: schedule must be a b200c.BackwardSchedule or the path of a file "
                             f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one); "
                             f"got {type(schedule).__name__}")
+    if schedule.head_dim != d:  # as the forward's schedules: b200c sets head_dim to the inputs' D
+        schedule = schedule.replace(head_dim=d)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     if deterministic and schedule.dq_reduction != "deterministic":
@@ -415,6 +429,10 @@ def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     """
     from .varlen import _capturing, check_devices, check_seqlens, validate_varlen
 
+    causal = flag_value("causal", causal)
+    scale = softmax_scale_value(scale)
+    if deterministic is not None:
+        deterministic = flag_value("deterministic", deterministic)
     schedule = _schedule_for(q, schedule, deterministic)
     p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_device=False)
     check_devices(q, k, v, cu_seqlens_q, cu_seqlens_k)

@@ -56,6 +56,8 @@ def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
 def _check_cache(q, k_cache, v_cache, block_table):
     if q.dim() != 4:
         raise LaunchError(f"q must be (B, S_q, H, D), got shape {tuple(q.shape)}")
+    if q.dtype != torch.bfloat16:
+        raise LaunchError(f"q is {q.dtype}; b200c kernels take torch.bfloat16 (q, k_cache, v_cache and the new k, v)")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, _Tensor) or t.dim() != 4:
             raise LaunchError(f"{name} must be a 4-D tensor ((B, S_max, H_kv, D), or (num_blocks, page_size, H_kv, D) "
@@ -63,7 +65,7 @@ def _check_cache(q, k_cache, v_cache, block_table):
     if k_cache.shape != v_cache.shape:
         raise LaunchError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape")
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
-        raise LaunchError(f"k_cache and v_cache must be {q.dtype} like q, got {k_cache.dtype} and {v_cache.dtype}")
+        raise LaunchError(f"k_cache and v_cache must be torch.bfloat16 like q, got {k_cache.dtype} and {v_cache.dtype}")
     if block_table is not None:
         if not isinstance(block_table, _Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
                 or block_table.shape[0] != q.shape[0]:
@@ -94,7 +96,7 @@ def _append(k_cache, v_cache, k, v, lengths, block_table):
     vf[flat] = v
 
 
-def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens, block_table=None,
+def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                            causal: bool = False, softmax_scale=None, return_lse: bool = False, schedule=None,
                            target: str = "auto", num_splits: int = 0, check_inputs: bool = True, **kwargs):
     """One attention step against a KV cache, like FlashAttention's ``flash_attn_with_kvcache``.
@@ -107,7 +109,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
             device; H a multiple of H_kv (GQA/MQA). Updated in place when ``k``/``v`` are given.
         k, v: None, or (B, S_new, H_kv, D): keys/values of the new tokens, written into the cache at
             positions ``cache_seqlens[b] .. cache_seqlens[b] + S_new - 1`` before the attention.
-        cache_seqlens: an int or a torch.int32 tensor (B,) on q's device: tokens already in each
+        cache_seqlens: required; an int or a torch.int32 tensor (B,) on q's device: tokens already in each
             sequence's cache. The call attends to the first ``cache_seqlens[b] + S_new`` keys. The
             values must leave room for the new tokens (``cache_seqlens[b] + S_new <= S_max``, or the
             pages the table names); they are read on the host only by ``check_inputs`` (below), else
@@ -158,6 +160,9 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
     """
     if kwargs:
         return_lse = _flash_attn_keywords(kwargs, return_lse)
+    if cache_seqlens is None:
+        raise LaunchError("attention_with_kvcache needs cache_seqlens= (the tokens already in each sequence's "
+                          "cache, before the new k, v): an int or a torch.int32 tensor (B,) on q's device")
     if not isinstance(q, _Tensor):
         raise LaunchError(f"q must be a torch.Tensor, got {type(q).__name__}")
     _check_no_grad(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v)
@@ -172,8 +177,13 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         if k.dim() != 4 or k.shape[0] != batch or k.shape[2:] != k_cache.shape[2:] or v.shape != k.shape:
             raise LaunchError(f"k and v must be (B={batch}, S_new, H_kv={k_cache.shape[2]}, D={k_cache.shape[3]}), "
                               f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        for name, t in (("k", k), ("v", v)):  # before anything is written into the caches
+            if t.dtype != k_cache.dtype or t.device != k_cache.device:
+                raise LaunchError(f"the new {name} is {t.dtype} on {t.device}; it is written into the caches, "
+                                  f"{k_cache.dtype} on {k_cache.device}: pass {name}.to({k_cache.device!s}, "
+                                  f"{k_cache.dtype})")
     scale = api._check_scale(softmax_scale)
-    causal, return_lse = bool(causal), bool(return_lse)
+    causal, return_lse = flag_value("causal", causal), flag_value("return_lse", return_lse)
     check_inputs = flag_value("check_inputs", check_inputs)
     s_new = 0 if k is None else k.shape[1]
     if isinstance(cache_seqlens, int) and cache_seqlens + s_new > _capacity(k_cache, block_table):
@@ -283,6 +293,17 @@ _FA_ONLY = {
 }
 
 
+# other libraries' names (torch SDPA, FlashAttention-4's CuTe interface, FlexAttention) of keywords this one has
+_OTHER_NAMES = {
+    "scale": "softmax_scale= (torch SDPA's scale)",
+    "is_causal": "causal=",
+    "page_table": "block_table= (a torch.int32 (B, max_blocks) table of page indices)",
+    "seqused_k": "cache_seqlens= (the tokens already in each sequence's cache, before the new k, v)",
+    "cache_seqlen": "cache_seqlens=",
+    "seqlens_k": "cache_seqlens=",
+}
+
+
 def _no_op(name: str, value) -> bool:
     """Whether flash_attn_with_kvcache's keyword ``name`` has the value that does nothing (its default)."""
     if name in ("rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad", "alibi_slopes"):
@@ -323,6 +344,8 @@ def _unexpected_keyword(kwargs: dict) -> LaunchError:
     given = keyword_given("attention_with_kvcache", name, value)
     if name in _FA_ONLY:
         return LaunchError(f"{given}: {_FA_ONLY[name]}")
+    if name in _OTHER_NAMES:
+        return LaunchError(f"{given}: attention_with_kvcache calls it {_OTHER_NAMES[name]}")
     return no_such_keyword("attention_with_kvcache", attention_with_kvcache, name, given, ("q", "k_cache", "v_cache"))
 
 

@@ -61,8 +61,11 @@ def _warn(key: str, message: str) -> bool:
         warnings.warn(text, FallbackWarning, stacklevel=2)
         return True
     g = frame.f_globals
+    # module_globals lets the warning show the caller's source line; only a module read from a file has one
+    # (the REPL's and `python -c`'s __main__ has a built-in loader, whose get_source raises ImportError)
     warnings.warn_explicit(text, FallbackWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=g.get("__name__", "<string>"), registry=None, module_globals=g)
+                           module=g.get("__name__", "<string>"), registry=None,
+                           module_globals=g if g.get("__file__") else None)
     return True
 
 

@@ -1,0 +1,115 @@
+"""Frictions a new-user trial of training and decoding found (2026-12-07), each with the call that showed it."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import b200c
+from b200c.errors import LaunchError
+from b200c.runtime import fake_driver
+
+BF16 = torch.bfloat16
+
+
+def test_drop_in_fallback_from_python_c_warns_instead_of_raising_import_error():
+    """The fallback's warning named the caller's module globals for its source line: in the REPL and under
+    ``python -c`` that module has a built-in loader, and showing the warning raised ImportError."""
+    code = ("import torch, b200c\nq = torch.randn(1, 2, 16, 64)\n"
+            "print(tuple(b200c.scaled_dot_product_attention(q, q, q).shape))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "(1, 2, 16, 64)" in r.stdout and "FallbackWarning" in r.stderr and "ImportError" not in r.stderr
+    r = subprocess.run([sys.executable, "-i"], input=code, capture_output=True, text=True, timeout=300)
+    assert "(1, 2, 16, 64)" in r.stdout and "ImportError" not in r.stderr, r.stderr[-2000:]
+
+
+def _bwd_inputs(d=128, s=64, skv=None):
+    q, out, dout = (torch.randn(1, 2, s, d).to(BF16) for _ in range(3))
+    k, v = (torch.randn(1, 2, s if skv is None else skv, d).to(BF16) for _ in range(2))
+    return q, k, v, out, dout, torch.randn(1, 2, s)
+
+
+@pytest.mark.parametrize("kw, match", [(dict(causal="no"), "causal='no'"), (dict(causal=2), "causal=2"),
+                                       (dict(scale=-1.0), "scale"), (dict(scale=math.nan), "scale"),
+                                       (dict(scale="0.1"), "scale"), (dict(deterministic="yes"), "deterministic")])
+def test_attention_backward_checks_its_scalars(kw, match):
+    """attention_backward took causal="no" as causal (bool of a str) and any scale; b200c.attention refuses them."""
+    with fake_driver.install(target="sm90a") as fd:
+        with pytest.raises(LaunchError, match=match):
+            b200c.attention_backward(*_bwd_inputs(), **kw)
+        with pytest.raises(LaunchError, match=match):
+            q, k, v, out, dout, lse = _bwd_inputs()
+            cu = torch.tensor([0, 64], dtype=torch.int32)
+            flat = [t[0].transpose(0, 1).contiguous() for t in (q, k, v, out, dout)]
+            b200c.attention_backward_varlen(*flat, lse[0], cu, cu, 64, 64, **kw)
+        assert not fd.launches
+
+
+def test_attention_backward_sets_the_schedule_head_dim_to_the_inputs():
+    """A BackwardSchedule written for another head dim (BackwardSchedule() is head_dim 128) was refused with
+    'this module is built for 128'; the forward's schedules take the inputs' D, and so does the backward's."""
+    with fake_driver.install(target="sm90a") as fd:
+        mine = b200c.default_backward_schedule(64).replace(head_dim=128)
+        dq, dk, dv = b200c.attention_backward(*_bwd_inputs(d=64), schedule=mine)
+        assert dq.shape[-1] == 64 and len(fd.launches) == 3
+    with pytest.raises(LaunchError, match="head dim 80"):
+        with fake_driver.install(target="sm90a"):
+            b200c.attention_backward(*_bwd_inputs(d=80))
+
+
+def test_backward_of_a_call_without_keys_is_zero():
+    """The forward of S_kv = 0 gives zeros; its backward raised 'S_kv = 0 must be >= 1'. The gradients of
+    such a call are 0 (k and v are empty), and nothing launches."""
+    with fake_driver.install(target="sm90a") as fd:
+        q, k, v, out, dout, lse = _bwd_inputs(skv=0)
+        dq, dk, dv = b200c.attention_backward(q, k, v, out, dout, lse)
+        assert not fd.launches
+        assert dq.shape == q.shape and not dq.any() and dk.shape == k.shape and dv.shape == v.shape
+        q, k, v, out, dout, lse = _bwd_inputs(s=0)
+        dq, dk, dv = b200c.attention_backward(q, k, v, out, dout, lse)
+        assert dq.shape == q.shape and dk.shape == k.shape and not dk.any() and not dv.any() and not fd.launches
+
+
+def _cache():
+    q = torch.randn(1, 1, 8, 128).to(BF16)
+    kc, vc = (torch.randn(1, 64, 2, 128).to(BF16) for _ in range(2))
+    k1, v1 = (torch.randn(1, 1, 2, 128).to(BF16) for _ in range(2))
+    return q, kc, vc, k1, v1, torch.full((1,), 10, dtype=torch.int32)
+
+
+def test_kvcache_refuses_new_tokens_of_another_dtype_before_writing():
+    """A float16 v for the append raised torch's index_put RuntimeError after k_cache was already written."""
+    q, kc, vc, k1, v1, lens = _cache()
+    before = kc.clone(), vc.clone()
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(LaunchError, match=r"the new v is torch.float16 .* pass v.to\(cpu, torch.bfloat16\)"):
+            b200c.attention_with_kvcache(q, kc, vc, k1, v1.half(), cache_seqlens=lens, target="sm90a")
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(scale=0.1), "calls it softmax_scale="), (dict(page_table=None), "calls it block_table="),
+    (dict(seqused_k=None), "calls it cache_seqlens="), (dict(is_causal=True), "calls it causal="),
+    (dict(causal="yes"), "causal='yes'"), (dict(return_lse=2), "return_lse=2")])
+def test_kvcache_keywords_of_other_libraries_and_flags(kw, match):
+    q, kc, vc, k1, v1, lens = _cache()
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(LaunchError, match=match):
+            b200c.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, target="sm90a", **kw)
+
+
+def test_kvcache_without_cache_seqlens_and_with_a_float16_q():
+    """A missing cache_seqlens (or cache_seqlen=, a typo) was a raw TypeError; a float16 q was told the caches
+    must be float16 'like q', which b200c never runs."""
+    q, kc, vc, k1, v1, lens = _cache()
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(LaunchError, match="needs cache_seqlens="):
+            b200c.attention_with_kvcache(q, kc, vc, target="sm90a")
+        with pytest.raises(LaunchError, match="cache_seqlen=10: attention_with_kvcache calls it cache_seqlens="):
+            b200c.attention_with_kvcache(q, kc, vc, cache_seqlen=10, target="sm90a")
+        with pytest.raises(LaunchError, match="q is torch.float16; b200c kernels take torch.bfloat16"):
+            b200c.attention_with_kvcache(q.half(), kc.half(), vc.half(), cache_seqlens=lens, target="sm90a")
