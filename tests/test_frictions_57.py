@@ -113,3 +113,19 @@ def test_kvcache_without_cache_seqlens_and_with_a_float16_q():
             b200c.attention_with_kvcache(q, kc, vc, cache_seqlen=10, target="sm90a")
         with pytest.raises(LaunchError, match="q is torch.float16; b200c kernels take torch.bfloat16"):
             b200c.attention_with_kvcache(q.half(), kc.half(), vc.half(), cache_seqlens=lens, target="sm90a")
+
+
+def test_attention_backward_keywords_of_other_conventions():
+    """softmax_scale= (b200c.attention's and flash_attn's name) was a raw TypeError."""
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(LaunchError, match="softmax_scale=0.1: attention_backward calls it scale="):
+            b200c.attention_backward(*_bwd_inputs(), softmax_scale=0.1)
+        with pytest.raises(LaunchError, match="layout='bshd': attention_backward takes nothing: it takes BHSD"):
+            b200c.attention_backward(*_bwd_inputs(), layout="bshd")
+        with pytest.raises(LaunchError, match="determinstic=True.*deterministic"):
+            b200c.attention_backward(*_bwd_inputs(), determinstic=True)
+        q, k, v, out, dout, lse = _bwd_inputs()
+        cu = torch.tensor([0, 64], dtype=torch.int32)
+        flat = [t[0].transpose(0, 1).contiguous() for t in (q, k, v, out, dout)]
+        with pytest.raises(LaunchError, match="attention_backward_varlen calls it causal="):
+            b200c.attention_backward_varlen(*flat, lse[0], cu, cu, 64, 64, is_causal=True)

@@ -482,3 +482,54 @@ def test_built_in_schedule_of_a_call_follows_its_key_length():
                         (300, presets.HOPPER_SHORT_KV_PRESETS[64]), (None, presets.HOPPER_PRESETS[64])):
             assert api.default_schedule_for(q, "sm90a", seq_kv=n) == want, n
             assert api.default_schedule_for(q, "sm90a", mods=True, seq_kv=n) == presets.HOPPER_MOD_PRESETS[64]
+
+
+def test_built_in_schedule_cache_keys_only_ints():
+    """Review of 24182b2: the cache hashed the key length before checking its type: a SymInt (make_fx's symbolic
+    tracing) raised 'unhashable', and True / 77.0 found the entries of 1 / 77 once those were cached, so
+    whether they were refused depended on earlier calls."""
+    import numpy as np
+
+    from b200c.errors import ScheduleError
+
+    q = torch.randn(1, 1, 8, 64).to(torch.bfloat16)
+    api.default_schedule_for(q, "sm90a", seq_kv=1)
+    api.default_schedule_for(q, "sm90a", seq_kv=77)
+    for bad in (True, 77.0, np.float64(77.0)):
+        with pytest.raises(ScheduleError):
+            api.default_schedule_for(q, "sm90a", seq_kv=bad)
+    assert api.default_schedule_for(q, "sm90a", seq_kv=np.int64(77)) == api.default_schedule_for(q, "sm90a", seq_kv=77)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    seen = []
+    make_fx(lambda k: seen.append(api.default_schedule_for(q, "sm90a", seq_kv=k.shape[2])) or k * 2,
+            tracing_mode="symbolic")(torch.randn(1, 1, 300, 64))
+    assert seen and seen[0].block_n > 0
+
+
+def test_compile_with_dynamic_shapes_and_the_built_in_schedule():
+    """torch.compile(dynamic=True) around a call without a schedule failed ('assume_constant_result argument
+    conversion failed': the head dim and key length were symbolic, review of 24182b2). The symbolic sizes are
+    compared with constants instead (guards): the compiled calls load the kernels of the presets eager calls
+    take, short keys included (the stand-in driver records what loads)."""
+    from b200c.dsl import presets
+
+    assert presets.short_kv_breakpoints(64, "hopper")[-1] < 4096
+    with fake_driver.install(target="sm90a"):
+        loaded = []
+        load = op.kernel_for_generated
+        op.kernel_for_generated = lambda g, *a: loaded.append(g.source) or load(g, *a)
+        try:
+            f = torch.compile(lambda q, k, v: b200c.attention(q, k, v, target="sm90a"), dynamic=True,
+                              fullgraph=True, backend="aot_eager")
+            for s_kv in (4096, 5000, 300, 77):
+                q = torch.randn(1, 2, 256, 64).to(torch.bfloat16)
+                k = torch.randn(1, 2, s_kv, 64).to(torch.bfloat16)
+                n = len(loaded)
+                assert f(q, k, k).shape == q.shape
+                want = b200c.default_schedule(64, target="sm90a", seq_kv=s_kv).name
+                assert any(want in src for src in loaded[n:]) or (s_kv == 5000 and n == len(loaded)), (s_kv, want)
+        finally:
+            op.kernel_for_generated = load
+    names = ("hopper_default_d64", "hopper_short_kv_d64", "hopper_few_kv_d64")
+    assert [next(x for x in names if x in src) for src in loaded] == list(names)

@@ -155,6 +155,12 @@ class Target(msgspec.Struct, frozen=True):
 
         return short_kv_preset(head_dim, self.presets, seq_kv) if self.presets else None
 
+    def short_kv_breakpoints(self, head_dim: int) -> tuple:
+        """:func:`b200c.dsl.presets.short_kv_breakpoints` of this target's presets (empty without them)."""
+        from ..dsl.presets import short_kv_breakpoints
+
+        return short_kv_breakpoints(head_dim, self.presets) if self.presets else ()
+
     def default_backward_schedule(self, head_dim: int):
         """The built-in backward schedule of this target for ``head_dim``
         (:func:`b200c.dsl.presets.default_backward_schedule` of its :attr:`backward` family).

@@ -29,6 +29,7 @@ from .varlen import seqlen_value
 _TARGETS: set = {"auto"}  # names seen resolving (the fast path's one set lookup); others go through _check_options
 _LAYOUTS = frozenset(("bhsd", "bshd"))
 _Tensor = torch.Tensor
+_HEAD_DIMS = (64, 128, 256)
 
 
 # ---- schedule identity ------------------------------------------------------------
@@ -78,8 +79,11 @@ def default_schedule_for(q, target="auto", mods: bool = False, seq_kv=None):
 
 
 def _default(dev: int, target, d: int, mods: bool = False, seq_kv=None):
-    key = (dev, target, d, mods, None if mods else seq_kv)  # a dense call's key length picks its K/V tiles
-    hit = _defaults.get(key)
+    n = None if mods else seq_kv  # a dense call's key length picks its K/V tiles
+    # only None and ints are keys: a SymInt cannot be hashed, and True or 77.0 would find the entries of 1 and 77
+    # (short_kv_preset refuses them)
+    key = (dev, target, d, mods, n) if n is None or type(n) is int else None
+    hit = _defaults.get(key) if key is not None else None
     if hit is not None:
         return hit
     t = _default_targets.get((dev, target))
@@ -89,7 +93,7 @@ def _default(dev: int, target, d: int, mods: bool = False, seq_kv=None):
     s = None if mods or seq_kv is None else t.short_kv_preset(d, seq_kv)
     if s is None:
         s = t.default_schedule(d, mods)
-    if type(seq_kv) is int or seq_kv is None:  # not a SymInt or another type the next lookup may not equal
+    if key is not None:
         if len(_defaults) >= 4096:  # one entry per key length seen (a decoding loop's grows by one a step)
             _defaults.clear()
         _defaults[key] = s
@@ -119,8 +123,44 @@ def _default_target(dev: int, target):
 @torch.compiler.assume_constant_result
 def _default_json(dev: int, target: str, d: int, seq_kv: int = 0) -> str:
     """The built-in schedule's validated JSON while torch.compile traces (a constant of the graph);
-    ``seq_kv`` 0: not known (a symbolic key length), the head dim's preset."""
+    ``seq_kv`` 0: a dense call's key length past every short-key breakpoint (or not known), the head dim's
+    preset."""
     return _validated_json(_default(dev, target, d, False, seq_kv or None).to_json())
+
+
+@torch.compiler.assume_constant_result
+def _short_kv_breakpoints(dev: int, target: str, d: int) -> tuple:
+    """:meth:`b200c.codegen.targets.Target.short_kv_breakpoints` of the call's target (a constant of the graph)."""
+    t = _default_targets.get((dev, target))
+    if t is None:
+        t = _default_targets[(dev, target)] = _default_target(dev, target)
+    return t.short_kv_breakpoints(d)
+
+
+def _head_dim_constant(d) -> int:
+    """``d`` as a Python int while torch.compile traces: a head dim b200c runs is compared with each (one guard
+    under dynamic shapes, where ``d`` is symbolic and cannot be read); another one is passed as it is (its
+    error comes from the preset lookup, or from the op)."""
+    for x in _HEAD_DIMS:
+        if d == x:
+            return x
+    return d
+
+
+def _key_length_constant(dev: int, target: str, d: int, seq_kv) -> int:
+    """A dense call's key length while torch.compile traces, as :func:`_default_json` takes it: the first
+    short-key breakpoint at or above it (the same preset as the length itself,
+    :func:`b200c.dsl.presets.short_kv_breakpoints`), else 0 (the head dim's preset). Only comparisons: under
+    dynamic shapes the length is symbolic, and each comparison is a guard (the preset is chosen as for
+    static shapes; a call in another interval recompiles)."""
+    if seq_kv is None or isinstance(seq_kv, bool) or not isinstance(seq_kv, (int, torch.SymInt)) or d not in _HEAD_DIMS:
+        return 0
+    if seq_kv < 1:
+        return 0
+    for bp in _short_kv_breakpoints(dev, target, d):
+        if seq_kv <= bp:
+            return bp
+    return 0
 
 
 # ---- schedule identity under torch.compile -----------------------------------------
@@ -289,9 +329,9 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             short S_kv takes smaller K/V tiles when the preset's would mostly
             compute padding: ``default_schedule(D, target, seq_kv=S_kv)``;
             calls with mods keep their own presets; under torch.compile with
-            a symbolic S_kv, dynamic shapes, the head dim's preset, so eager
-            and compiled calls may run different tiles and round differently
-            within the FlashAttention tolerance). The kernel is generated
+            dynamic shapes the same preset, chosen by comparing the symbolic
+            S_kv with the lengths where the choice changes, a guard each, so a
+            call in another interval recompiles). The kernel is generated
             for the inputs' D (``schedule.replace(head_dim=D)``). A file is
             read again when it, or any file it was built from (schedule files
             it loads, helper modules next to it), changes on disk.
@@ -400,8 +440,9 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
 
     Example:
         >>> q, k, v = (torch.randn(2, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        >>> o = b200c.attention(q, k, v, schedule=b200c.Schedule())
-        >>> o, lse = b200c.attention(q, k[:, :4], v[:, :4], schedule=b200c.Schedule(), causal=True, return_lse=True)
+        >>> o = b200c.attention(q, k, v)  # the built-in schedule of the GPU's target
+        >>> o, lse = b200c.attention(q, k[:, :4], v[:, :4], causal=True, return_lse=True)  # GQA, 16 on 4 heads
+        >>> o = b200c.attention(q, k, v, schedule=b200c.default_schedule(128, target="sm90a"))  # an H100/H200's
     """
     if kwargs:
         raise _unexpected_keyword(kwargs)
@@ -508,10 +549,11 @@ def _seq_kv(k, layout: str):
 
 def _traced_json(q, schedule, target, seq_kv=None) -> str:
     """Schedule JSON while torch.compile traces: the given schedule's, or the built-in one's (``seq_kv``:
-    a dense call's key length; with a symbolic one the head dim's preset)."""
+    a dense call's key length, also a symbolic one: :func:`_key_length_constant`)."""
     if schedule is None:
-        n = seq_kv if type(seq_kv) is int else 0
-        return _default_json(q.get_device() if q.is_cuda else -1, target, int(q.shape[-1]), n)
+        dev = q.get_device() if q.is_cuda else -1
+        d = _head_dim_constant(q.shape[-1])
+        return _default_json(dev, target, d, _key_length_constant(dev, target, d, seq_kv))
     return _traced_schedule_json(schedule)
 
 

@@ -279,7 +279,7 @@ def _check_inputs(q, k, v, out, dout, lse, layout) -> tuple:
 
 
 def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: float | None = None,
-                       schedule=None, deterministic: bool | None = None):
+                       schedule=None, deterministic: bool | None = None, **kwargs):
     """dQ, dK, dV of ``out = softmax(q k^T scale (+ causal mask)) v`` from the forward's ``out`` and ``lse``.
 
     Args:
@@ -293,8 +293,9 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         scale: softmax scale (default 1/sqrt(D)); the forward's rules (a real number >= 0, not so large that
             scale * log2(e) overflows FP32).
         schedule: a BackwardSchedule, or the path of a schedule file whose ``schedule`` is one (default
-            ``default_backward_schedule(D)``); its ``head_dim`` is set to the inputs' D; a file is run once and again only when it or a file it
-            was built from changes, as ``b200c.attention(schedule=path)`` does.
+            ``default_backward_schedule(D)``); its ``head_dim`` is set to the inputs' D; a file is run once
+            and again only when it or a file it was built from changes, as ``b200c.attention(schedule=path)``
+            does.
         deterministic: add the K/V tiles' dQ parts in K/V tile order (``dq_reduction="deterministic"``:
             bit-equal gradients from run to run, the dQ additions of a Q tile serialised); None: when
             ``torch.are_deterministic_algorithms_enabled()``; False: the schedule's own reduction.
@@ -311,6 +312,8 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
             generated kernels do not cover yet.
         BuildError: nvcc failed; LaunchError: a driver call failed.
     """
+    if kwargs:
+        raise _unexpected_keyword("attention_backward", attention_backward, kwargs)
     causal = flag_value("causal", causal)
     scale = softmax_scale_value(scale)
     if deterministic is not None:
@@ -328,6 +331,22 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     _run(gen, q, k, v, out, dout, lse, dq, dk, dv, b, h, hk, sq, skv, d, causal, scale, None)
     return dq, dk, dv
+
+
+_OTHER_NAMES = {"softmax_scale": "scale=", "is_causal": "causal=", "softmax_lse": "lse (the 6th argument)",
+                "layout": "nothing: it takes BHSD views (pass q.transpose(1, 2) and the like for BSHD tensors)"}
+
+
+def _unexpected_keyword(fname: str, fn, kwargs: dict, positional=("q", "k", "v", "out", "dout", "lse")) -> LaunchError:
+    """The error of a keyword ``fn`` does not take: this module's name for it, or the closest one."""
+    from .inputs import keyword_given, no_such_keyword
+
+    name, value = next(iter(kwargs.items()))
+    given = keyword_given(fname, name, value)
+    if name in _OTHER_NAMES:
+        return LaunchError(f"{given}: {fname} calls it {_OTHER_NAMES[name]}" if not name == "layout"
+                           else f"{given}: {fname} takes {_OTHER_NAMES[name]}")
+    return no_such_keyword(fname, fn, name, given, positional)
 
 
 def _schedule_for(q, schedule, deterministic):
@@ -406,7 +425,7 @@ def _run(gen, q, k, v, out, dout, lse, dq, dk, dv, b, h, hk, sq, skv, d, causal,
 
 def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
                               max_seqlen_k: int, *, causal: bool = False, scale: float | None = None,
-                              schedule=None, deterministic: bool | None = None):
+                              schedule=None, deterministic: bool | None = None, **kwargs):
     """dQ, dK, dV of a varlen call (:func:`b200c.attention_varlen`) from its output and LSE.
 
     Args:
@@ -429,6 +448,10 @@ def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     """
     from .varlen import _capturing, check_devices, check_seqlens, validate_varlen
 
+    if kwargs:
+        raise _unexpected_keyword("attention_backward_varlen", attention_backward_varlen, kwargs,
+                                  ("q", "k", "v", "out", "dout", "lse", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                                   "max_seqlen_k"))
     causal = flag_value("causal", causal)
     scale = softmax_scale_value(scale)
     if deterministic is not None:

@@ -220,8 +220,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             built-in one of the device's native target for D
             (:func:`b200c.default_schedule`: on an H100/H200 the Hopper
             presets, run natively, with smaller K/V tiles for a short key
-            sequence when S_kv is a number, not a symbolic size of
-            torch.compile's dynamic shapes; on a B200 the blog's stage 18).
+            sequence, also under torch.compile's dynamic shapes (compared
+            with the lengths where the choice changes, a guard each); on a
+            B200 the blog's stage 18).
         target: as :func:`b200c.attention`. With ``"auto"`` the drop-in
             never runs the emulation target: a B200 schedule on a Hopper GPU
             falls back to torch (with a warning saying so).

@@ -26,15 +26,23 @@ forward 242.6 ms against torch's 103.1).
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
 
-from ..dsl import mods as dsl_mods
-from .mod_call import ModCall
-
 _patterns: dict = {}  # (dtype, broadcast dims) -> (ModSet, mask_uses, its JSON)
 _lock = threading.Lock()
+
+
+@functools.cache
+def _mods_modules():
+    """b200c.dsl.mods and ModCall, imported by the first masked call (not by the drop-in's import: a model
+    without masks never loads the mods machinery) and not again per call."""
+    from ..dsl import mods as dsl_mods
+    from .mod_call import ModCall
+
+    return dsl_mods, ModCall
 
 
 def mask_problem(attn_mask, query, key):
@@ -82,6 +90,7 @@ def _functions(m, sizes):
 def mod_call_of_mask(attn_mask):
     """The :class:`~b200c.runtime.mod_call.ModCall` of an SDPA ``attn_mask`` (checked by
     :func:`mask_problem`): the pattern's traced ModSet (cached) with this mask as its captured tensor."""
+    dsl_mods, ModCall = _mods_modules()
     m = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)) if attn_mask.dim() < 4 else attn_mask
     sizes = tuple(m.shape)
     score_mod, mask_mod = _functions(m, sizes)
