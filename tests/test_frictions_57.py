@@ -129,3 +129,10 @@ def test_attention_backward_keywords_of_other_conventions():
         flat = [t[0].transpose(0, 1).contiguous() for t in (q, k, v, out, dout)]
         with pytest.raises(LaunchError, match="attention_backward_varlen calls it causal="):
             b200c.attention_backward_varlen(*flat, lse[0], cu, cu, 64, 64, is_causal=True)
+
+
+def test_backward_schedule_with_an_unknown_knob_is_a_schedule_error():
+    """BackwardSchedule(foo=1) was dataclass __init__'s bare TypeError; Schedule(foo=1) is a ScheduleError."""
+    with pytest.raises(b200c.ScheduleError, match="BackwardSchedule has no field 'blok_n'; did you mean 'block_n'"):
+        b200c.BackwardSchedule(blok_n=64)
+    assert b200c.BackwardSchedule(block_n=64).block_n == 64

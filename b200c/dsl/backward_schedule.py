@@ -147,4 +147,18 @@ def _check_names(names) -> None:
         raise ScheduleError(f"BackwardSchedule has no field {unknown[0]!r}; {hint}")
 
 
+def _with_name_check(init):
+    import functools
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if not _NAMES.issuperset(kwargs):  # a ScheduleError with a hint, not dataclass __init__'s bare TypeError
+            _check_names(kwargs)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+BackwardSchedule.__init__ = _with_name_check(BackwardSchedule.__init__)
+
 __all__ = ["BackwardSchedule", "HEAD_DIMS", "DQ_REDUCTIONS"]
