@@ -136,3 +136,19 @@ def test_backward_schedule_with_an_unknown_knob_is_a_schedule_error():
     with pytest.raises(b200c.ScheduleError, match="BackwardSchedule has no field 'blok_n'; did you mean 'block_n'"):
         b200c.BackwardSchedule(blok_n=64)
     assert b200c.BackwardSchedule(block_n=64).block_n == 64
+
+
+def test_kvcache_shape_errors_name_the_cache_and_the_layout():
+    """A (B, H, S_q, D) q was told 'q has H = 1 heads' and a mismatch named 'tensor k' and the (B, H, S_q, D)
+    layout of b200c.attention, not k_cache and flash_attn_with_kvcache's (B, S_q, H, D)."""
+    kc = torch.randn(2, 64, 2, 128).to(BF16)
+    lens = torch.full((2,), 10, dtype=torch.int32)
+    cases = ((torch.randn(2, 8, 1, 128), r"q looks like \(B, H, S_q, D\): pass q.transpose\(1, 2\)"),
+             (torch.randn(2, 1, 8, 64), "q has head dim D = 64 but k_cache has 128"),
+             (torch.randn(3, 1, 8, 128), "q has batch B = 3 but k_cache has 2 sequences"),
+             (torch.randn(2, 1, 7, 128), r"H = 7 heads but k_cache has H_kv = 2; .* \(B, S_q, H, D\)"))
+    with fake_driver.install(target="sm90a"):
+        for q, match in cases:
+            with pytest.raises(LaunchError, match=match):
+                b200c.attention_with_kvcache(q.to(BF16), kc, kc, cache_seqlens=10, target="sm90a")
+        b200c.attention_with_kvcache(torch.randn(2, 1, 8, 128).to(BF16), kc, kc, cache_seqlens=lens, target="sm90a")

@@ -64,6 +64,18 @@ def _check_cache(q, k_cache, v_cache, block_table):
                               f"with block_table), got {getattr(t, 'shape', type(t).__name__)}")
     if k_cache.shape != v_cache.shape:
         raise LaunchError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have one shape")
+    bq, s_q, h, d = q.shape
+    h_kv, d_kv = k_cache.shape[2], k_cache.shape[3]
+    layouts = ("q is (B, S_q, H, D) and k_cache (B, S_max, H_kv, D) (flash_attn_with_kvcache's layout; "
+               "with block_table (num_blocks, page_size, H_kv, D))")
+    if d != d_kv:
+        raise LaunchError(f"q has head dim D = {d} but k_cache has {d_kv}: {layouts}")
+    if block_table is None and k_cache.shape[0] != bq:
+        raise LaunchError(f"q has batch B = {bq} but k_cache has {k_cache.shape[0]} sequences: {layouts}")
+    if h_kv < 1 or h % h_kv:
+        hint = ("; q looks like (B, H, S_q, D): pass q.transpose(1, 2)" if s_q % h_kv == 0 and s_q > h else "")
+        raise LaunchError(f"q has H = {h} heads but k_cache has H_kv = {h_kv}; H must be a multiple of H_kv: "
+                          f"{layouts}{hint}")
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise LaunchError(f"k_cache and v_cache must be torch.bfloat16 like q, got {k_cache.dtype} and {v_cache.dtype}")
     if block_table is not None:
