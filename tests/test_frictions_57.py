@@ -152,3 +152,18 @@ def test_kvcache_shape_errors_name_the_cache_and_the_layout():
             with pytest.raises(LaunchError, match=match):
                 b200c.attention_with_kvcache(q.to(BF16), kc, kc, cache_seqlens=10, target="sm90a")
         b200c.attention_with_kvcache(torch.randn(2, 1, 8, 128).to(BF16), kc, kc, cache_seqlens=lens, target="sm90a")
+
+
+def test_stand_in_driver_target_is_what_auto_picks():
+    """fake_driver.install(target="sm90a") stood for an H100, yet b200c.attention(q, k, v) with target="auto"
+    took sm100a's schedule and was refused with 'or a schedule for it (..., or schedule=None)', a fix the call
+    already had (new-user trial): "auto" now takes the stand-in's native target."""
+    q = torch.randn(1, 2, 128, 128).to(BF16)
+    with fake_driver.install(target="sm90a") as fd:
+        b200c.attention(q, q, q)
+        b200c.scaled_dot_product_attention(q, q, q)
+        b200c.attention_with_kvcache(q.transpose(1, 2)[:, :1], q.transpose(1, 2), q.transpose(1, 2), cache_seqlens=64)
+        assert len(fd.launches) >= 3 and fd.loads == 2
+    with fake_driver.install() as fd:  # sm100a, a B200
+        b200c.attention(q, q, q)
+        assert fd.loads == 1

@@ -201,9 +201,9 @@ def install(*, target: str = "sm100a", num_sms: int = 132, version: int = 13000)
     Args:
         target: the resolved target of the fake loaded kernels (``"sm100a"``: a
             compute capability 10.0 device; ``"emulate"``, ``"sm90a"``: 9.0). Calls with
-            ``target="auto"`` (the default) on CPU tensors have no device to ask and take the
-            first native target, sm100a, whatever this says: pass the call's ``target`` too
-            (``b200c.attention(..., target="sm90a")``).
+            ``target="auto"`` (the default) take it, as on a GPU of that kind: ``"sm90a"``
+            stands for an H100/H200, ``"sm100a"`` for a B200; with ``"emulate"`` (never what
+            ``"auto"`` picks) they take sm100a.
         num_sms: SM count of the fake device.
         version: what ``cuDriverGetVersion`` returns.
 
@@ -254,6 +254,11 @@ def install(*, target: str = "sm100a", num_sms: int = 132, version: int = 13000)
     mp.setattr(launcher, "_empty", lambda size, stride, dtype: torch.empty_strided(size, stride, dtype=dtype))
     mp.setattr(api, "_direct_path_ok", _direct_path_ok_on_cpu)
     mp.setattr(sdpa, "_device_reason", lambda q, k, v: None)
+    if record.native:  # target="auto" takes the fake device's target, as on a GPU of that kind
+        real_default = api._default_target
+        mp.setattr(api, "_default_target", lambda dev, tgt: record if tgt == "auto" else real_default(dev, tgt))
+    mp.setattr(api, "_default_targets", {})
+    mp.setattr(api, "_defaults", {})
     launcher.clear()
     try:
         yield fd
