@@ -504,3 +504,44 @@ def test_kernel_times_keep_two_kernels_of_one_short_name_apart():
     ks = summarize([(fill, 3.0), (add, 5.0)] * 2, calls=2)
     assert [(k.per_call, k.us) for k in ks] == [(1, 3.0), (1, 5.0)]
     assert ks[0].name.startswith("at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor")
+
+
+def test_backward_table_times_backward_schedule_files(monkeypatch, tmp_path):
+    """A new-user trial: `b200c bench --backward my_bwd.py` was refused ('give no schedule files'), so a backward
+    schedule of one's own could not be timed next to the built-in one and cuDNN. Each file is now a column
+    b200c:<name>, checked against cuDNN like the built-in one; a forward schedule file and two files of one
+    name are refused."""
+    import torch
+
+    from b200c.bench import backward
+
+    seen = {}
+    real_measure = backward.measure
+
+    def measure(shapes, dev, **kw):
+        seen.update(kw)
+        grads = (torch.ones(2), torch.ones(2), torch.ones(2))
+
+        def kernels_of(inputs, cap, dout, schedules=()):
+            out = [("cuDNN", lambda: lambda: grads), ("b200c", lambda: lambda: grads)]
+            return out + [(f"b200c:{s.name}", lambda: lambda: (grads[0] * 1.5, grads[1], grads[2])) for s in schedules]
+        fake_inputs = lambda shape, device, seed=0: SimpleNamespace(shape=shape, q=torch.zeros(1, 2, 3, 4))  # noqa: E731
+        return real_measure(shapes, dev, timer=kw["timer"], make_inputs=fake_inputs, kernels_of=kernels_of,
+                            schedules=kw["schedules"])
+
+    monkeypatch.setattr(backward, "measure", measure)
+    mine = tmp_path / "my_bwd.py"
+    mine.write_text("import b200c\nschedule = b200c.default_backward_schedule(128).replace(name='mine', "
+                    "dq_reduction='deterministic')\n")
+    dev = Device(0, "NVIDIA H100", (9, 0), 132)
+    out = tmp_path / "t.md"
+    rc = run_bench(_args(files=[str(mine)], backward=True, shapes="4x16x8192", md=str(out)), timer=_timer, device=dev)
+    assert [s.name for s in seen["schedules"]] == ["mine"] and seen["schedules"][0].dq_reduction == "deterministic"
+    text = out.read_text()
+    assert "| shape | cuDNN | b200c | b200c:mine |" in text and "WRONG" in text  # its dQ is 50 % off: flagged
+    assert rc == 1  # a wrong b200c column fails the command
+    fwd = str(ROOT / "examples" / "07_compute_pipeline.py")
+    with pytest.raises(ScheduleError, match="--backward takes backward schedule files .* defines a Schedule"):
+        run_bench(_args(files=[fwd], backward=True, shapes="4x16x8192"), timer=_timer, device=dev)
+    with pytest.raises(ScheduleError, match="names are the table's columns and must differ"):
+        run_bench(_args(files=[str(mine), str(mine)], backward=True, shapes="4x16x8192"), timer=_timer, device=dev)

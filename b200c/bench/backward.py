@@ -16,6 +16,9 @@ Shapes: the forward bench's syntax (:mod:`b200c.bench.shapes`); the named set ``
 8K and the FA4 varlen batch (b200c: :func:`b200c.attention_varlen` with the LSE, then
 :func:`b200c.runtime.backward_launch.attention_backward_varlen`). What b200c's backward does not cover is a
 "not supported yet" cell with the reason under the table, not a failure.
+
+Backward schedule files given to ``b200c bench --backward`` are timed beside the built-in schedule, one
+column ``b200c:<schedule name>`` each (their head_dim set to each shape's), checked against cuDNN the same way.
 """
 from __future__ import annotations
 
@@ -55,10 +58,11 @@ def _grad_timer(out, inputs, dout):
     return run
 
 
-def kernels(inputs, capability: tuple, dout) -> list:
+def kernels(inputs, capability: tuple, dout, schedules=()) -> list:
     """``(name, make)`` of every backward on this device for output gradient ``dout`` (like ``inputs.q``):
     ``make()`` builds the graph and returns the callable to time (raising what the kernel refuses); every
-    callable returns ``(dQ, dK, dV)``."""
+    callable returns ``(dQ, dK, dV)``. ``schedules``: BackwardSchedules to time beside the built-in one,
+    each a column ``b200c:<its name>`` (its head_dim set to the shape's, as b200c.attention_backward does)."""
     import torch
 
     from .baselines import fa4_available, fa4_name, first_output
@@ -95,7 +99,7 @@ def kernels(inputs, capability: tuple, dout) -> list:
             return _grad_timer(o, (q, k, v), g)
         out.append((name, fa4))
 
-    def ours():
+    def ours(schedule=None):
         from ..runtime.api import attention
         from ..runtime.backward_launch import attention_backward
 
@@ -107,11 +111,19 @@ def kernels(inputs, capability: tuple, dout) -> list:
             cu = inputs.cu
             o, lse = attention_varlen(inputs.q, inputs.k, inputs.v, cu, cu, n, n, causal=s.causal, return_lse=True)
             return lambda: attention_backward_varlen(inputs.q, inputs.k, inputs.v, o, dout, lse, cu, cu, n, n,
-                                                     causal=s.causal)
+                                                     causal=s.causal, schedule=schedule)
         o, lse = attention(inputs.q, inputs.k, inputs.v, causal=s.causal, return_lse=True)
-        return lambda: attention_backward(inputs.q, inputs.k, inputs.v, o, dout, lse, causal=s.causal)
+        return lambda: attention_backward(inputs.q, inputs.k, inputs.v, o, dout, lse, causal=s.causal,
+                                          schedule=schedule)
     out.append(("b200c", ours))
+    for sched in schedules:
+        out.append((f"b200c:{sched.name}", lambda sched=sched: ours(sched)))
     return out
+
+
+def ours_column(name: str) -> bool:
+    """Whether a column of the table is b200c's (the built-in schedule's, or ``b200c:<schedule name>``)."""
+    return name == "b200c" or name.startswith("b200c:")
 
 
 def _first_sequence_diff(inputs, grads, dout, backend: str = "CUDNN_ATTENTION") -> float:
@@ -137,9 +149,10 @@ def _rel_diff(a, b) -> float:
 
 
 def measure(shapes, device, *, timer, warmup: int = 5, iters: int = 30, make_inputs=None, kernels_of=kernels,
-            check: bool = True, kernel_times=None) -> list:
+            check: bool = True, kernel_times=None, schedules=()) -> list:
     """One :class:`BackwardRow` per (shape, kernel) (``timer(fn, warmup=, iters=) -> Timing``;
-    ``make_inputs`` and ``kernels_of`` are replaced in CPU tests). ``kernel_times``: None, or
+    ``make_inputs`` and ``kernels_of`` are replaced in CPU tests). ``schedules``: BackwardSchedules timed
+    beside the built-in one (:func:`kernels`), each checked as it is. ``kernel_times``: None, or
     ``kernel_times(fn) -> [KernelTime]`` (:func:`b200c.bench.kernel_times.kernel_times`), called once per
     timed row after its timing, its result in the row's ``kernels``."""
     from ..errors import BackwardNotSupportedError
@@ -151,13 +164,14 @@ def measure(shapes, device, *, timer, warmup: int = 5, iters: int = 30, make_inp
         inputs = make_inputs(shape, f"cuda:{device.index}")
         dout = _dout(inputs)
         fns = {}
-        for name, make in kernels_of(inputs, device.capability, dout):
+        for name, make in (kernels_of(inputs, device.capability, dout, schedules) if schedules else
+                           kernels_of(inputs, device.capability, dout)):
             row = BackwardRow(name, shape.label)
             try:
                 fns[name] = fn = make()
-                if check and name == "b200c" and "cuDNN" in fns:
+                if check and ours_column(name) and "cuDNN" in fns:
                     row.rel_diff = _rel_diff(fn(), fns["cuDNN"]())
-                elif check and name == "b200c" and shape.varlen:
+                elif check and ours_column(name) and shape.varlen:
                     try:
                         row.rel_diff = _first_sequence_diff(inputs, fn(), dout)
                     except RuntimeError as e:  # no reference on this device: the row is timed, unchecked
@@ -216,7 +230,7 @@ def markdown(rows: list, meta: dict) -> str:
                 notes.append(f"- {n} {shape}: {r.error}")
             else:
                 t = f"{r.tflops:.0f}"
-                if n == "b200c" and ref is not None and ref.tflops:
+                if ours_column(n) and ref is not None and ref.tflops:
                     t += f" ({100 * r.tflops / ref.tflops:.0f}%)"
                 if r.rel_diff is not None and r.rel_diff > MAX_REL_DIFF:
                     t += " WRONG"
@@ -236,4 +250,4 @@ def markdown(rows: list, meta: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["BACKWARD_SHAPES", "BackwardRow", "MAX_REL_DIFF", "kernels", "measure", "markdown"]
+__all__ = ["BACKWARD_SHAPES", "BackwardRow", "MAX_REL_DIFF", "kernels", "measure", "markdown", "ours_column"]

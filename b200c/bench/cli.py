@@ -35,7 +35,8 @@ def add_parser(sub, func) -> None:
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("files", nargs="*", help="schedule files; 'default': the built-in schedule of the target for "
                                             "each shape's head dim (b200c.attention(schedule=None)); none with "
-                                            "--decode (it times the built-in schedules)")
+                                            "--decode (it times the built-in schedules); with --backward, "
+                                            "backward schedule files")
     b.add_argument("--shapes", default=None, help="comma list of BxH[/Hkv]xS[:Skv][xD][c][wN] (c: causal, wN: "
                                                   "causal window of N keys), varlen:L1+L2+...xH[/Hkv][xD][c], "
                                                   "'blog' (8x16x4096, 4x16x8192, 2x16x16384; the default), 'hopper' "
@@ -63,7 +64,8 @@ def add_parser(sub, func) -> None:
     b.add_argument("--backward", action="store_true", help="the backward table instead (no files needed): the "
                                                             "backward pass alone of b200c's sm90a kernels next to "
                                                             "cuDNN, FlashAttention-2 and FA4 on --shapes (default "
-                                                            "'backward'; b200c/bench/backward.py)")
+                                                            "'backward'; b200c/bench/backward.py); backward schedule "
+                                                            "files given are each a column beside the built-in one")
     b.add_argument("--kernels", action="store_true", help="with --backward: also each call's GPU kernels and their "
                                                            "times (torch.profiler), listed under the table")
     b.set_defaults(func=func)
@@ -212,16 +214,29 @@ def _bench_backward(args, device, timer) -> int:
     from .device import current_device
     from .shapes import parse_shapes
 
-    if args.files and args.files != ["default"]:
-        raise ScheduleError(f"--backward times b200c's built-in backward schedules: give no schedule files (got "
-                            f"{' '.join(args.files)})")
+    schedules = []
+    for f in args.files or ():
+        if f == "default":
+            continue  # the built-in schedules: always a column
+        from ..runtime.schedule_files import backward_schedule_of_file
+
+        try:
+            schedules.append(backward_schedule_of_file(f))
+        except ScheduleError as e:
+            raise ScheduleError(f"--backward takes backward schedule files (a module-level `schedule` that is a "
+                                f"b200c.BackwardSchedule, e.g. examples/backward/hopper_backward_d128.py): {f}: {e}") \
+                from None
+    names = [x.name for x in schedules]
+    if len(set(names)) < len(names):
+        raise ScheduleError(f"--backward: the schedules' names are the table's columns and must differ (got "
+                            f"{', '.join(names)}): set name= in each file")
     shapes = parse_shapes(args.shapes or "backward")
     dev = device if device is not None else current_device()
     per_kernel = None
     if getattr(args, "kernels", False):
         from .kernel_times import kernel_times as per_kernel
     rows = backward.measure(shapes, dev, timer=timer, warmup=args.warmup, iters=args.iters,
-                            check=not args.no_check, kernel_times=per_kernel)
+                            check=not args.no_check, kernel_times=per_kernel, schedules=tuple(schedules))
     meta = {"device": dev.name, "iters": args.iters, "date": datetime.date.today().isoformat()}
     table = backward.markdown(rows, meta)
     print(table)
@@ -234,7 +249,7 @@ def _bench_backward(args, device, timer) -> int:
         from dataclasses import asdict
 
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
-    bad = [r for r in rows if r.kernel == "b200c" and r.error and not r.unsupported]
+    bad = [r for r in rows if backward.ours_column(r.kernel) and r.error and not r.unsupported]
     wrong = [r for r in rows if r.rel_diff is not None and r.rel_diff > backward.MAX_REL_DIFF]
     return 1 if bad or wrong else 0
 
