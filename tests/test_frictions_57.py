@@ -86,7 +86,7 @@ def test_kvcache_refuses_new_tokens_of_another_dtype_before_writing():
     q, kc, vc, k1, v1, lens = _cache()
     before = kc.clone(), vc.clone()
     with fake_driver.install(target="sm90a"):
-        with pytest.raises(LaunchError, match=r"the new v is torch.float16 .* pass v.to\(cpu, torch.bfloat16\)"):
+        with pytest.raises(LaunchError, match=r"the new v is torch.float16 .* pass v.to\(k_cache\)"):
             b200c.attention_with_kvcache(q, kc, vc, k1, v1.half(), cache_seqlens=lens, target="sm90a")
     assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
 
@@ -167,3 +167,31 @@ def test_stand_in_driver_target_is_what_auto_picks():
     with fake_driver.install() as fd:  # sm100a, a B200
         b200c.attention(q, q, q)
         assert fd.loads == 1
+
+
+def test_zero_size_backward_through_autograd_and_the_flash_provider_scale():
+    """Review of 4fbc8de: the zero-size early return came after the stride check, and out.sum()'s gradient of an
+    empty output has stride 0, so backward() at S_q = 0 still raised; and a negative scale, which the forward
+    runs through torch, reached the backward kernels' new scale check through the flash provider."""
+    from b200c.runtime import torch_flash
+
+    with fake_driver.install(target="sm90a") as fd:
+        for s_q in (0, 64):
+            q = torch.randn(1, 2, s_q, 128).to(BF16).requires_grad_()
+            k = torch.randn(1, 2, 64, 128).to(BF16).requires_grad_()
+            b200c.attention(q, k, k, causal=False).float().sum().backward()
+            assert q.grad.shape == q.shape and k.grad.shape == k.shape
+            if s_q == 0:
+                assert not k.grad.any() and not fd.launches
+    q = torch.randn(1, 2, 64, 128).to(BF16)
+    assert torch_flash._backward_reason(q, q, 0.0, False, -0.1) == "scale=-0.1"
+    assert "scale" not in (torch_flash._backward_reason(q, q, 0.0, False, 0.1) or "")
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(LaunchError, match=r"attention_backward: scale=-1.0: the backward takes the scales"):
+            b200c.attention_backward(*_bwd_inputs(), scale=-1.0)
+        with pytest.raises(LaunchError, match="q must be a 4-D"):
+            b200c.attention_backward(None, None, None, None, None, None)
+    kc = torch.randn(1, 64, 0, 128).to(BF16)
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(LaunchError, match="H_kv = 0"):
+            b200c.attention_with_kvcache(torch.randn(1, 1, 8, 128).to(BF16), kc, kc, cache_seqlens=3, target="sm90a")

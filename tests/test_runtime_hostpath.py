@@ -533,3 +533,18 @@ def test_compile_with_dynamic_shapes_and_the_built_in_schedule():
             op.kernel_for_generated = load
     names = ("hopper_default_d64", "hopper_short_kv_d64", "hopper_few_kv_d64")
     assert [next(x for x in names if x in src) for src in loaded] == list(names)
+
+
+def test_short_kv_breakpoints_give_every_length_its_preset():
+    """The lengths torch.compile's dynamic shapes compare a symbolic S_kv with: each length's preset is the preset
+    of the first breakpoint at or above it (the head dim's past the last), for every length up to 4000 keys."""
+    from b200c.dsl import presets
+
+    for d in (64, 128, 256):
+        points = presets.short_kv_breakpoints(d, "hopper")
+        assert points and list(points) == sorted(set(points))
+        for n in range(1, 4000):
+            rep = next((p for p in points if n <= p), None)
+            want = presets.short_kv_preset(d, "hopper", n)
+            assert (presets.short_kv_preset(d, "hopper", rep) if rep else None) == want, (d, n)
+    assert presets.short_kv_breakpoints(128, "b200") == ()

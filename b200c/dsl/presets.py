@@ -21,6 +21,8 @@ target record names its family (``Target.presets``: ``"b200"`` or ``"hopper"``).
 """
 from __future__ import annotations
 
+import functools
+
 from .backward_schedule import BackwardSchedule
 from .schedule import Schedule
 
@@ -221,24 +223,19 @@ def short_kv_preset(head_dim: int, family: str, seq_kv) -> Schedule | None:
     return SHORT_KV_FAMILIES[family][head_dim]
 
 
+@functools.lru_cache(maxsize=None)
 def short_kv_breakpoints(head_dim: int, family: str) -> tuple:
-    """Key lengths ``n_1 < n_2 < ...`` such that :func:`short_kv_preset` gives the same preset for every
-    ``seq_kv`` in ``(n_(i-1), n_i]`` as for ``n_i`` itself, and the head dim's preset past the last one
-    (empty: a family or head dim without short-key presets). Every multiple of the presets' K/V tiles up to
-    :data:`SHORT_KV_TILES` dense tiles, and the few-tile preset's limit: the rule only counts whole tiles.
-    What torch.compile's dynamic shapes use: a symbolic key length is compared with these (a guard each),
-    never read."""
-    short = SHORT_KV_FAMILIES.get(family, {}).get(head_dim)
-    if short is None:
+    """The key lengths where :func:`short_kv_preset`'s choice changes: ``n_1 < n_2 < ...`` such that every
+    ``seq_kv`` in ``(n_(i-1), n_i]`` gets the preset ``n_i`` gets, and every one past the last the head dim's
+    preset (empty: a family or head dim without short-key presets). Found by evaluating the rule at every
+    length up to :data:`SHORT_KV_TILES` dense tiles (past those it never takes a short preset). What
+    torch.compile's dynamic shapes use: a symbolic key length is compared with these (a guard each), never
+    read."""
+    if SHORT_KV_FAMILIES.get(family, {}).get(head_dim) is None:
         return ()
     top = SHORT_KV_TILES * FAMILIES[family][head_dim].block_n
-    tiles = {FAMILIES[family][head_dim].block_n, short.block_n}
-    few = FEW_KV_FAMILIES.get(family, {}).get(head_dim)
-    points = {m for bn in tiles for m in range(bn, top + 1, bn)} | {top}
-    if few is not None:
-        tiles.add(few.block_n)
-        points |= {m for m in range(few.block_n, top + 1, few.block_n)} | {FEW_KV_TILES * few.block_n}
-    return tuple(sorted(p for p in points if p <= top))
+    pick = [short_kv_preset(head_dim, family, n) for n in range(1, top + 2)]  # pick[n - 1]: seq_kv = n
+    return tuple(n for n in range(1, top + 1) if pick[n - 1] != pick[n])
 
 
 def _check_head_dim_type(head_dim) -> None:

@@ -152,7 +152,7 @@ def _key_length_constant(dev: int, target: str, d: int, seq_kv) -> int:
     short-key breakpoint at or above it (the same preset as the length itself,
     :func:`b200c.dsl.presets.short_kv_breakpoints`), else 0 (the head dim's preset). Only comparisons: under
     dynamic shapes the length is symbolic, and each comparison is a guard (the preset is chosen as for
-    static shapes; a call in another interval recompiles)."""
+    static shapes)."""
     if seq_kv is None or isinstance(seq_kv, bool) or not isinstance(seq_kv, (int, torch.SymInt)) or d not in _HEAD_DIMS:
         return 0
     if seq_kv < 1:
@@ -330,8 +330,7 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             compute padding: ``default_schedule(D, target, seq_kv=S_kv)``;
             calls with mods keep their own presets; under torch.compile with
             dynamic shapes the same preset, chosen by comparing the symbolic
-            S_kv with the lengths where the choice changes, a guard each, so a
-            call in another interval recompiles). The kernel is generated
+            S_kv with the lengths where the choice changes). The kernel is generated
             for the inputs' D (``schedule.replace(head_dim=D)``). A file is
             read again when it, or any file it was built from (schedule files
             it loads, helper modules next to it), changes on disk.

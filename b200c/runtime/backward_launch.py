@@ -251,7 +251,7 @@ def _check_inputs(q, k, v, out, dout, lse, layout) -> tuple:
             raise LaunchError(f"attention_backward: {name} must be a 4-D (B, H, S, D) tensor")
         if t.dtype != torch.bfloat16:
             raise LaunchError(f"attention_backward: {name} is {t.dtype}; the backward kernels take torch.bfloat16")
-        if not _strides_ok(t):
+        if t.numel() and not _strides_ok(t):  # an empty gradient of out.sum() has stride 0 and nothing to read
             raise LaunchError(f"attention_backward: {name} needs a contiguous last dimension, strides that are multiples "
                              "of 8 elements and a 16-byte aligned start (TMA); pass .contiguous()")
     for name, t in (("k", k), ("v", v), ("out", out), ("dout", dout), ("lse", lse)):
@@ -315,7 +315,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     if kwargs:
         raise _unexpected_keyword("attention_backward", attention_backward, kwargs)
     causal = flag_value("causal", causal)
-    scale = softmax_scale_value(scale)
+    scale = _scale_value(scale)
     if deterministic is not None:
         deterministic = flag_value("deterministic", deterministic)
     schedule = _schedule_for(q, schedule, deterministic)
@@ -331,6 +331,17 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
     dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
     _run(gen, q, k, v, out, dout, lse, dq, dk, dv, b, h, hk, sq, skv, d, causal, scale, None)
     return dq, dk, dv
+
+
+def _scale_value(scale) -> float | None:
+    """``scale`` as the kernels take it (:func:`b200c.runtime.inputs.softmax_scale_value`'s rules), refused with
+    this function's keyword name."""
+    try:
+        return softmax_scale_value(scale)
+    except LaunchError:
+        raise LaunchError(f"attention_backward: scale={scale!r}: the backward takes the scales b200c.attention "
+                          "takes, a real number >= 0 whose scale * log2(e) is finite in FP32 (None: 1/sqrt(D))") \
+            from None
 
 
 _OTHER_NAMES = {"softmax_scale": "scale=", "is_causal": "causal=", "softmax_lse": "lse (the 6th argument)",
@@ -361,7 +372,10 @@ def _schedule_for(q, schedule, deterministic):
             f"b200c's backward kernels run on sm_90a (H100 / H200, compute capability 9.0), not on {where}; the "
             "sm100a backward is not built yet: compute this gradient with torch.nn.functional."
             "scaled_dot_product_attention")
-    d = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() > 0 else None
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise LaunchError(f"attention_backward: q must be a 4-D (B, H, S, D) tensor, got "
+                          f"{tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__}")
+    d = q.shape[-1]
     if d not in (64, 128, 256):
         raise LaunchError(f"attention_backward: head dim {d}; b200c's backward kernels take 64, 128 or 256")
     d = int(d)
@@ -453,7 +467,7 @@ def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                                   ("q", "k", "v", "out", "dout", "lse", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
                                    "max_seqlen_k"))
     causal = flag_value("causal", causal)
-    scale = softmax_scale_value(scale)
+    scale = _scale_value(scale)
     if deterministic is not None:
         deterministic = flag_value("deterministic", deterministic)
     schedule = _schedule_for(q, schedule, deterministic)

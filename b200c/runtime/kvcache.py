@@ -73,7 +73,8 @@ def _check_cache(q, k_cache, v_cache, block_table):
     if block_table is None and k_cache.shape[0] != bq:
         raise LaunchError(f"q has batch B = {bq} but k_cache has {k_cache.shape[0]} sequences: {layouts}")
     if h_kv < 1 or h % h_kv:
-        hint = ("; q looks like (B, H, S_q, D): pass q.transpose(1, 2)" if s_q % h_kv == 0 and s_q > h else "")
+        hint = ("; q looks like (B, H, S_q, D): pass q.transpose(1, 2)"
+                if h_kv >= 1 and s_q % h_kv == 0 and s_q > h else "")
         raise LaunchError(f"q has H = {h} heads but k_cache has H_kv = {h_kv}; H must be a multiple of H_kv: "
                           f"{layouts}{hint}")
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
@@ -192,8 +193,7 @@ def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens
         for name, t in (("k", k), ("v", v)):  # before anything is written into the caches
             if t.dtype != k_cache.dtype or t.device != k_cache.device:
                 raise LaunchError(f"the new {name} is {t.dtype} on {t.device}; it is written into the caches, "
-                                  f"{k_cache.dtype} on {k_cache.device}: pass {name}.to({k_cache.device!s}, "
-                                  f"{k_cache.dtype})")
+                                  f"{k_cache.dtype} on {k_cache.device}: pass {name}.to(k_cache)")
     scale = api._check_scale(softmax_scale)
     causal, return_lse = flag_value("causal", causal), flag_value("return_lse", return_lse)
     check_inputs = flag_value("check_inputs", check_inputs)

@@ -221,8 +221,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             (:func:`b200c.default_schedule`: on an H100/H200 the Hopper
             presets, run natively, with smaller K/V tiles for a short key
             sequence, also under torch.compile's dynamic shapes (compared
-            with the lengths where the choice changes, a guard each); on a
-            B200 the blog's stage 18).
+            with the lengths where the choice changes); on a B200 the blog's
+            stage 18).
         target: as :func:`b200c.attention`. With ``"auto"`` the drop-in
             never runs the emulation target: a B200 schedule on a Hopper GPU
             falls back to torch (with a warning saying so).

@@ -98,14 +98,17 @@ def _reason(query, key, value, is_causal: bool):
     return None
 
 
-def _backward_reason(query, key, dropout_p: float, is_causal: bool):
+def _backward_reason(query, key, dropout_p: float, is_causal: bool, scale=None):
     """Why b200c's backward kernels do not serve this flash backward (None: they do)."""
     import torch
 
     from . import backward_launch
+    from .inputs import scale_problem
 
     if dropout_p != 0.0:
         return f"dropout_p={dropout_p}"
+    if scale_problem(scale):  # e.g. a negative scale, whose forward torch's kernel ran too
+        return f"scale={scale!r}"
     if query.dtype != torch.bfloat16 or query.dim() != 4:
         return f"a {query.dim()}-D {query.dtype} query"
     if is_causal and query.shape[2] != key.shape[2]:
@@ -123,7 +126,7 @@ def flash_backward(original, keyset, grad_out, query, key, value, out, logsumexp
     Raises:
         NotImplementedError: a call the kernels do not cover on a dispatch key without a torch kernel.
     """
-    why = _backward_reason(query, key, dropout_p, is_causal)
+    why = _backward_reason(query, key, dropout_p, is_causal, scale)
     if why is None:
         from . import backward_launch
 
