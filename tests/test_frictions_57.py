@@ -195,3 +195,38 @@ def test_zero_size_backward_through_autograd_and_the_flash_provider_scale():
     with fake_driver.install(target="sm90a"):
         with pytest.raises(LaunchError, match="H_kv = 0"):
             b200c.attention_with_kvcache(torch.randn(1, 1, 8, 128).to(BF16), kc, kc, cache_seqlens=3, target="sm90a")
+
+
+def test_a_backward_schedule_through_autograd(tmp_path, monkeypatch):
+    """A new-user trial: a BackwardSchedule of one's own ran only through attention_backward in a hand-written
+    autograd.Function; b200c.attention, attention_varlen and the drop-in take backward_schedule= (an object or a
+    file) and their backward() runs it."""
+    from b200c.runtime import backward_launch
+
+    built = []
+    real = backward_launch._generated
+    monkeypatch.setattr(backward_launch, "_generated", lambda js: built.append(js) or real(js))
+    mine = b200c.default_backward_schedule(128).replace(name="mine", dq_reduction="deterministic")
+    f = tmp_path / "mine_file.py"
+    f.write_text("import b200c\nschedule = b200c.default_backward_schedule(128).replace(name='mine_file')\n")
+    with fake_driver.install(target="sm90a") as fd:
+        for how in (mine, str(f), None):
+            q, k, v = (torch.randn(1, 2, 64, 128).to(BF16).requires_grad_() for _ in range(3))
+            b200c.attention(q, k, v, backward_schedule=how).float().sum().backward()
+            want = "mine" if how is mine else "mine_file" if how is not None else "hopper_backward_d128"
+            assert f'"name": "{want}"' in built[-1] and q.grad is not None, (how, built[-1][:80])
+        q, k, v = (torch.randn(1, 2, 64, 128).to(BF16).requires_grad_() for _ in range(3))
+        b200c.scaled_dot_product_attention(q, k, v, backward_schedule=mine).float().sum().backward()
+        assert '"name": "mine"' in built[-1] and '"dq_reduction": "deterministic"' in built[-1]
+        qv, kv, vv = (torch.randn(64, 2, 128).to(BF16).requires_grad_() for _ in range(3))
+        cu = torch.tensor([0, 64], dtype=torch.int32)
+        n = len(built)
+        b200c.attention_varlen(qv, kv, vv, cu, cu, 64, 64, backward_schedule=str(f)).float().sum().backward()
+        assert len(built) > n and '"name": "mine_file"' in built[-1] and qv.grad is not None
+        with pytest.raises(b200c.ScheduleError, match="backward_schedule must be a b200c.BackwardSchedule"):
+            b200c.attention(q, k, v, backward_schedule=b200c.default_schedule(128, target="sm90a"))
+        g = torch.compile(lambda q, k, v: b200c.attention(q, k, v, backward_schedule=mine), fullgraph=True,
+                          backend="aot_eager")
+        with pytest.raises(Exception, match="not supported under torch.compile yet"):
+            g(q, k, v)
+        assert fd.launches

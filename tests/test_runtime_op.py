@@ -37,15 +37,15 @@ def op_nodes(gm):
 def test_op_registered_with_schema():
     schema = str(torch.ops.b200c.attention.default._schema)
     assert schema == ("b200c::attention(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, str target, "
-                      "bool causal=False, bool deterministic=False) -> Tensor")
+                      "bool causal=False, bool deterministic=False, str backward_schedule=\"\") -> Tensor")
     schema = str(torch.ops.b200c.attention_lse.default._schema)
     assert schema == ("b200c::attention_lse(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, "
-                      "str target, bool causal=False, bool deterministic=False) -> (Tensor, Tensor)")
+                      "str target, bool causal=False, bool deterministic=False, str backward_schedule=\"\") -> (Tensor, Tensor)")
     schema = str(torch.ops.b200c.attention_varlen.default._schema)
     assert schema == ("b200c::attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
                       "SymInt max_seqlen_q, SymInt max_seqlen_k, str schedule_json, float softmax_scale, str target, "
-                      "bool causal=False, bool return_lse=False, bool check_seqlens=True, bool deterministic=False) "
-                      "-> (Tensor, Tensor)")
+                      "bool causal=False, bool return_lse=False, bool check_seqlens=True, bool deterministic=False, "
+                      "str backward_schedule=\"\") -> (Tensor, Tensor)")
     assert b200c.runtime.attention is api.attention
 
 

@@ -306,7 +306,7 @@ except AttributeError:  # a torch without these internals: always use the dispat
 
 def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=None, return_lse: bool = False,
               layout: str = "bhsd", target: str = "auto", score_mod=None, mask_mod=None, sinks=None,
-              window_size=None, deterministic: bool = False, **kwargs):
+              window_size=None, deterministic: bool = False, backward_schedule=None, **kwargs):
     """Attention ``softmax(q @ k^T * softmax_scale [+ causal mask]) @ v`` with a b200c kernel,
     like FlashAttention's ``flash_attn_func``.
 
@@ -382,6 +382,12 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             from run to run (slower than the default atomic additions). Also
             on whenever ``torch.use_deterministic_algorithms(True)`` is. The
             forward is deterministic either way.
+        backward_schedule: None (the built-in backward schedule of D), a
+            :class:`b200c.BackwardSchedule` or the path of a file defining
+            one: what ``backward()`` through this call runs (its head_dim set
+            to D; see :func:`b200c.attention_backward`). Eager calls only for
+            now (under torch.compile: a ScheduleError); calls with mods have
+            no backward yet.
 
     Calls with ``score_mod``, ``mask_mod``, ``sinks`` or ``window_size`` run
     eagerly (torch.compile breaks the graph around them) and are forward-only.
@@ -447,6 +453,7 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         raise _unexpected_keyword(kwargs)
     if deterministic is not False:
         deterministic = flag_value("deterministic", deterministic)
+    backward_json = "" if backward_schedule is None else _backward_json(backward_schedule)
     if window_size is not None and type(window_size) in (tuple, list) and tuple(window_size) == (-1, -1):
         window_size = None  # flash_attn's "no window": the plain kernel
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
@@ -469,7 +476,28 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
     if _direct_path_ok(q, k, v):
         out, lse = launcher.run(schedule_json, target, layout, q, k, v, scale, op.SCHEDULES, causal, return_lse)
         return (out, lse) if return_lse else out
-    return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse, deterministic)
+    return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse, deterministic, backward_json)
+
+
+def _backward_json(schedule) -> str:
+    """The JSON of a call's ``backward_schedule=`` (a BackwardSchedule, or a file defining one: loaded once, as
+    :func:`b200c.attention_backward` loads it).
+
+    Raises:
+        ScheduleError: under torch.compile (not supported yet), not a BackwardSchedule or such a file, or invalid.
+    """
+    from ..dsl.backward_schedule import BackwardSchedule
+
+    if torch.compiler.is_compiling():
+        raise ScheduleError("backward_schedule= is not supported under torch.compile yet (the compiled graph takes "
+                            "the built-in backward schedule): call without it inside the compiled function, or "
+                            "run the call eagerly")
+    if isinstance(schedule, BackwardSchedule):
+        return schedule.validate().to_json()
+    if isinstance(schedule, (str, os.PathLike)):
+        return _json_of_file(os.fspath(schedule), backward=True)
+    raise ScheduleError(f"backward_schedule must be a b200c.BackwardSchedule or the path of a file defining one "
+                        f"(b200c.default_backward_schedule(head_dim) is the built-in one), got {type(schedule).__name__}")
 
 
 @functools.cache
@@ -516,12 +544,13 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
 
 
 def _call_op(q, k, v, schedule_json: str, scale: float | None, layout: str, target: str, causal: bool,
-             return_lse: bool, deterministic: bool = False):
+             return_lse: bool, deterministic: bool = False, backward_json: str = ""):
     if layout == "bshd":  # views only: the kernel reads any strides
         q, k, v = (t.transpose(1, 2) if t.dim() == 4 else t for t in (q, k, v))
     if scale is None:
         scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 and q.shape[-1] > 0 else 1.0
-    more = (True,) if deterministic else ()  # the schema's default otherwise: one argument less per call
+    # the schema's defaults otherwise: fewer arguments per call
+    more = (bool(deterministic), backward_json) if backward_json else (True,) if deterministic else ()
     if return_lse:
         out, lse = torch.ops.b200c.attention_lse(q, k, v, schedule_json, scale, target, causal, *more)
         return (out.transpose(1, 2) if layout == "bshd" else out), lse
@@ -595,7 +624,7 @@ def _unexpected_keyword(kwargs: dict, varlen: bool = False) -> LaunchError:
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, schedule=None,
                      causal: bool = False, softmax_scale=None, return_lse: bool = False, target: str = "auto",
                      check_seqlens: bool = True, score_mod=None, mask_mod=None, sinks=None, window_size=None,
-                     deterministic: bool = False, **kwargs):
+                     deterministic: bool = False, backward_schedule=None, **kwargs):
     """Attention over a batch of sequences of different lengths packed into one tensor, like
     FlashAttention's ``flash_attn_varlen_func``.
 
@@ -631,6 +660,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             it (the window per sequence; eager only, forward-only).
         deterministic: as :func:`b200c.attention`: dQ's parts added in K/V
             tile order in the backward.
+        backward_schedule: as :func:`b200c.attention`'s.
 
     Returns:
         ``out`` (q's shape, bfloat16) or ``(out, lse)`` with ``return_lse``.
@@ -648,6 +678,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if kwargs:
         raise _unexpected_keyword(kwargs, varlen=True)
     deterministic = flag_value("deterministic", deterministic)  # mods have no backward: checked, not used
+    backward_json = "" if backward_schedule is None else _backward_json(backward_schedule)
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
         return _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule,
                                       causal, softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod,
@@ -677,7 +708,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise LaunchError(f"{name} must be a torch.Tensor of int32, got {type(t).__name__}")
     if scale is None:
         scale = float(q.shape[-1]) ** -0.5 if q.dim() > 0 and q.shape[-1] > 0 else 1.0
-    more = (True,) if deterministic else ()  # the schema's default otherwise
+    # the schema's defaults otherwise
+    more = (deterministic, backward_json) if backward_json else (True,) if deterministic else ()
     out, lse = torch.ops.b200c.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                 schedule_json, scale, target, causal, return_lse, check_seqlens,
                                                 *more)

@@ -372,8 +372,8 @@ def _schedule_for(q, schedule, deterministic):
             f"b200c's backward kernels run on sm_90a (H100 / H200, compute capability 9.0), not on {where}; the "
             "sm100a backward is not built yet: compute this gradient with torch.nn.functional."
             "scaled_dot_product_attention")
-    if not isinstance(q, torch.Tensor) or q.dim() != 4:
-        raise LaunchError(f"attention_backward: q must be a 4-D (B, H, S, D) tensor, got "
+    if not isinstance(q, torch.Tensor) or q.dim() not in (3, 4):
+        raise LaunchError(f"attention_backward: q must be a 4-D (B, H, S, D) tensor (varlen: 3-D (total, H, D)), got "
                           f"{tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__}")
     d = q.shape[-1]
     if d not in (64, 128, 256):

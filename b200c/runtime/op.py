@@ -347,11 +347,13 @@ def _define(name: str, schema: str, impl, fake):
                 ctx.max_seqlen = (args[5], args[6])
                 ctx.scale, ctx.causal = float(args[8]), bool(full[10])
                 ctx.deterministic = bool(full[13])
+                ctx.backward_schedule = full[14]
             else:
                 ctx.save_for_backward(args[0], args[1], args[2], out, lse)
                 ctx.varlen = False
                 ctx.scale, ctx.causal = float(args[4]), bool(args[6]) if len(args) > 6 else False
                 ctx.deterministic = bool(args[7]) if len(args) > 7 else False
+                ctx.backward_schedule = args[8] if len(args) > 8 else ""
             return result
 
         @staticmethod
@@ -364,12 +366,12 @@ def _define(name: str, schema: str, impl, fake):
                 q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
                 dq, dk, dv = torch.ops.b200c.attention_varlen_backward(
                     grad_out, q, k, v, out, lse, cu_q, cu_k, ctx.max_seqlen[0], ctx.max_seqlen[1], ctx.scale,
-                    ctx.causal, grad_rest[0] if grad_rest else None, ctx.deterministic)
+                    ctx.causal, grad_rest[0] if grad_rest else None, ctx.deterministic, ctx.backward_schedule)
                 return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
             q, k, v, out, lse = ctx.saved_tensors
             grad_lse = grad_rest[0] if grad_rest else None
             dq, dk, dv = torch.ops.b200c.attention_backward(grad_out, q, k, v, out, lse, ctx.scale, ctx.causal,
-                                                            grad_lse, ctx.deterministic)
+                                                            grad_lse, ctx.deterministic, ctx.backward_schedule)
             return (None, dq, dk, dv) + (None,) * (ctx.n_inputs - 3)
 
     Forward.__name__ = Forward.__qualname__ = f"b200c_{name}_forward"
@@ -387,10 +389,11 @@ def _define(name: str, schema: str, impl, fake):
 
 
 _ATTENTION_SCHEMA = ("(Tensor q, Tensor k, Tensor v, str schedule_json, float softmax_scale, str target, "
-                     "bool causal=False, bool deterministic=False)")
+                     "bool causal=False, bool deterministic=False, str backward_schedule=\"\")")
 
 
-def _attention_impl(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
+def _attention_impl(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False,
+                    backward_schedule=""):
     """``b200c::attention`` on logical (B, H, S_q, D) q and (B, H_kv, S_kv, D) k, v (bf16);
     see :func:`b200c.attention`. Returns out, like q. (``deterministic`` is read by the autograd
     formula only: the backward's dQ reduction.) (``b200c::attention_lse`` also returns
@@ -398,19 +401,22 @@ def _attention_impl(q, k, v, schedule_json, softmax_scale, target, causal=False,
     return launcher.run(schedule_json, target, "bhsd", q, k, v, softmax_scale, SCHEDULES, causal, False)[0]
 
 
-def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
+def _attention_fake(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False,
+                    backward_schedule=""):
     p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
     if p.needs_launch:
         specialized_json(schedule_json, p.head_dim)
     return torch.empty_like(q)
 
 
-def _attention_lse_impl(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
+def _attention_lse_impl(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False,
+                        backward_schedule=""):
     """As ``b200c::attention``, returning ``(out, lse)``: lse FP32 (B, H, S_q), natural-log units."""
     return launcher.run(schedule_json, target, "bhsd", q, k, v, softmax_scale, SCHEDULES, causal, True)
 
 
-def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False):
+def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=False, deterministic=False,
+                        backward_schedule=""):
     p = validate_inputs(q, k, v, check_device=False, check_pointers=False)
     if p.needs_launch:
         specialized_json(schedule_json, p.head_dim)
@@ -419,7 +425,7 @@ def _attention_lse_fake(q, k, v, schedule_json, softmax_scale, target, causal=Fa
 
 def _attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
                            softmax_scale, target, causal=False, return_lse=False, check_seqlens=True,
-                           deterministic=False):
+                           deterministic=False, backward_schedule=""):
     """Varlen attention on packed (total, H, D) tensors; see :func:`b200c.attention_varlen`.
 
     Returns ``(out, lse)``: out like q; lse FP32 (H, total_q), or empty unless ``return_lse``.
@@ -431,7 +437,7 @@ def _attention_varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule_json,
                            softmax_scale, target, causal=False, return_lse=False, check_seqlens=True,
-                           deterministic=False):
+                           deterministic=False, backward_schedule=""):
     from .varlen import validate_varlen
 
     p = validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, check_device=False,
@@ -449,13 +455,14 @@ attention_varlen_op = _define(
     "attention_varlen",
     "(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, SymInt max_seqlen_q, "
     "SymInt max_seqlen_k, str schedule_json, float softmax_scale, str target, bool causal=False, "
-    "bool return_lse=False, bool check_seqlens=True, bool deterministic=False) -> (Tensor, Tensor)",
+    "bool return_lse=False, bool check_seqlens=True, bool deterministic=False, str backward_schedule=\"\") "
+    "-> (Tensor, Tensor)",
     _attention_varlen_impl, _attention_varlen_fake)
 
 
 # attention_varlen's arguments from index 10 on, with their schema defaults (causal, return_lse, check_seqlens,
-# deterministic)
-_VARLEN_DEFAULTS = (False, False, True, False)
+# deterministic, backward_schedule)
+_VARLEN_DEFAULTS = (False, False, True, False, "")
 _LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (return_lse=True); the backward "
                 "kernels take the gradient of the output only: detach the LSE")
 
@@ -473,7 +480,8 @@ def _refuse_backward(grad_lse) -> None:
 @torch.library.custom_op("b200c::attention_backward", mutates_args=())
 def attention_backward_op(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None, deterministic: bool = False
+    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None, deterministic: bool = False,
+    backward_schedule: str = ""
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of ``b200c::attention`` / ``b200c::attention_lse``: dQ, dK, dV of logical (B, H, S, D)
     views from the sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward`).
@@ -481,7 +489,8 @@ def attention_backward_op(
     compiles the forward. ``grad_lse``: the gradient reaching a returned LSE (refused unless it is all zeros:
     torch.compile passes zeros for an LSE the loss does not use). ``deterministic``: the forward call's
     (``b200c.attention(deterministic=True)``): dQ added in K/V tile order; False: as
-    ``torch.are_deterministic_algorithms_enabled()``.
+    ``torch.are_deterministic_algorithms_enabled()``. ``backward_schedule``: the forward call's
+    (``b200c.attention(backward_schedule=...)``) as its JSON, "" for the built-in one.
 
     Raises:
         BackwardNotSupportedError: a non-zero ``grad_lse``, a device other than compute capability 9.0 (the
@@ -491,14 +500,16 @@ def attention_backward_op(
 
     _refuse_backward(grad_lse)
     return backward_launch.attention_backward(q, k, v, out, grad_out, lse, causal=causal, scale=softmax_scale,
-                                              deterministic=True if deterministic else None)
+                                              deterministic=True if deterministic else None,
+                                              schedule=_backward_schedule_of(backward_schedule))
 
 
 @torch.library.custom_op("b200c::attention_varlen_backward", mutates_args=())
 def attention_varlen_backward_op(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
     cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
-    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None, deterministic: bool = False
+    softmax_scale: float, causal: bool, grad_lse: Optional[torch.Tensor] = None, deterministic: bool = False,
+    backward_schedule: str = ""
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of ``b200c::attention_varlen``: dQ, dK, dV of packed (total, H, D) tensors from the
     sm90a backward kernels (:func:`b200c.runtime.backward_launch.attention_backward_varlen`); ``lse`` the
@@ -512,7 +523,17 @@ def attention_varlen_backward_op(
     _refuse_backward(grad_lse)
     return backward_launch.attention_backward_varlen(q, k, v, out, grad_out, lse, cu_seqlens_q, cu_seqlens_k,
                                                      max_seqlen_q, max_seqlen_k, causal=causal, scale=softmax_scale,
-                                                     deterministic=True if deterministic else None)
+                                                     deterministic=True if deterministic else None,
+                                                     schedule=_backward_schedule_of(backward_schedule))
+
+
+def _backward_schedule_of(text: str):
+    """The BackwardSchedule of a forward call's ``backward_schedule`` JSON (cached), None for ""."""
+    if not text:
+        return None
+    from .schedule_files import _backward_of_json
+
+    return _backward_of_json(text)
 
 
 def _backward_fake(grad_out, q, k, v, *rest, **kwargs):

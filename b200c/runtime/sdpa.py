@@ -183,7 +183,7 @@ def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: boo
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False, *, schedule=None, target="auto"):
+                                 enable_gqa=False, *, schedule=None, target="auto", backward_schedule=None):
     """A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` that runs a b200c kernel when it can.
 
     Same signature and semantics as torch's function: query (B, H, S_q, D),
@@ -223,6 +223,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             sequence, also under torch.compile's dynamic shapes (compared
             with the lengths where the choice changes); on a B200 the blog's
             stage 18).
+        backward_schedule: as :func:`b200c.attention`'s: the backward schedule of
+            calls whose inputs require grad (None: the built-in one).
         target: as :func:`b200c.attention`. With ``"auto"`` the drop-in
             never runs the emulation target: a B200 schedule on a Hopper GPU
             falls back to torch (with a warning saying so).
@@ -262,6 +264,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if text:
             why = (f"schedule:{d}", f"the schedule cannot run head dim {d}: {text}")
         elif compiling:
+            if backward_schedule is not None:
+                api._backward_json(backward_schedule)  # raises: not under torch.compile yet
             s = float(scale) if scale is not None else float(d) ** -0.5
             return api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
         else:
@@ -273,7 +277,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                 elif api._direct_path_ok(query, key, value):
                     out = op.run_schedule(query, key, value, schedule_json, s, target, "bhsd", is_causal, False)[0]
                 else:
-                    out = api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
+                    out = api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False, False,
+                                       "" if backward_schedule is None else api._backward_json(backward_schedule))
                 calls["b200c"] += 1
                 return out
             except LaunchError as e:  # input rules, the device (UnsupportedDeviceError), the target's capabilities
