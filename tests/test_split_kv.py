@@ -252,3 +252,42 @@ def test_split_builds_compile_without_spills(tmp_path, target, arch, d):
     res = compile_cuda(g.source, tmp_path / "k.cubin", "cubin", arch)
     assert res.resources("b200c_attention_combine")["spill_bytes"] == 0, res.log
     assert res.resources()["spill_bytes"] == 0, res.log
+
+
+@pytest.mark.parametrize("target", ["sm90a", "sm100a"])
+@pytest.mark.parametrize("sinks", [False, True])
+def test_one_split_stores_as_the_unsplit_kernel(target, sinks):
+    """Issue 49: a call of one split on a split-KV build (a KV-cache call that does not split) launches no
+    combine kernel; the kernel's ``c.num_splits == 1`` branch stores BF16 O and the LSE with the unsplit
+    kernel's own store code (the sink included), which the GPU tests check against torch."""
+    import b200c
+    from b200c.codegen import generate
+    from b200c.dsl.mods import trace_mods
+    from b200c.dsl.presets import default_schedule
+
+    s = default_schedule(128, "hopper" if target == "sm90a" else "b200", mods=True)
+    ms = trace_mods(sinks=torch.zeros(4))[0] if sinks else None
+    plain = generate(s.replace(kv_splits=1), target, mods=ms).source
+    split = generate(split_build(s), target, mods=ms).source
+    if target == "sm90a":
+        def store(src):
+            return src[src.index("void store_o("):src.index("\n}\n", src.index("void store_o("))]
+
+        direct = store(split)
+        direct = direct[direct.index("if (c.num_splits == 1) {"):direct.index("    return;\n  }")]
+        unsplit = store(plain)
+        unsplit = unsplit[unsplit.index("  float inv[2];"):]
+        # the branch is the unsplit body, two spaces deeper (pragmas stay at column 0)
+        body = [ln[2:] if ln.startswith("  ") else ln for ln in direct.splitlines()[1:]]
+        assert "\n".join(body).strip() == unsplit.strip()
+        assert ("c.sinks[head]" in direct) == sinks
+    else:
+        marker = "if (c.num_splits == 1)"
+        assert split.count(marker) == 2  # the epilogue of each Q stage
+        i = split.index(marker)
+        direct = split[split.index("\n", i) + 1:split.index("\n    else\n", i)]
+        first = plain.index("{  // epilogue (blog ch.1)")
+        unsplit = plain[first:plain.index("\n    }\n", first) + 6]
+        assert direct.strip() == unsplit.strip()
+        assert ("c.sinks[q_head_of" in direct) == sinks
+    assert "b200c_attention_combine" in split

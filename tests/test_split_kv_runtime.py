@@ -108,11 +108,14 @@ def test_kvcache_appends_in_place_and_passes_the_lengths():
         kc, vc = torch.zeros(2, 1024, 8, 128, dtype=torch.bfloat16), torch.zeros(2, 1024, 8, 128, dtype=torch.bfloat16)
         k, v = bf(2, 1, 8, 128), bf(2, 1, 8, 128)
         lens = torch.tensor([5, 700], dtype=torch.int32)
-        b200c.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, target="sm90a")
+        out = b200c.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, target="sm90a")
         assert torch.equal(kc[0, 5], k[0, 0]) and torch.equal(vc[1, 700], v[1, 0])
         assert kc[0, 6].abs().sum() == 0 and kc[0, 4].abs().sum() == 0
-        main, comb = fd.launches
+        # one split (the automatic count here): the split build stores out itself, no workspace, no combine
+        (main,) = fd.launches
         assert main.kernel.split_kv and main.params["seqused_k"] != 0 and main.params["seq_kv"] == 1024
+        assert main.params["num_splits"] == 1 and main.params["o_part"] == 0 and main.params["lse_part"] == 0
+        assert main.params["out"] == out.data_ptr()
         assert lens.tolist() == [5, 700]  # the caller's lengths are not changed
 
 
@@ -127,7 +130,7 @@ def test_kvcache_paged_append():
         with fake_driver.install(target="sm90a") as fd:
             b200c.attention_with_kvcache(q, kc, vc, k, v, cache_seqlens=torch.tensor([15, 20], dtype=torch.int32),
                                          block_table=table, target="sm90a")
-        main, comb = fd.launches
+        (main,) = fd.launches  # one split: no combine
         p = main.params  # the cache is read in place: the table, its pages and the box rows go to the kernel
         assert p["block_table"] == table.data_ptr() and p["max_blocks"] == 3 and p["page_size"] == 16
         assert p["page_box"] == 16 and p["seq_kv"] == 3 * 16 and p["batch"] == 2
@@ -200,8 +203,10 @@ def test_kvcache_num_splits_is_the_launch_count(paged):
     for n, want in ((1, 1), (5, 5), (0, None)):
         with fake_driver.install(target="sm90a") as fd:
             b200c.attention_with_kvcache(q, kc, kc, cache_seqlens=7, block_table=table, num_splits=n, target="sm90a")
-            main, comb = fd.launches  # always the split-KV build: it reads the lengths (and the table)
+            # always the split-KV build: it reads the lengths (and the table); the combine only after 2+ splits
+            main, *comb = fd.launches
             assert main.kernel.split_kv and main.params["seqused_k"] != 0
+            assert len(comb) == (0 if n == 1 else 1)
             got = main.params["num_splits"]
             assert got == want if want else got > 1
 
@@ -255,8 +260,8 @@ def test_kvcache_compiled_step_appends_and_launches():
         assert out.shape == q.shape
         assert torch.equal(kc[0, 5], k[0, 0]) and torch.equal(vc[1, 700], v[1, 0])
         assert kc[0, 6].abs().sum() == 0
-        main, comb = fd.launches[-2:]
-        assert main.kernel.split_kv and main.params["seqused_k"] != 0 and comb.params["out"] == out.data_ptr()
+        main = fd.launches[-1]  # one split: the split build stores out itself
+        assert main.kernel.split_kv and main.params["seqused_k"] != 0 and main.params["out"] == out.data_ptr()
 
 
 def test_kvcache_step_parses_no_schedule_json(monkeypatch):
@@ -267,13 +272,13 @@ def test_kvcache_step_parses_no_schedule_json(monkeypatch):
     with fake_driver.install(target="sm90a", num_sms=132) as fd:
         q, k = bf(1, 1, 32, 128), bf(1, 4096, 8, 128)
         lens = torch.full((1,), 4096, dtype=torch.int32)
-        b200c.attention_with_kvcache(q, k, k, cache_seqlens=lens, target="sm90a")
+        b200c.attention_with_kvcache(q, k, k, cache_seqlens=lens, target="sm90a", num_splits=2)
         calls = []
         orig = Schedule.from_json.__func__
 
         monkeypatch.setattr(Schedule, "from_json", classmethod(lambda cls, s: calls.append(s) or orig(cls, s)))
         n = len(fd.launches)
-        b200c.attention_with_kvcache(q, k, k, cache_seqlens=lens, target="sm90a")
+        b200c.attention_with_kvcache(q, k, k, cache_seqlens=lens, target="sm90a", num_splits=2)
         assert calls == [] and len(fd.launches) == n + 2  # the split kernel and the combine kernel
         main, comb = fd.launches[n:n + 2]
         # the combine goes through cuLaunchKernelEx with programmatic dependent launch, on the split kernel's stream

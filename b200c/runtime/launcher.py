@@ -297,12 +297,12 @@ class Entry:
         parts = None
         if _current_device() != self.device:
             with torch.cuda.device(self.device):
-                if self.split is not None:
+                if self.split is not None and self.split.merges:
                     parts = self.split.workspace(_empty)
                 self._enqueue(out, lse, scale, True, extra, parts)
             _bound.ctx = None  # leaving the device context made another context current
         else:
-            if self.split is not None:
+            if self.split is not None and self.split.merges:
                 parts = self.split.workspace(_empty)
             self._enqueue(out, lse, scale, False, extra, parts)
 

@@ -4,7 +4,9 @@ Per launch entry: how many splits (:func:`splits_for`, from the call's shape and
 count through :func:`b200c.codegen.work.choose_splits`), which build runs them (a schedule with
 ``kv_splits=None`` runs its split-KV build, ``kv_splits=0``, only for calls that split:
 :func:`split_token`), and per call the FP32 workspace of the splits' O and LSE and the second launch,
-``b200c_attention_combine``, that merges them into ``out`` and ``lse`` (:class:`SplitLaunch`).
+``b200c_attention_combine``, that merges them into ``out`` and ``lse`` (:class:`SplitLaunch`); a call of
+one split on a split-KV build (a KV-cache call that does not split) stores ``out`` and ``lse`` from the
+kernel itself, with neither.
 Both launches go to the same stream, the combine with programmatic dependent launch (its CTAs start
 while the splits run and wait in the kernel for their results); CUDA-graph capture records both (the
 workspace comes from PyTorch's caching allocator, as ``out`` does).
@@ -63,16 +65,20 @@ class SplitLaunch:
         part_rows: rows per (sequence, head) in the workspace (S_q; varlen: total_q).
         rows: rows to merge (B * H * part_rows; varlen B = 1).
         o_shape, lse_shape: shapes of the FP32 workspace tensors allocated per call.
+        merges: more than one split: the call allocates the workspace and launches the combine kernel. With
+            one split the kernel stores ``out`` and ``lse`` itself (its epilogue's ``c.num_splits == 1``
+            branch): one launch, no workspace.
     """
 
     __slots__ = ("num_splits", "part_rows", "rows", "o_shape", "lse_shape", "block", "grid", "slots", "function",
-                 "head_dim", "config")
+                 "head_dim", "config", "merges")
 
     def __init__(self, lk, num_splits: int, slots: int, part_rows: int, heads: int, out_strides, lse_strides):
         from .params import ParamBlock
 
         d = lk.built.launch.head_dim
         self.num_splits = num_splits
+        self.merges = num_splits > 1
         self.part_rows = part_rows
         self.rows = slots * part_rows
         self.head_dim = d

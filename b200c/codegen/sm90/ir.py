@@ -165,11 +165,13 @@ class StoreOFn(Node):
     top_p: bool = False
     sinks: bool = False  # a per-head sink logit joins every row's denominator (and the LSE)
     split: bool = False  # split-KV: FP32 O and the LSE to the workspace (b200c/codegen/work.py), the sink at the merge
+    split_sinks: bool = False  # split-KV with sinks: a call of one split stores O as the unsplit kernel, sink included
     code: tuple = ()
 
     def describe(self) -> str:
         if self.split:
-            return "fn store_o: O / rowsum (FP32) and LSE of this split to the split-KV workspace"
+            return ("fn store_o: O / rowsum (FP32) and LSE of this split to the split-KV workspace; with one split "
+                    "BF16 O and the LSE to the output")
         return "fn store_o: O / rowsum, BF16 stores, LSE" + (
             " (top-P roundings in O's normaliser only)" if self.top_p else "") + (", attention sinks" if self.sinks
                                                                                  else "")

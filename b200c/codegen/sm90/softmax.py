@@ -33,7 +33,7 @@ def store_fn(s, sinks: bool = False, split: bool = False) -> StoreOFn:
     """The ``store_o`` definition (the epilogue: O / l and the LSE; ``sinks``: with the per-head sink
     logit in the denominator; ``split``: split-KV, FP32 O and the LSE of the split to the workspace, the
     sink joining at the merge instead)."""
-    n = StoreOFn(rules.exp_mode(s), rules.top_p_rounding(s), sinks and not split, split)
+    n = StoreOFn(rules.exp_mode(s), rules.top_p_rounding(s), sinks and not split, split, split and sinks)
     return msgspec.structs.replace(n, code=store_lines(n))
 
 
@@ -464,6 +464,14 @@ def store_lines(n: StoreOFn) -> tuple:
                    "NaN)")
         lse = f"l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')}"
     if n.split:
+        # one split (the count is per call): the rows are final, stored as the unsplit kernel stores them (BF16 O,
+        # the LSE, the sink) and the host launches no combine kernel (SPLIT_DIRECT_SINGLE)
+        direct = store_lines(msgspec.structs.replace(n, split=False, sinks=n.split_sinks, split_sinks=False))
+        body = direct[direct.index("  float inv[2];"):-1]
+        out = out[:out.index("  float inv[2];")] + [
+            "  if (c.num_splits == 1) {  // one split: no workspace, no combine"] + [
+            "  " + line if line and not line.startswith("#") else line for line in body] + [
+            "    return;", "  }"] + out[out.index("  float inv[2];"):]
         return tuple(out + [
             "    const int row = row0 + 8 * r;",
             "    if ((lane & 3) == 0 && row < w.len_q) c.lse_part[part_row(c, w, head, row)] =",

@@ -342,10 +342,12 @@ class Epilogue(Node):
     lse_adjust: bool = False
     sinks: bool = False  # a per-head sink logit joins the denominator (and the LSE), not O
     split: bool = False  # split-KV: FP32 O and the LSE to the workspace (b200c/codegen/work.py), the sink at the merge
+    split_sinks: bool = False  # split-KV with sinks: a call of one split stores O as the unsplit kernel, sink included
 
     def describe(self) -> str:
         if self.split:
-            return f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> split-KV workspace (fp32, Q stage {self.q})"
+            return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> split-KV workspace (fp32, Q stage "
+                    f"{self.q}); one split: -> out (bf16)")
         return (f"epilogue O[tmem {self.o_col}] / rowsum({self.rowsum}) -> out (bf16, Q tile w.q_tile + {self.q})"
                 + (", attention sinks" if self.sinks else ""))
 

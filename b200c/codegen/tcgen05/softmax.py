@@ -316,4 +316,5 @@ def epilogue(lw, q: str, rowsum: str) -> Epilogue:
     width = 16 if regs is not None and regs < 128 else 32
     return Epilogue(f"TMEM_O({q})", lw.plan.tile.head_dim, q, rowsum, packed(lw), exp_mode(lw), width,
                     top_p_rounding(lw) and rowsum == "reg",
-                    lw.plan.mods is not None and lw.plan.mods.sinks and not lw.plan.split_kv, lw.plan.split_kv)
+                    lw.plan.mods is not None and lw.plan.mods.sinks and not lw.plan.split_kv, lw.plan.split_kv,
+                    lw.plan.mods is not None and lw.plan.mods.sinks and lw.plan.split_kv)
