@@ -262,7 +262,8 @@ def params(d: WorkDecomposition) -> tuple:
     from .signature import Param
 
     return (
-        Param("num_splits", "i32", "split-KV: splits per work item (1 too: the combine kernel then only converts O)"),
+        Param("num_splits", "i32",
+              "split-KV: splits per work item (1: the kernel stores out and the LSE itself, no combine)"),
         Param("part_rows", "i32", "split-KV: rows per (sequence, head) in the workspace (S_q; varlen: total_q)"),
         Param("o_part", "f32_ptr", "split-KV: each split's O, FP32 (splits, B, H, part_rows, D); varlen B = 1"),
         Param("lse_part", "f32_ptr", "split-KV: each split's LSE, FP32 (splits, B, H, part_rows), natural log"),

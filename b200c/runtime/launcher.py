@@ -207,7 +207,7 @@ class Entry:
         self.masks = lk.emu_masks  # emulator: TMEM alloc masks zeroed before each launch
         self.hang = lk.hang_report
         self.context = lk.context
-        # split-KV (b200c.runtime.split_kv.SplitLaunch): the workspace per call, then the combine launch
+        # split-KV (b200c.runtime.split_kv.SplitLaunch): the workspace per call, then the combine launch (2+ splits)
         self.split = split
         self._o_part = block.slot("o_part") if split is not None else None
         self._lse_part = block.slot("lse_part") if split is not None else None
