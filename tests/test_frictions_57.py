@@ -229,4 +229,9 @@ def test_a_backward_schedule_through_autograd(tmp_path, monkeypatch):
                           backend="aot_eager")
         with pytest.raises(Exception, match="not supported under torch.compile yet"):
             g(q, k, v)
+        # the drop-in checks it on every call, as b200c.attention does: without grad, and on a call torch runs
+        with torch.no_grad(), pytest.raises(b200c.ScheduleError, match="backward_schedule must be"):
+            b200c.scaled_dot_product_attention(q, k, v, backward_schedule=3)
+        with pytest.raises(b200c.ScheduleError, match="'not a file.py' does not exist"):
+            b200c.scaled_dot_product_attention(q.float(), k.float(), v.float(), backward_schedule="not a file.py")
         assert fd.launches

@@ -284,10 +284,12 @@ def test_one_split_stores_as_the_unsplit_kernel(target, sinks):
     else:
         marker = "if (c.num_splits == 1)"
         assert split.count(marker) == 2  # the epilogue of each Q stage
-        i = split.index(marker)
-        direct = split[split.index("\n", i) + 1:split.index("\n    else\n", i)]
-        first = plain.index("{  // epilogue (blog ch.1)")
-        unsplit = plain[first:plain.index("\n    }\n", first) + 6]
-        assert direct.strip() == unsplit.strip()
-        assert ("c.sinks[q_head_of" in direct) == sinks
+        i, first = 0, 0
+        for _ in range(2):
+            i = split.index(marker, i) + 1
+            direct = split[split.index("\n", i) + 1:split.index("\n    else\n", i)]
+            first = plain.index("{  // epilogue (blog ch.1)", first) + 1
+            unsplit = plain[first - 1:plain.index("\n    }\n", first) + 6]
+            assert direct.strip() == unsplit.strip()
+            assert ("c.sinks[q_head_of" in direct) == sinks
     assert "b200c_attention_combine" in split

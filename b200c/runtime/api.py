@@ -386,8 +386,11 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             :class:`b200c.BackwardSchedule` or the path of a file defining
             one: what ``backward()`` through this call runs (its head_dim set
             to D; see :func:`b200c.attention_backward`). Eager calls only for
-            now (under torch.compile: a ScheduleError); calls with mods have
-            no backward yet.
+            now: traced by torch.compile it raises a ScheduleError, so
+            ``fullgraph=True`` fails and otherwise the graph breaks there and
+            the call runs eagerly with it. Calls with mods have no backward
+            yet: refused with a BackwardNotSupportedError when an input
+            requires grad, as without it.
 
     Calls with ``score_mod``, ``mask_mod``, ``sinks`` or ``window_size`` run
     eagerly (torch.compile breaks the graph around them) and are forward-only.
@@ -479,6 +482,12 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
     return _call_op(q, k, v, schedule_json, scale, layout, target, causal, return_lse, deterministic, backward_json)
 
 
+@functools.lru_cache(maxsize=64)
+def _backward_schedule_json(schedule) -> str:
+    """A BackwardSchedule's validated JSON, once per schedule value (a frozen dataclass: equal schedules hit)."""
+    return schedule.validate().to_json()
+
+
 def _backward_json(schedule) -> str:
     """The JSON of a call's ``backward_schedule=`` (a BackwardSchedule, or a file defining one: loaded once, as
     :func:`b200c.attention_backward` loads it).
@@ -493,7 +502,7 @@ def _backward_json(schedule) -> str:
                             "the built-in backward schedule): call without it inside the compiled function, or "
                             "run the call eagerly")
     if isinstance(schedule, BackwardSchedule):
-        return schedule.validate().to_json()
+        return _backward_schedule_json(schedule)
     if isinstance(schedule, (str, os.PathLike)):
         return _json_of_file(os.fspath(schedule), backward=True)
     raise ScheduleError(f"backward_schedule must be a b200c.BackwardSchedule or the path of a file defining one "

@@ -211,7 +211,8 @@ class Entry:
         self.split = split
         self._o_part = block.slot("o_part") if split is not None else None
         self._lse_part = block.slot("lse_part") if split is not None else None
-        self._plain = self.masks is None and self.hang is None and split is None  # what call() launches in one step
+        # what call() launches in one step (a split-KV entry of one split too: no workspace, no combine)
+        self._plain = self.masks is None and self.hang is None and (split is None or not split.merges)
         cu = driver._cu()
         self._cu = cu
         self._ok = cu.CUresult.CUDA_SUCCESS
@@ -264,7 +265,7 @@ class Entry:
 
     def _call_split(self, q, scale, extra):
         """:meth:`call` of a split-KV entry: the splits write the FP32 workspace, the combine kernel merges
-        it into ``out`` and ``lse`` (same stream, in that order)."""
+        it into ``out`` and ``lse`` (same stream, in that order); with one split the kernel writes them."""
         if self.device >= 0:
             with torch.cuda.device(self.device):
                 out, lse = self._alloc()

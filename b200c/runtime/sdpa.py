@@ -247,6 +247,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     compiling = torch.compiler.is_compiling()
     if type(target) is not str or target not in api._TARGETS:
         api._check_options(target, "bhsd")
+    # checked on every call, also those that run torch's SDPA, as b200c.attention checks it
+    backward_json = "" if backward_schedule is None else api._backward_json(backward_schedule)
     why = _reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, compiling)
     if why is None and scale is not None:
         text = _scale_reason_traced(scale) if compiling else _scale_reason(scale)
@@ -264,8 +266,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if text:
             why = (f"schedule:{d}", f"the schedule cannot run head dim {d}: {text}")
         elif compiling:
-            if backward_schedule is not None:
-                api._backward_json(backward_schedule)  # raises: not under torch.compile yet
             s = float(scale) if scale is not None else float(d) ** -0.5
             return api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False)
         else:
@@ -278,7 +278,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                     out = op.run_schedule(query, key, value, schedule_json, s, target, "bhsd", is_causal, False)[0]
                 else:
                     out = api._call_op(query, key, value, schedule_json, s, "bhsd", target, is_causal, False, False,
-                                       "" if backward_schedule is None else api._backward_json(backward_schedule))
+                                       backward_json)
                 calls["b200c"] += 1
                 return out
             except LaunchError as e:  # input rules, the device (UnsupportedDeviceError), the target's capabilities

@@ -195,8 +195,9 @@ def test_varlen_and_mods_with_splits(env):
         assert (out.float() - ref).abs().max() < 4e-3, target
 
 
+@pytest.mark.parametrize("num_splits", [0, 3])  # 0: the automatic count, one split here (no combine kernel)
 @pytest.mark.parametrize("paged", [None, 16, 256])
-def test_kvcache_append_lengths_and_pages(env, paged):
+def test_kvcache_append_lengths_and_pages(env, paged, num_splits):
     import b200c
     import torch
 
@@ -224,13 +225,14 @@ def test_kvcache_append_lengths_and_pages(env, paged):
                 kc[perm] = kp
                 vc[perm] = vp
             out, lse = b200c.attention_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=seqlens, block_table=table,
-                                                    causal=True, return_lse=True, target=target)
+                                                    causal=True, return_lse=True, target=target,
+                                                    num_splits=num_splits)
             for i, n in enumerate(lens):
                 ks = torch.cat([k_full[i, :n], k_new[i]]).transpose(0, 1)[None]
                 vs = torch.cat([v_full[i, :n], v_new[i]]).transpose(0, 1)[None]
                 fails = _check(sweep, out[i:i + 1].transpose(1, 2), lse[i:i + 1], q[i:i + 1].transpose(1, 2), ks, vs,
                                True)
-                assert not fails, (target, paged, s_new, i, fails)
+                assert not fails, (target, paged, num_splits, s_new, i, fails)
             if paged is None:  # the new tokens are in the cache
                 for i, n in enumerate(lens):
                     assert torch.equal(kc[i, n:n + s_new], k_new[i]) and torch.equal(vc[i, n:n + s_new], v_new[i])

@@ -465,7 +465,7 @@ def store_lines(n: StoreOFn) -> tuple:
         lse = f"l == 0.f ? -INFINITY : {rules.lse_natural(m_log2, 'l')}"
     if n.split:
         # one split (the count is per call): the rows are final, stored as the unsplit kernel stores them (BF16 O,
-        # the LSE, the sink) and the host launches no combine kernel (SPLIT_DIRECT_SINGLE)
+        # the LSE, the sink) and the host launches no combine kernel (SplitLaunch.merges)
         direct = store_lines(msgspec.structs.replace(n, split=False, sinks=n.split_sinks, split_sinks=False))
         body = direct[direct.index("  float inv[2];"):-1]
         out = out[:out.index("  float inv[2];")] + [
