@@ -247,25 +247,29 @@ def check_values(q, lengths, s_new: int, k_cache, block_table) -> None:
                           "captured steps (the serving loop then guarantees the lengths and the table)")
     if lengths.numel() == 0:  # an empty batch: nothing to read (the launcher returns the empty result)
         return
-    used = lengths.long() + s_new
-    over = used - _capacity(k_cache, block_table)
-    vals = [lengths.min(), lengths.argmin(), over.max(), over.argmax()]
+    # few kernels on the common (valid) path: each torch op is a launch, about 5 us of host time on a GPU;
+    # where a bad value is, is looked up only once one is known to be there
+    lo, hi = torch.aminmax(lengths)
+    vals = [lo.long(), hi.long()]
     if block_table is not None:
         page, blocks = k_cache.shape[1], k_cache.shape[0]
-        pages = torch.div(used.clamp(min=0) + page - 1, page, rounding_mode="floor")
+        # pages sequence b uses (<= 0 for a negative length: none); an entry is bad where clamping moves it
+        pages = (lengths.long() + (s_new + page - 1)).div_(page, rounding_mode="floor")
         col = torch.arange(block_table.shape[1], device=block_table.device)
-        bad = ((col[None, :] < pages[:, None]) & ((block_table < 0) | (block_table >= blocks))).flatten()
-        first = bad.int().argmax()
-        vals += [bad.any(), first, block_table.flatten()[first]]
-    got = torch.stack([v.long() for v in vals]).tolist()  # the one synchronization
+        used = col[None, :] < pages[:, None]
+        bad = used if blocks == 0 else (block_table.clamp(0, blocks - 1) != block_table).logical_and_(used)
+        any_bad, first = torch.max(bad.flatten().int(), 0)  # the first bad entry's index (ties: the first)
+        vals += [any_bad.long(), first, block_table.flatten()[first].long()]
+    got = torch.stack(vals).tolist()  # the one synchronization
     if got[0] < 0:
-        raise LaunchError(f"cache_seqlens[{got[1]}] = {got[0]}: lengths (tokens already cached) must be >= 0")
-    if got[2] > 0:
-        b = got[3]
+        b = int(lengths.argmin())
+        raise LaunchError(f"cache_seqlens[{b}] = {got[0]}: lengths (tokens already cached) must be >= 0")
+    if got[1] + s_new > _capacity(k_cache, block_table):
+        b = int(lengths.argmax())
         _too_long(int(lengths[b]), s_new, k_cache, block_table, b)
-    if block_table is not None and got[4]:
-        b, j = divmod(got[5], block_table.shape[1])
-        raise LaunchError(f"block_table[{b}, {j}] = {got[6]} is not a block of the paged cache (num_blocks = "
+    if block_table is not None and got[2]:
+        b, j = divmod(got[3], block_table.shape[1])
+        raise LaunchError(f"block_table[{b}, {j}] = {got[4]} is not a block of the paged cache (num_blocks = "
                           f"{k_cache.shape[0]}: entries 0..{k_cache.shape[0] - 1}); sequence {b} uses its first "
                           f"{-(-(int(lengths[b]) + s_new) // k_cache.shape[1])} pages (cache_seqlens[{b}] + S_new = "
                           f"{int(lengths[b]) + s_new} tokens of {k_cache.shape[1]} per page)")
