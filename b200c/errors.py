@@ -119,4 +119,5 @@ class UntestedCompilerWarning(UserWarning):
 
 class PerformanceWarning(UserWarning):
     """A b200c call took a path slower than its fast one (e.g. a paged KV cache whose pages are smaller
-    than the kernel's K/V tile, gathered into a contiguous copy first); the message says which and why."""
+    than the kernel's K/V tile, gathered into a contiguous copy first), or a native kernel was built with
+    register spills or serialized wgmmas (a schedule of one's own, usually); the message says which and why."""

@@ -16,11 +16,12 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..codegen import GeneratedKernel, LaunchInfo
-from ..errors import BuildError
+from ..errors import BuildError, PerformanceWarning
 from ..nvcc import first_error_line
 from . import cache
 from ..codegen.targets import resolve
@@ -104,6 +105,10 @@ def build_many(
     a damaged entry (truncated, zero-filled, missing or foreign files) is
     rebuilt with a one-line warning on the ``b200c.runtime`` logger.
 
+    Warns:
+        PerformanceWarning: a kernel built now on a native target whose ptxas report shows register
+            spills or serialized wgmmas (it runs, slower than intended; once, when it is built).
+
     Raises:
         TargetError: unknown target.
         BuildError: a kernel generated for another target, nvcc/ninja missing,
@@ -172,6 +177,28 @@ def build_many(
     ]
 
 
+def _slow_build_note(name: str, target: str, log_text: str) -> str:
+    """The PerformanceWarning text of a native build whose ptxas report (``-Xptxas -v``) shows register
+    spills or serialized wgmmas (C7510-C7519) in any of its kernels, else ``""``: the kernel runs, slower
+    than its schedule intends, and a schedule of one's own is where that usually comes from."""
+    from ..toolchain import TESTED_NVCC
+
+    found = []
+    for part in re.split(r"ptxas info\s*: Function properties for ", log_text)[1:]:
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", part)
+        if m and int(m.group(1)) + int(m.group(2)):
+            fn = part.split(None, 1)[0]
+            found.append(f"{fn}: {m.group(1)} B spill stores, {m.group(2)} B spill loads")
+    found += sorted({line.strip() for line in log_text.splitlines() if re.search(r"\(C751\d\)", line)})
+    if not found:
+        return ""
+    return (f"kernel {name!r} (target {target}) built, but ptxas reports {'; '.join(found)}: it runs slower than "
+            "its schedule intends (spilled registers go through local memory; serialized wgmmas each wait for the "
+            "one before). Give the warp role more registers or keep fewer values live (smaller tiles, fewer "
+            f"stages); `b200c check <schedule file>` shows each kernel's registers and spills. The built-in "
+            f"schedules compile without either with nvcc {TESTED_NVCC}")
+
+
 def _ninja_escape(text: str) -> str:
     return text.replace("$", "$$")
 
@@ -186,7 +213,9 @@ def _write_ninja(path: Path, todo: dict[str, tuple[str, GeneratedKernel]], nvcc:
         f"nvcc = {_ninja_escape(shlex.quote(nvcc))}",
         f"flags = {_ninja_escape(cmd_flags)}",
         "rule nvcc",
-        "  command = $nvcc $flags -o $out $in > $log 2>&1 || { cat $log; exit 1; }",
+        # -Xptxas -v: ptxas' resource report in the log (spills, serialized wgmmas: _slow_build_note); the
+        # cubin and the cache key do not change
+        "  command = $nvcc $flags -Xptxas -v -o $out $in > $log 2>&1 || { cat $log; exit 1; }",
         "  description = nvcc $name",
         "",
     ]
@@ -236,10 +265,15 @@ def _ninja_build(
             raise BuildError(f"cannot run ninja {ninja!r}: {e}") from None
 
         failures: list[tuple[str, Path, str]] = []
+        slow: list[str] = []
+        native = resolve(target).emulates is None  # an emulation target's software model spills by design
         for key, (name, _) in todo.items():
             d = tmp / key
             cubin = d / "kernel.cubin"
             if cubin.is_file() and cubin.stat().st_size > 0 and (d / "build.log").is_file():
+                note = _slow_build_note(name, target, (d / "build.log").read_text(errors="replace")) if native else ""
+                if note:
+                    slow.append(note)
                 cache.write_manifest(d, key)
                 cache.publish(d, key, root)
                 continue
@@ -252,6 +286,8 @@ def _ninja_build(
             (fdir / "build.log").write_text(log_text)
             line = first_error_line(log_text).replace(f"{key}/kernel.cu", str(fdir / "kernel.cu"))
             failures.append((name, fdir, line))
+        for note in slow:
+            warnings.warn(note, PerformanceWarning, stacklevel=4)
         if failures:
             name, fdir, line = failures[0]
             more = ""
