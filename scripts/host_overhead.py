@@ -26,7 +26,10 @@ schedule file's path, with ``layout="bshd"`` and with causal + LSE + GQA
 directly; ``b200c.scaled_dot_product_attention`` (the drop-in, its built-in
 schedule); a ``torch.compile(fullgraph=True)`` function (and torch SDPA compiled
 the same way); one call captured in a CUDA graph and replayed (SDPA the same way). Each b200c row is
-checked against SDPA's output once before it is timed. Decoding calls (:func:`decode_cases`): the step
+checked against SDPA's output once before it is timed. The drop-in's other call kinds
+(:func:`dropin_cases`), each next to torch SDPA's call of the same kind: causal, GQA, a boolean
+key-padding mask, an additive mask, and ``b200c.attention_varlen`` of two sequences (against SDPA once
+per sequence). Decoding calls (:func:`decode_cases`): the step
 transformers makes (one query row, 8 query heads on 2 K/V heads, 256 cached keys, a boolean
 ``attn_mask`` of (B, 1, 1, S_kv)) through torch SDPA and through the drop-in, and
 ``b200c.attention_with_kvcache`` on the same cache (with its default one-synchronisation input check
@@ -50,6 +53,7 @@ import argparse
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +86,56 @@ def table(rows: list[tuple[str, float | None, str]]) -> str:
         val = f"{us:12.1f}" if us is not None else f"{'-':>12}"
         lines.append(f"{name:<{w}}  {val}  {note}")
     return "\n".join(lines)
+
+
+def dropin_cases(device, target):
+    """``(name, fn, reference name or None, reference output or None)`` of the drop-in's call kinds on ``device``
+    (issue 50 step 5), each after the torch SDPA call of the same kind: causal, GQA (two query heads on one
+    K/V head, ``enable_gqa``), a boolean key-padding mask (B, 1, 1, S_kv), an additive float mask
+    (B, 1, S_q, S_kv), and a varlen batch of two sequences (``b200c.attention_varlen``; its reference is
+    torch SDPA on each sequence, one call each)."""
+    import torch
+    import torch.nn.functional as F
+
+    import b200c
+
+    g = torch.Generator(device="cpu").manual_seed(2)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g).to(device, torch.bfloat16)
+
+    q, k, v = rand(1, 1, 128, 128), rand(1, 1, 128, 128), rand(1, 1, 128, 128)
+    q2 = rand(1, 2, 128, 128)
+    pad = torch.ones(1, 1, 1, 128, dtype=torch.bool, device=device)
+    pad[..., 112:] = False
+    add = (torch.randn(1, 1, 128, 128, generator=g) * 0.5).to(device, torch.bfloat16)
+    qv, kv, vv = rand(128, 1, 128), rand(128, 1, 128), rand(128, 1, 128)
+    cu = torch.tensor([0, 48, 128], dtype=torch.int32, device=device)
+
+    def per_sequence():  # torch's nearest call: SDPA per sequence of the varlen batch
+        return torch.cat([F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1)[None] for t in (qv, kv, vv)))[0]
+                          .transpose(0, 1) for a, b in ((0, 48), (48, 128))])
+
+    sd = b200c.scaled_dot_product_attention
+    kinds = (
+        ("causal", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+         lambda: sd(q, k, v, is_causal=True, target=target)),
+        ("GQA 2/1", lambda: F.scaled_dot_product_attention(q2, k, v, enable_gqa=True),
+         lambda: sd(q2, k, v, enable_gqa=True, target=target)),
+        ("bool key-padding mask", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=pad),
+         lambda: sd(q, k, v, attn_mask=pad, target=target)),
+        ("additive mask", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=add),
+         lambda: sd(q, k, v, attn_mask=add, target=target)),
+    )
+    out = []
+    for kind, ref_fn, fn in kinds:
+        ref_name = f"torch SDPA {kind}"
+        out += [(ref_name, ref_fn, None), (f"b200c.scaled_dot_product_attention {kind}", fn, ref_name)]
+    out += [("torch SDPA per sequence (varlen, 2 sequences)", per_sequence, None),
+            ("b200c.attention_varlen (2 sequences)",
+             lambda: b200c.attention_varlen(qv, kv, vv, cu, cu, 80, 80, target=target),
+             "torch SDPA per sequence (varlen, 2 sequences)")]
+    return out
 
 
 def decode_cases(device, target):
@@ -146,7 +200,7 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
         """Rows the target refuses (sm90a: causal, LSE, GQA; the drop-in's built-in sm100a schedule) are listed, not timed."""
         try:
             return make()
-        except (b200c.ScheduleError, b200c.LaunchError, NotImplementedError) as e:
+        except (b200c.ScheduleError, b200c.LaunchError, NotImplementedError, b200c.FallbackWarning) as e:
             rows.append((name, None, f"not on target {tgt}: {str(e).splitlines()[0][:90]}"))
             return None
 
@@ -223,6 +277,18 @@ def gpu_rows(args) -> list[tuple[str, float | None, str]]:
         graph.replay()
         note = check(name, out) if "b200c" in name else "reference"
         row(name, graph.replay, note, "CUDA graph replay: torch SDPA" if "b200c" in name else None)
+
+    refs = {}
+    for name, call, ref_name in dropin_cases(dev, tgt):
+        if ref_name is None:
+            refs[name] = call()
+            row(name, call, "reference for the next row")
+            continue
+        with warnings.catch_warnings():  # a drop-in call that falls back to torch is listed, not timed
+            warnings.simplefilter("error", b200c.FallbackWarning)
+            out = refused(name, call)
+        if out is not None:
+            row(name, call, check(name, out, refs[ref_name]), ref_name)
 
     dec = decode_cases(dev, tgt)
     dec_ref = dec[0][1]()
@@ -330,6 +396,11 @@ def stub_rows(args) -> list[tuple[str, float | None, str]]:
         cases.append(("floor: torch.compile of a Python custom op", lambda: floor2(q, k, v),
                       "backend aot_eager: b200c's schema and registration, only allocates the output"))
         assert fd.loads == 2, fd.loads  # the schedule's kernel and the drop-in's
+        for name, fn, ref_name in dropin_cases("cpu", args.target):
+            with warnings.catch_warnings():  # builds (stubbed) and caches the launch; b200c's rows never fall back
+                warnings.simplefilter("error", b200c.FallbackWarning)
+                fn()
+            cases.append((name, fn, "drop-in call kinds" if ref_name else "torch's math path on the CPU"))
         for name, fn, ref_name in decode_cases("cpu", args.target):
             fn()  # builds (stubbed) and caches the launch
             cases.append((name, fn, "decoding" if ref_name else "decoding: torch's math path on the CPU"))

@@ -26,6 +26,9 @@ def test_skips_without_gpu_and_stub_table():
     rows = {line.split("  ")[0].strip(): line for line in r.stdout.splitlines() if "  " in line}
     for name in ("b200c.attention(schedule=Schedule)", "b200c.attention(schedule=path)", "torch.ops.b200c.attention",
                  "torch.compile(fullgraph=True)", "b200c.scaled_dot_product_attention decode step (bool mask)",
-                 "b200c.attention_with_kvcache (256 cached keys)", "b200c.attention_with_kvcache(check_inputs=False)"):
+                 "b200c.attention_with_kvcache (256 cached keys)", "b200c.attention_with_kvcache(check_inputs=False)",
+                 "b200c.scaled_dot_product_attention causal", "b200c.scaled_dot_product_attention GQA 2/1",
+                 "b200c.scaled_dot_product_attention bool key-padding mask",
+                 "b200c.scaled_dot_product_attention additive mask", "b200c.attention_varlen (2 sequences)"):
         assert name in rows, r.stdout
         assert float(rows[name][len(name):].split()[0]) > 0  # microseconds per call
