@@ -187,9 +187,14 @@ def _capability(q):
     return tuple(torch.cuda.get_device_capability(q.device))
 
 
-@functools.lru_cache(maxsize=None)
+@torch.compiler.assume_constant_result  # torch.compile takes the value instead of tracing the search below
 def covered_head_dims() -> tuple:
     """Head dims whose built-in backward schedule the sm90a generator covers (64, 128 and 256 today)."""
+    return _covered_head_dims()
+
+
+@functools.lru_cache(maxsize=None)
+def _covered_head_dims() -> tuple:
     from ..codegen.sm90.backward import supported
     from ..dsl.presets import SM90_BACKWARD
 

@@ -15,7 +15,7 @@ import functools
 import torch
 
 from ..errors import LaunchError
-from . import api, launcher
+from . import api, inputs, launcher
 from .inputs import flag_value, keyword_given, no_such_keyword
 
 _Tensor = torch.Tensor
@@ -50,6 +50,9 @@ def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
                           f"sequence), got {desc}")
     if cache_seqlens.device != device:
         raise LaunchError(f"cache_seqlens is on {cache_seqlens.device} but q is on {device}")
+    if not cache_seqlens.is_contiguous():  # the kernel reads sequence b's length at b
+        raise LaunchError(f"cache_seqlens has stride {cache_seqlens.stride(0)} (a view of a larger tensor?); the "
+                          "kernel reads it as a contiguous (B,) array: pass cache_seqlens.contiguous()")
     return cache_seqlens
 
 
@@ -79,6 +82,8 @@ def _check_cache(q, k_cache, v_cache, block_table):
                           f"{layouts}{hint}")
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         raise LaunchError(f"k_cache and v_cache must be torch.bfloat16 like q, got {k_cache.dtype} and {v_cache.dtype}")
+    if not torch.compiler.is_compiling():  # traced: checked when the op runs (_op_impl)
+        _check_cache_layout(k_cache, v_cache)
     if block_table is not None:
         if not isinstance(block_table, _Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2 \
                 or block_table.shape[0] != q.shape[0]:
@@ -87,9 +92,29 @@ def _check_cache(q, k_cache, v_cache, block_table):
             raise LaunchError(f"block_table must be a torch.int32 tensor (B={q.shape[0]}, max_blocks), got {got}"
                               + (" (convert it with block_table.to(torch.int32))"
                                  if isinstance(block_table, _Tensor) and block_table.dtype != torch.int32 else ""))
+        if not block_table.is_contiguous():  # the kernel reads row b at b * max_blocks
+            raise LaunchError(f"block_table has strides {block_table.stride()} (a slice of a larger table?); the "
+                              f"kernel reads it as a contiguous (B, max_blocks) array: pass block_table.contiguous()")
         page = k_cache.shape[1]
         if not 16 <= page <= 256 or page % 16:
             raise LaunchError(f"page size {page} (k_cache.shape[1] with block_table): use a multiple of 16 in 16..256")
+
+
+_LAYOUTS_OK: set = set()  # (shape, strides, storage offset, pointer % 16) of caches that passed: checked once
+
+
+def _check_cache_layout(k_cache, v_cache) -> None:
+    """The TMA rules for the caches (a paged cache's too: its tensor maps are made from it), by their names;
+    a layout seen before is not checked again (the full check costs ~6 us a tensor, a decoding step's
+    budget)."""
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        fake = inputs._is_fake(t)
+        key = (t.shape, t.stride(), t.storage_offset(), 0 if fake else t.data_ptr() % 16)
+        if key in _LAYOUTS_OK:
+            continue
+        inputs._check_layout(name, t.transpose(1, 2), not fake)
+        if len(_LAYOUTS_OK) < 4096:
+            _LAYOUTS_OK.add(key)
 
 
 def _append(k_cache, v_cache, k, v, lengths, block_table):
@@ -103,10 +128,11 @@ def _append(k_cache, v_cache, k, v, lengths, block_table):
         return
     page = k_cache.shape[1]
     flat = paged_rows(block_table, pos, page)
-    kf = k_cache.view(-1, *k_cache.shape[2:])
-    vf = v_cache.view(-1, *v_cache.shape[2:])
-    kf[flat] = k
-    vf[flat] = v
+    for cache, new in ((k_cache, k), (v_cache, v)):
+        if cache.stride(0) == page * cache.stride(1):  # blocks and their rows merge into one index
+            cache.view(-1, *cache.shape[2:])[flat] = new
+        else:  # e.g. one half of a (num_blocks, 2, page, H_kv, D) K/V tensor: (block, row) pairs
+            cache[flat // page, flat % page] = new
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
@@ -401,6 +427,7 @@ def _attend(q, k_cache, v_cache, k, v, lengths, block_table, base: str, scale, t
 
 def _op_impl(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target, causal,
              return_lse, num_splits, check_inputs):
+    _check_cache_layout(k_cache, v_cache)
     if check_inputs:
         check_values(q, cache_seqlens, 0 if k is None else k.shape[1], k_cache, block_table)
     out, lse = _attend(q, k_cache, v_cache, k, v, cache_seqlens, block_table, schedule_json, softmax_scale, target,

@@ -361,7 +361,11 @@ def _define(name: str, schema: str, impl, fake):
             # every refusal is the backward op's, at run time: torch.compile traces this function while it
             # compiles the forward (its fake impl then returns shapes), and the forward must not raise
             if grad_out is None:
-                return (None,) * (ctx.n_inputs + 1)
+                if not grad_rest or grad_rest[0] is None:
+                    return (None,) * (ctx.n_inputs + 1)
+                # a gradient reaches only the returned LSE: the backward op refuses a non-zero one (an all-zero
+                # one gives zero gradients) instead of the gradient being dropped
+                grad_out = torch.zeros_like(ctx.saved_tensors[3])
             if ctx.varlen:
                 q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
                 dq, dk, dv = torch.ops.b200c.attention_varlen_backward(
