@@ -91,3 +91,25 @@ def test_the_drop_in_training_step_compiles_with_fullgraph():
         assert q.grad is not None and k.grad.shape == k.shape
         assert any(launch.kernel.name.startswith("hopper_backward") for launch in fd.launches
                    if hasattr(launch.kernel, "name"))
+
+
+def test_a_backward_schedule_backward_would_refuse_is_refused_at_the_call():
+    """Its refusals came only in backward(), after the forward had run (a new-user trial)."""
+    from b200c.errors import ResourceError
+
+    bs = b200c.default_backward_schedule(128)
+    with fake_driver.install(target="sm90a") as fd:
+        q, k, v = (torch.randn(1, 4, 64, 128).to(BF16).requires_grad_() for _ in range(3))
+        for change, error in ((dict(persistent=True), BackwardNotSupportedError),
+                              (dict(block_n=96), BackwardNotSupportedError), (dict(block_m=128), ResourceError)):
+            with pytest.raises(error):
+                b200c.attention(q, k, v, causal=True, backward_schedule=bs.replace(**change))
+            with pytest.raises(error):
+                b200c.scaled_dot_product_attention(q, k, v, backward_schedule=bs.replace(**change))
+        assert not fd.launches  # refused before the forward
+        qv, kv, vv = (torch.randn(64, 4, 128).to(BF16).requires_grad_() for _ in range(3))
+        cu = torch.tensor([0, 64], dtype=torch.int32)
+        with pytest.raises(BackwardNotSupportedError):
+            b200c.attention_varlen(qv, kv, vv, cu, cu, 64, 64, backward_schedule=bs.replace(persistent=True))
+        b200c.attention(q, k, v, backward_schedule=bs.replace(name="fine")).float().sum().backward()
+        assert q.grad is not None

@@ -456,7 +456,7 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         raise _unexpected_keyword(kwargs)
     if deterministic is not False:
         deterministic = flag_value("deterministic", deterministic)
-    backward_json = "" if backward_schedule is None else _backward_json(backward_schedule)
+    backward_json = "" if backward_schedule is None else _checked_backward_json(backward_schedule, q, deterministic)
     if window_size is not None and type(window_size) in (tuple, list) and tuple(window_size) == (-1, -1):
         window_size = None  # flash_attn's "no window": the plain kernel
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
@@ -486,6 +486,19 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
 def _backward_schedule_json(schedule) -> str:
     """A BackwardSchedule's validated JSON, once per schedule value (a frozen dataclass: equal schedules hit)."""
     return schedule.validate().to_json()
+
+
+def _checked_backward_json(schedule, q, deterministic) -> str:
+    """:func:`_backward_json`, and the schedule refused at the call where its ``backward()`` would refuse it
+    (:func:`b200c.runtime.backward_launch.check_call_schedule`, for q's head dim when b200c has backward
+    kernels for it; other head dims are refused by their own rules)."""
+    text = _backward_json(schedule)
+    d = q.shape[-1] if isinstance(q, torch.Tensor) and q.dim() in (3, 4) else None
+    if d in (64, 128, 256):
+        from . import backward_launch
+
+        backward_launch.check_call_schedule(text, d, bool(deterministic) or torch.are_deterministic_algorithms_enabled())
+    return text
 
 
 def _backward_json(schedule) -> str:
@@ -687,7 +700,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if kwargs:
         raise _unexpected_keyword(kwargs, varlen=True)
     deterministic = flag_value("deterministic", deterministic)  # mods have no backward: checked, not used
-    backward_json = "" if backward_schedule is None else _backward_json(backward_schedule)
+    backward_json = "" if backward_schedule is None else _checked_backward_json(backward_schedule, q, deterministic)
     if score_mod is not None or mask_mod is not None or sinks is not None or window_size is not None:
         return _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, schedule,
                                       causal, softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod,

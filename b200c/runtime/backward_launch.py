@@ -148,6 +148,30 @@ class _Module:
 
 
 @functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
+def check_call_schedule(schedule_json: str, d: int, deterministic: bool) -> None:
+    """Refuse, when ``b200c.attention(..., backward_schedule=)`` is called, a backward schedule that its
+    ``backward()`` would refuse (head_dim set to the inputs' D, the deterministic dQ reduction when asked):
+    its budgets (:func:`b200c.plan_backward`) and what the sm90a generator covers. Once per schedule, D and
+    mode.
+
+    Raises:
+        ScheduleError / ResourceError: the plan's refusals.
+        BackwardNotSupportedError: tiles or knobs the generator does not cover yet.
+    """
+    from ..codegen.backward_plan import plan_backward
+    from ..codegen.sm90.backward import supported
+    from ..dsl.backward_schedule import BackwardSchedule
+
+    schedule = BackwardSchedule.from_json(schedule_json)
+    if schedule.head_dim != d:
+        schedule = schedule.replace(head_dim=d)
+    if deterministic and schedule.dq_reduction != "deterministic":
+        schedule = schedule.replace(dq_reduction="deterministic")
+    plan_backward(schedule, "sm90a")
+    supported(schedule)
+
+
 def _generated(schedule_json: str):
     """The generated (and protocol-verified) module of a schedule, once per process."""
     from ..codegen.sm90.backward import generate_backward
@@ -507,4 +531,5 @@ def attention_backward_varlen(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     return dq, dk, dv
 
 
-__all__ = ["attention_backward", "attention_backward_varlen", "backward_reason", "covered_head_dims", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]
+__all__ = ["attention_backward", "attention_backward_varlen", "backward_reason", "check_call_schedule",
+           "covered_head_dims", "launch_plan", "param_values", "LaunchPlan", "MAIN_SPEC", "PRE_SPEC", "POST_SPEC"]

@@ -248,7 +248,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if type(target) is not str or target not in api._TARGETS:
         api._check_options(target, "bhsd")
     # checked on every call, also those that run torch's SDPA, as b200c.attention checks it
-    backward_json = "" if backward_schedule is None else api._backward_json(backward_schedule)
+    backward_json = "" if backward_schedule is None else api._checked_backward_json(backward_schedule, query, False)
     why = _reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, compiling)
     if why is None and scale is not None:
         text = _scale_reason_traced(scale) if compiling else _scale_reason(scale)
