@@ -25,6 +25,8 @@ def test_drop_in_fallback_from_python_c_warns_instead_of_raising_import_error():
     assert "(1, 2, 16, 64)" in r.stdout and "FallbackWarning" in r.stderr and "ImportError" not in r.stderr
     r = subprocess.run([sys.executable, "-i"], input=code, capture_output=True, text=True, timeout=300)
     assert "(1, 2, 16, 64)" in r.stdout and "ImportError" not in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300)  # stdin
+    assert r.returncode == 0 and "(1, 2, 16, 64)" in r.stdout and "ImportError" not in r.stderr, r.stderr[-2000:]
 
 
 def _bwd_inputs(d=128, s=64, skv=None):

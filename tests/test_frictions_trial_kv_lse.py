@@ -113,3 +113,24 @@ def test_a_backward_schedule_backward_would_refuse_is_refused_at_the_call():
             b200c.attention_varlen(qv, kv, vv, cu, cu, 64, 64, backward_schedule=bs.replace(persistent=True))
         b200c.attention(q, k, v, backward_schedule=bs.replace(name="fine")).float().sum().backward()
         assert q.grad is not None
+
+
+def test_a_bhsd_cache_is_told_to_transpose():
+    with fake_driver.install(target="sm90a"):
+        cache = torch.zeros(2, 8, 1024, 128, dtype=BF16)  # (B, H_kv, S_max, D)
+        with pytest.raises(LaunchError, match=r"k_cache looks like \(B, H_kv, S_max, D\): pass k_cache.transpose"):
+            b200c.attention_with_kvcache(_q(), cache, cache, cache_seqlens=5)
+
+
+def test_the_drop_in_names_the_forward_head_dim_rule_first_with_grad():
+    """At head dim 96 with grad the fallback said the backward kernels cover 64, 128 and 256, as if the
+    forward ran there; it does not either."""
+    import warnings
+
+    with fake_driver.install(target="sm90a"):
+        q, k, v = (torch.randn(1, 4, 64, 96).to(BF16).requires_grad_() for _ in range(3))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            b200c.scaled_dot_product_attention(q, k, v)
+        text = " ".join(str(w.message) for w in seen)
+        assert "head dim 96 (b200c kernels support 64, 128 and 256)" in text and "require grad" not in text

@@ -76,8 +76,11 @@ def _check_cache(q, k_cache, v_cache, block_table):
     if block_table is None and k_cache.shape[0] != bq:
         raise LaunchError(f"q has batch B = {bq} but k_cache has {k_cache.shape[0]} sequences: {layouts}")
     if h_kv < 1 or h % h_kv:
+        s_max = k_cache.shape[1]
         hint = ("; q looks like (B, H, S_q, D): pass q.transpose(1, 2)"
-                if h_kv >= 1 and s_q % h_kv == 0 and s_q > h else "")
+                if h_kv >= 1 and s_q % h_kv == 0 and s_q > h else
+                "; k_cache looks like (B, H_kv, S_max, D): pass k_cache.transpose(1, 2) and v_cache.transpose(1, 2) "
+                "(views)" if block_table is None and s_max >= 1 and h % s_max == 0 and h_kv > s_max else "")
         raise LaunchError(f"q has H = {h} heads but k_cache has H_kv = {h_kv}; H must be a multiple of H_kv: "
                           f"{layouts}{hint}")
     if k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:

@@ -63,9 +63,12 @@ def _warn(key: str, message: str) -> bool:
     g = frame.f_globals
     # module_globals lets the warning show the caller's source line; only a module read from a file has one
     # (the REPL's and `python -c`'s __main__ has a built-in loader, whose get_source raises ImportError)
-    warnings.warn_explicit(text, FallbackWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=g.get("__name__", "<string>"), registry=None,
-                           module_globals=g if g.get("__file__") else None)
+    where = dict(module=g.get("__name__", "<string>"), registry=None)
+    try:
+        warnings.warn_explicit(text, FallbackWarning, frame.f_code.co_filename, frame.f_lineno, **where,
+                               module_globals=g if g.get("__file__") else None)
+    except ImportError:  # a __main__ read from stdin: __file__ '<stdin>', its loader has no source either
+        warnings.warn_explicit(text, FallbackWarning, frame.f_code.co_filename, frame.f_lineno, **where)
     return True
 
 
@@ -143,11 +146,6 @@ def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: boo
     r = _device_reason(q, k, v)
     if r is not None:
         return r
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
-            isinstance(attn_mask, torch.Tensor) and attn_mask.requires_grad)):
-        r = backward_launch.backward_reason(q, attn_mask)  # b200c.attention's autograd runs its backward kernels
-        if r is not None:
-            return r
     qs, ks, vs = q.shape, k.shape, v.shape
     if len(qs) != 4 or len(ks) != 4 or len(vs) != 4:
         return "rank", f"{len(qs)}-D/{len(ks)}-D/{len(vs)}-D inputs (b200c takes 4-D (B, H, S, D))"
@@ -165,6 +163,11 @@ def _reason(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa, compiling: boo
     d = qs[3]
     if d not in inputs.HEAD_DIMS:
         return f"head_dim:{d}", f"head dim {d} (b200c kernels support 64, 128 and 256)"
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+            isinstance(attn_mask, torch.Tensor) and attn_mask.requires_grad)):
+        r = backward_launch.backward_reason(q, attn_mask)  # b200c.attention's autograd runs its backward kernels
+        if r is not None:
+            return r
     if attn_mask is not None:
         if compiling:
             return "attn_mask:compile", ("attn_mask under torch.compile (b200c runs masks as mods, eagerly: call the "
@@ -225,6 +228,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             stage 18).
         backward_schedule: as :func:`b200c.attention`'s: the backward schedule of
             calls whose inputs require grad (None: the built-in one).
+        Deterministic gradients: ``torch.use_deterministic_algorithms(True)``
+            (torch's switch; the drop-in has no ``deterministic=`` keyword, as
+            torch's function has none) makes the backward add dQ in a fixed
+            order, as ``b200c.attention(..., deterministic=True)`` does.
         target: as :func:`b200c.attention`. With ``"auto"`` the drop-in
             never runs the emulation target: a B200 schedule on a Hopper GPU
             falls back to torch (with a warning saying so).
