@@ -409,7 +409,9 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             schedule, also for a ``target`` named explicitly (checked before
             the tensors), or a schedule that cannot
             hold the inputs' head dim (ResourceError naming the budget, e.g.
-            two Q stages at D = 256 need 768 of 512 TMEM columns).
+            two Q stages at D = 256 need 768 of 512 TMEM columns). With
+            ``schedule=None`` a head dim other than 64, 128 or 256 is a
+            ScheduleError (no built-in schedule for it).
         LaunchError: a tensor or argument rule is broken (names the tensor or
             argument, the rule and the value).
             Also a keyword this function does not take (``**kwargs`` only
@@ -426,7 +428,10 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         BackwardNotSupportedError: raised by ``backward()`` through this op (the
             forward works on inputs that require grad) for what the backward kernels
             do not cover yet: a device other than compute capability 9.0 (H100 /
-            H200), a gradient into the returned LSE. Where covered,
+            H200), a gradient into the returned LSE (also when it is the only
+            gradient). A ``backward_schedule`` that ``backward()`` would refuse
+            is refused at the call (ScheduleError / ResourceError /
+            BackwardNotSupportedError). Where covered,
             ``backward()`` runs b200c's sm90a backward kernels.
 
     Performance: the first call per (schedule, head dim, target, device)
