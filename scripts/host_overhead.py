@@ -89,7 +89,7 @@ def table(rows: list[tuple[str, float | None, str]]) -> str:
 
 
 def dropin_cases(device, target):
-    """``(name, fn, reference name or None, reference output or None)`` of the drop-in's call kinds on ``device``
+    """``(name, fn, reference name or None)`` of the drop-in's call kinds on ``device``
     (issue 50 step 5), each after the torch SDPA call of the same kind: causal, GQA (two query heads on one
     K/V head, ``enable_gqa``), a boolean key-padding mask (B, 1, 1, S_kv), an additive float mask
     (B, 1, S_q, S_kv), and a varlen batch of two sequences (``b200c.attention_varlen``; its reference is

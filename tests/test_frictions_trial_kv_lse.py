@@ -134,3 +134,47 @@ def test_the_drop_in_names_the_forward_head_dim_rule_first_with_grad():
             b200c.scaled_dot_product_attention(q, k, v)
         text = " ".join(str(w.message) for w in seen)
         assert "head dim 96 (b200c kernels support 64, 128 and 256)" in text and "require grad" not in text
+
+
+def test_the_backward_module_is_generated_once_per_schedule(monkeypatch):
+    """15cf337 put check_call_schedule between _generated and its lru_cache: every backward call generated
+    and verified its kernel source again (a review found it)."""
+    from b200c.codegen.sm90 import backward as gen_mod
+
+    calls = []
+    real = gen_mod.generate_backward
+    monkeypatch.setattr(gen_mod, "generate_backward", lambda s: calls.append(s.name) or real(s))
+    with fake_driver.install(target="sm90a"):
+        mine = b200c.default_backward_schedule(128).replace(name="generated_once")
+        for _ in range(3):
+            q, k, v = (torch.randn(1, 2, 64, 128).to(BF16).requires_grad_() for _ in range(3))
+            b200c.attention(q, k, v, backward_schedule=mine).float().sum().backward()
+    assert calls.count("generated_once") == 1
+
+
+def test_the_paged_check_reads_the_device_once():
+    """The first bad entry's value was read by indexing with a tensor (a host read of the index: a second
+    synchronization on a GPU); torch.take keeps it on the device."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from b200c.runtime.kvcache import check_values
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    q, kc = torch.zeros(3, 1, 4, 64), torch.zeros(10, 16, 2, 64)
+    lens, table = torch.tensor([5, 20, 0], dtype=torch.int32), torch.tensor([[1, 2], [3, 4], [5, 6]], dtype=torch.int32)
+    with Ops() as ops:
+        check_values(q, lens, 1, kc, table)
+    assert "_local_scalar_dense" not in ops.names and ops.names[-1] == "stack"
+    contiguous = torch.zeros(3, 64, 2, 64)
+    with Ops() as ops:
+        check_values(q, lens, 1, contiguous, None)
+    assert ops.names == ["aminmax", "stack"]
+    check_values(q, torch.zeros(3, dtype=torch.int32), 0, kc, torch.zeros(3, 0, dtype=torch.int32))  # no pages

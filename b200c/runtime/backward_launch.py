@@ -147,7 +147,6 @@ class _Module:
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
 
-@functools.lru_cache(maxsize=32)
 @functools.lru_cache(maxsize=64)
 def check_call_schedule(schedule_json: str, d: int, deterministic: bool) -> None:
     """Refuse, when ``b200c.attention(..., backward_schedule=)`` is called, a backward schedule that its
@@ -172,6 +171,7 @@ def check_call_schedule(schedule_json: str, d: int, deterministic: bool) -> None
     supported(schedule)
 
 
+@functools.lru_cache(maxsize=32)
 def _generated(schedule_json: str):
     """The generated (and protocol-verified) module of a schedule, once per process."""
     from ..codegen.sm90.backward import generate_backward

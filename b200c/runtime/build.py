@@ -213,8 +213,8 @@ def _write_ninja(path: Path, todo: dict[str, tuple[str, GeneratedKernel]], nvcc:
         f"nvcc = {_ninja_escape(shlex.quote(nvcc))}",
         f"flags = {_ninja_escape(cmd_flags)}",
         "rule nvcc",
-        # -Xptxas -v: ptxas' resource report in the log (spills, serialized wgmmas: _slow_build_note); the
-        # cubin and the cache key do not change
+        # -Xptxas -v: ptxas' resource report in the log (spills, serialized wgmmas: _slow_build_note); the SASS
+        # and the cache key do not change (the cubin records ptxas' options)
         "  command = $nvcc $flags -Xptxas -v -o $out $in > $log 2>&1 || { cat $log; exit 1; }",
         "  description = nvcc $name",
         "",

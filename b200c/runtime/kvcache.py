@@ -103,21 +103,22 @@ def _check_cache(q, k_cache, v_cache, block_table):
             raise LaunchError(f"page size {page} (k_cache.shape[1] with block_table): use a multiple of 16 in 16..256")
 
 
-_LAYOUTS_OK: set = set()  # (shape, strides, storage offset, pointer % 16) of caches that passed: checked once
+# (shape, strides, storage offsets and pointers % 16) of the cache pairs that passed (the caches are bf16 by
+# then): a layout seen before is not checked again (the full check costs ~6 us a tensor, a decoding step's budget)
+_LAYOUTS_OK: set = set()
 
 
 def _check_cache_layout(k_cache, v_cache) -> None:
-    """The TMA rules for the caches (a paged cache's too: its tensor maps are made from it), by their names;
-    a layout seen before is not checked again (the full check costs ~6 us a tensor, a decoding step's
-    budget)."""
+    """The TMA rules for the caches (a paged cache's too: its tensor maps are made from it), by their names.
+    Real tensors only (eager calls and the custom op's run; a traced call is checked when it runs)."""
+    key = (k_cache.shape, k_cache.stride(), k_cache.storage_offset(), k_cache.data_ptr() % 16, v_cache.stride(),
+           v_cache.storage_offset(), v_cache.data_ptr() % 16)
+    if key in _LAYOUTS_OK:
+        return
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        fake = inputs._is_fake(t)
-        key = (t.shape, t.stride(), t.storage_offset(), 0 if fake else t.data_ptr() % 16)
-        if key in _LAYOUTS_OK:
-            continue
-        inputs._check_layout(name, t.transpose(1, 2), not fake)
-        if len(_LAYOUTS_OK) < 4096:
-            _LAYOUTS_OK.add(key)
+        inputs._check_layout(name, t.transpose(1, 2), True)
+    if len(_LAYOUTS_OK) < 4096:
+        _LAYOUTS_OK.add(key)
 
 
 def _append(k_cache, v_cache, k, v, lengths, block_table):
@@ -131,11 +132,14 @@ def _append(k_cache, v_cache, k, v, lengths, block_table):
         return
     page = k_cache.shape[1]
     flat = paged_rows(block_table, pos, page)
+    pairs = None
     for cache, new in ((k_cache, k), (v_cache, v)):
         if cache.stride(0) == page * cache.stride(1):  # blocks and their rows merge into one index
             cache.view(-1, *cache.shape[2:])[flat] = new
         else:  # e.g. one half of a (num_blocks, 2, page, H_kv, D) K/V tensor: (block, row) pairs
-            cache[flat // page, flat % page] = new
+            if pairs is None:
+                pairs = (flat // page, flat % page)
+            cache[pairs] = new
 
 
 def attention_with_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
@@ -278,17 +282,19 @@ def check_values(q, lengths, s_new: int, k_cache, block_table) -> None:
         return
     # few kernels on the common (valid) path: each torch op is a launch, about 5 us of host time on a GPU;
     # where a bad value is, is looked up only once one is known to be there
-    lo, hi = torch.aminmax(lengths)
-    vals = [lo.long(), hi.long()]
-    if block_table is not None:
+    lo, hi = torch.aminmax(lengths)  # int32
+    vals = [lo, hi]
+    if block_table is not None and block_table.shape[1] > 0:
         page, blocks = k_cache.shape[1], k_cache.shape[0]
-        # pages sequence b uses (<= 0 for a negative length: none); an entry is bad where clamping moves it
-        pages = (lengths.long() + (s_new + page - 1)).div_(page, rounding_mode="floor")
-        col = torch.arange(block_table.shape[1], device=block_table.device)
+        # pages sequence b uses (<= 0 for a negative length: none; a length past the capacity is refused
+        # before the table is looked at); an entry is bad where clamping it into 0..blocks-1 moves it
+        pages = (lengths + (s_new + page - 1)).div_(page, rounding_mode="floor")
+        col = torch.arange(block_table.shape[1], dtype=torch.int32, device=block_table.device)
         used = col[None, :] < pages[:, None]
         bad = used if blocks == 0 else (block_table.clamp(0, blocks - 1) != block_table).logical_and_(used)
-        any_bad, first = torch.max(bad.flatten().int(), 0)  # the first bad entry's index (ties: the first)
-        vals += [any_bad.long(), first, block_table.flatten()[first].long()]
+        any_bad, first = torch.max(bad.view(-1).int(), 0)  # the first bad entry's index (ties: the first)
+        # torch.take, not block_table.flatten()[first]: indexing by a tensor reads its value on the host
+        vals += [any_bad, first.int(), torch.take(block_table, first)]
     got = torch.stack(vals).tolist()  # the one synchronization
     if got[0] < 0:
         b = int(lengths.argmin())
@@ -296,7 +302,7 @@ def check_values(q, lengths, s_new: int, k_cache, block_table) -> None:
     if got[1] + s_new > _capacity(k_cache, block_table):
         b = int(lengths.argmax())
         _too_long(int(lengths[b]), s_new, k_cache, block_table, b)
-    if block_table is not None and got[2]:
+    if len(got) > 2 and got[2]:
         b, j = divmod(got[3], block_table.shape[1])
         raise LaunchError(f"block_table[{b}, {j}] = {got[4]} is not a block of the paged cache (num_blocks = "
                           f"{k_cache.shape[0]}: entries 0..{k_cache.shape[0] - 1}); sequence {b} uses its first "

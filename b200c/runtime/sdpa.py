@@ -228,13 +228,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             stage 18).
         backward_schedule: as :func:`b200c.attention`'s: the backward schedule of
             calls whose inputs require grad (None: the built-in one).
-        Deterministic gradients: ``torch.use_deterministic_algorithms(True)``
-            (torch's switch; the drop-in has no ``deterministic=`` keyword, as
-            torch's function has none) makes the backward add dQ in a fixed
-            order, as ``b200c.attention(..., deterministic=True)`` does.
         target: as :func:`b200c.attention`. With ``"auto"`` the drop-in
             never runs the emulation target: a B200 schedule on a Hopper GPU
             falls back to torch (with a warning saying so).
+
+    Deterministic gradients: ``torch.use_deterministic_algorithms(True)``
+    (torch's switch; the drop-in has no ``deterministic=`` keyword, as torch's
+    function has none) makes the backward add dQ in a fixed order, as
+    ``b200c.attention(..., deterministic=True)`` does.
 
     Returns:
         torch.Tensor (B, H, S_q, D), the dtype of query.
