@@ -746,9 +746,60 @@ def test_a_causal_lambda_runs_the_causal_kernel(fd):
         (L,) = fd.launches[n:]
         assert L.params["causal"] == 1 and "kv_ranges" not in L.params and not L.kernel.name.startswith("hopper_mods")
     for f, kv in ((lambda b, h, qi, ki: qi > ki, 256), (lambda b, h, qi, ki: qi >= ki, 384),
-                  (lambda b, h, qi, ki: (qi >= ki) & (qi - ki <= 64), 256)):
+                  (lambda b, h, qi, ki: (qi >= ki) & (qi - ki <= 64), 384)):
         n = len(fd.launches)
         k = torch.randn(1, 2, kv, 128, dtype=torch.bfloat16)
         b200c.attention(q, k, k, mask_mod=f, target="sm90a")
         L = fd.launches[-1]
         assert L.params["causal"] == 0 and "kv_ranges" in L.params and L.kernel.name == "hopper_mods_d128"
+
+
+def test_a_sliding_window_lambda_runs_the_window_recipe(fd):
+    """Issue 50 step 5: a mask_mod that is a sliding window (b200c.mods.sliding_window, or the same band spelt
+    otherwise) with S_q == S_kv runs what ``window_size=(left, right)`` runs (``causal=True`` with it when
+    right = 0): the same kernel with the same parameters, no kernel of its own."""
+    q = torch.randn(1, 2, 256, 128, dtype=torch.bfloat16)
+
+    def last(**kw):
+        n = len(fd.launches)
+        b200c.attention(q, q, q, target="sm90a", **kw)
+        return fd.launches[n:]
+
+    for f, band in ((mods.sliding_window(64), (64, 0)), (lambda b, h, qi, ki: (qi - ki < 65) & (ki <= qi), (64, 0)),
+                    (lambda b, h, qi, ki: (ki >= qi - 30) & (ki <= qi + 20), (30, 20))):
+        want = last(window_size=band, causal=band[1] == 0)
+        loads = fd.loads
+        got = last(mask_mod=f)
+        assert fd.loads == loads and len(got) == len(want)  # no kernel of its own
+        for g, w in zip(got, want):
+            assert g.kernel == w.kernel and g.grid == w.grid
+            per_call = ("out", "lse")  # this call's own output buffers
+
+            def same(p):
+                return {k: v for k, v in p.items() if not k.startswith("tmap") and k not in per_call}
+
+            assert same(g.params) == same(w.params)
+    # not a band of q_idx - kv_idx containing the diagonal, or S_q != S_kv: the lambda's own masked kernel
+    k = torch.randn(1, 2, 384, 128, dtype=torch.bfloat16)
+    for f, kv in ((lambda b, h, qi, ki: (qi - ki <= 5) & (ki <= qi - 1), q), (mods.sliding_window(64), k),
+                  (lambda b, h, qi, ki: (qi - ki <= 5) & (ki <= qi) & (h == 0), q)):
+        n = len(fd.launches)
+        b200c.attention(q, kv, kv, mask_mod=f, target="sm90a")
+        assert fd.launches[-1].params["causal"] == 0 and fd.launches[-1].kernel.name == "hopper_mods_d128"
+
+
+def test_the_band_reader_covers_the_spellings_and_refuses_the_rest():
+    from b200c.codegen.mods import band_top_left
+    from b200c.dsl.mods import trace_mods
+
+    def band(f):
+        return band_top_left(trace_mods(mask_mod=f)[0])
+
+    assert band(mods.sliding_window(256)) == (256, 0) and band(mods.sliding_window(256, 16)) == (256, 16)
+    assert band(lambda b, h, q, k: (q - k < 8) & (k < q + 1)) == (7, 0)
+    assert band(lambda b, h, q, k: (k >= q - 7) & (q >= k)) == (7, 0)
+    for f in (lambda b, h, q, k: q >= k, lambda b, h, q, k: q - k <= 5,  # unbounded on one side
+              lambda b, h, q, k: (2 * q - k <= 5) & (k <= q),  # not q - k alone
+              lambda b, h, q, k: (q - k <= 5) | (k <= q),  # not a conjunction
+              lambda b, h, q, k: (q - k <= 5) & (k <= q - 1)):  # the diagonal outside
+        assert band(f) is None

@@ -496,6 +496,51 @@ def causal_top_left(mods: ModSet) -> bool:
     return (n.op, n.args) in ((("ge", ("q_idx", "kv_idx"))), ("le", ("kv_idx", "q_idx")))
 
 
+def band_top_left(mods: ModSet):
+    """``(left, right)`` when ``mods`` are only a mask_mod that says ``q_idx - left <= kv_idx <= q_idx + right``
+    (both >= 0; b200c.mods.sliding_window's mask, however spelt with + - <= < >= > and & over q_idx, kv_idx
+    and integer literals), else None. Read from the traced graph: each comparison must bound ``q_idx -
+    kv_idx`` alone, and their conjunction is the band. With S_q == S_kv that is ``window_size=(left,
+    right)``'s mask (bottom-right aligned), so the runtime runs the window recipe's kernel
+    (:func:`causal_top_left` is the band (inf, 0) with one comparison)."""
+    g = mods.mask_mod
+    if g is None or mods.score_mod is not None or mods.sinks or mods.captured:
+        return None
+    inf = float("inf")
+    lin: dict = {"q_idx": (1, 0, 0), "kv_idx": (0, 1, 0)}  # value -> (coefficient of q_idx, of kv_idx, constant)
+    band: dict = {}  # value -> (lo, hi): lo <= q_idx - kv_idx <= hi
+    for n in g.nodes:
+        if n.op == "param":
+            continue
+        if n.op == "const":
+            if type(n.const) is not int:
+                return None
+            lin[n.name] = (0, 0, n.const)
+        elif n.op in ("add", "sub") and all(a in lin for a in n.args):
+            (a1, b1, c1), (a2, b2, c2) = (lin[a] for a in n.args)
+            sign = 1 if n.op == "add" else -1
+            lin[n.name] = (a1 + sign * a2, b1 + sign * b2, c1 + sign * c2)
+        elif n.op in ("le", "lt", "ge", "gt") and all(a in lin for a in n.args):
+            x, y = (lin[a] for a in (n.args if n.op in ("le", "lt") else n.args[::-1]))
+            # x <= y (or <): 0 <= (y - x) - (1 if strict) = s * (q - kv) + c with s the q coefficient
+            s_q, s_kv, c = y[0] - x[0], y[1] - x[1], y[2] - x[2] - (1 if n.op in ("lt", "gt") else 0)
+            if s_q == 0 or s_q != -s_kv:
+                return None  # not a bound on q_idx - kv_idx alone
+            if s_q > 0:  # d >= ceil(-c / s_q)
+                band[n.name] = (-(c // s_q), inf)
+            else:  # d <= floor(c / -s_q)
+                band[n.name] = (-inf, c // -s_q)
+        elif n.op in ("bitwise_and", "logical_and") and all(a in band for a in n.args):
+            (lo1, hi1), (lo2, hi2) = (band[a] for a in n.args)
+            band[n.name] = (max(lo1, lo2), min(hi1, hi2))
+        else:
+            return None
+    lo, hi = band.get(g.output, (None, None))
+    if lo is None or lo == -inf or hi == inf or lo > 0 or hi < 0:
+        return None
+    return int(hi), int(-lo)
+
+
 def light(mods: ModSet) -> bool:
     """Whether ``mods`` add at most one FMA per score on Hopper: no mask_mod, and no score_mod or one
     whose bias splits per row and per key (:func:`score_bias_parts`: ALiBi with ``small_indices``, a
