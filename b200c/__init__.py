@@ -105,7 +105,8 @@ def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_
         score_mod, mask_mod: as :func:`b200c.attention` (traced here, as a call traces them; needs torch).
             The kernel is the one of calls whose B, H and sequence lengths are below 2^21 (nearly every
             call: their index math is specialised) and whose captured tensors have the strides the
-            functions see here.
+            functions see here. A mask_mod alone that a call recognises (``q_idx >= kv_idx``, a sliding
+            window) gives the kernel of the knob it stands for, as in a call with S_q == S_kv.
         sinks: None, or the per-head sink logits a call passes (a 1-D floating tensor; only whether there
             are sinks changes the kernel, not their values).
         window_size: None, or ``(left, right)`` as :func:`b200c.attention` takes it (ints >= -1; the
@@ -125,6 +126,17 @@ def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_
     from .dsl.loader import load_schedule_file as _load
 
     mods = None
+    if window_size is None and mask_mod is not None and score_mod is None and sinks is None:
+        # what a call with S_q == S_kv runs for a mask_mod the runtime recognises: the causal lambda the plain
+        # kernel (the causal knob's), a sliding-window band the window recipe's kernel
+        from .codegen.mods import band_top_left, causal_top_left
+        from .runtime.mod_call import prepare
+
+        traced = prepare(None, mask_mod, None).mods
+        if causal_top_left(traced):
+            mask_mod = None
+        elif band_top_left(traced) is not None:
+            window_size, mask_mod = band_top_left(traced), None
     if window_size is not None:  # the call's window is a mask_mod over a (B, 2) bounds tensor
         from .runtime.mod_window import window_mask
 

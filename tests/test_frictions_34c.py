@@ -83,7 +83,8 @@ def test_kernel_source_is_the_kernel_a_call_with_those_mods_loads():
     def my_bias(score, b, h, q_idx, kv_idx):
         return score + table[h, q_idx // 64, kv_idx // 64]
 
-    cases = ((128, dict(score_mod=my_bias)), (64, dict(mask_mod=mods.sliding_window(256))),
+    cases = ((128, dict(score_mod=my_bias)), (64, dict(mask_mod=mods.sliding_window(256))),  # the window's kernel
+             (128, dict(mask_mod=lambda b, h, q_idx, kv_idx: q_idx >= kv_idx)),  # the causal knob's (no mods)
              (128, dict(score_mod=mods.alibi(mods.alibi_slopes(16)))),  # its index math is specialised
              (128, dict(score_mod=mods.softcap(30.0), mask_mod=mods.document(torch.zeros(512, dtype=torch.int32)))))
     for d, kw in cases:
