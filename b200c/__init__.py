@@ -129,14 +129,14 @@ def kernel_source(head_dim: int, target: str = "sm90a", *, schedule=None, score_
     if window_size is None and mask_mod is not None and score_mod is None and sinks is None:
         # what a call with S_q == S_kv runs for a mask_mod the runtime recognises: the causal lambda the plain
         # kernel (the causal knob's), a sliding-window band the window recipe's kernel
-        from .codegen.mods import band_top_left, causal_top_left
+        from .codegen.mods import mask_knob
         from .runtime.mod_call import prepare
 
-        traced = prepare(None, mask_mod, None).mods
-        if causal_top_left(traced):
+        knob = mask_knob(prepare(None, mask_mod, None).mods)
+        if knob == "causal":
             mask_mod = None
-        elif band_top_left(traced) is not None:
-            window_size, mask_mod = band_top_left(traced), None
+        elif knob is not None:
+            window_size, mask_mod = knob, None
     if window_size is not None:  # the call's window is a mask_mod over a (B, 2) bounds tensor
         from .runtime.mod_window import window_mask
 

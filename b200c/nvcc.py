@@ -18,22 +18,33 @@ class CompileResult:
     path: Path
     log: str
 
+    def functions(self) -> list:
+        """The functions ``-Xptxas -v`` reports on, in the log's order."""
+        return [name for name, _ in self._sections()]
+
+    def _sections(self) -> list:
+        parts = re.split(r"ptxas info\s*: Function properties for ", self.log)[1:]
+        return [(part.split(None, 1)[0] if part.strip() else "", part) for part in parts]
+
+    def _report(self, function: str) -> str:
+        """The part of the log about ``function``; the whole log when it names no such function."""
+        return next((part for name, part in self._sections() if name == function), self.log)
+
+    def spills(self, function: str) -> tuple:
+        """``(spill store bytes, spill load bytes)`` of ``function`` from ``-Xptxas -v``, or None."""
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", self._report(function))
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
     def resources(self, function: str = "b200c_attention") -> dict:
         """Registers, spill bytes and stack frame of ``function`` from ``-Xptxas -v`` (a module may hold
         more than one kernel: a split-KV build's combine kernel too); the whole log when it names no
         function."""
         res = {}
-        log = self.log
-        parts = re.split(r"ptxas info\s*: Function properties for ", log)
-        for part in parts[1:]:
-            name = part.split(None, 1)[0] if part.strip() else ""
-            if name == function:
-                log = part
-                break
+        log = self._report(function)
         m = re.search(r"Used (\d+) registers", log)
         res["registers"] = int(m.group(1)) if m else None
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
-        res["spill_bytes"] = int(m.group(1)) + int(m.group(2)) if m else None
+        spills = self.spills(function)
+        res["spill_bytes"] = sum(spills) if spills else None
         m = re.search(r"(\d+) bytes stack frame", log)
         res["stack_frame"] = int(m.group(1)) if m else None
         return res

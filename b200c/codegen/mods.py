@@ -541,6 +541,13 @@ def band_top_left(mods: ModSet):
     return int(hi), int(-lo)
 
 
+def mask_knob(mods: ModSet):
+    """The knob a mask_mod alone stands for in a call with S_q == S_kv: ``"causal"`` (:func:`causal_top_left`),
+    a window ``(left, right)`` (:func:`band_top_left`), or None. The runtime then runs that knob's kernel, and
+    :func:`b200c.kernel_source` prints it."""
+    return "causal" if causal_top_left(mods) else band_top_left(mods)
+
+
 def light(mods: ModSet) -> bool:
     """Whether ``mods`` add at most one FMA per score on Hopper: no mask_mod, and no score_mod or one
     whose bias splits per row and per key (:func:`score_bias_parts`: ALiBi with ``small_indices``, a

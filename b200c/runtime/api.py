@@ -535,11 +535,11 @@ def _backward_json(schedule) -> str:
 def _mods_runtime():
     """What calls with mods use, imported on the first one (``import b200c`` stays light) and not
     again per call (an import statement in a function costs about a microsecond each time)."""
-    from ..codegen.mods import band_top_left, causal_top_left
+    from ..codegen.mods import mask_knob
     from . import mod_call
     from .mod_window import window_mask
 
-    return causal_top_left, mod_call, window_mask, band_top_left
+    return mask_knob, mod_call, window_mask
 
 
 @torch.compiler.disable
@@ -548,7 +548,7 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     """:func:`attention` with mods (eager: the functions are traced here, the captured tensors are
     kernel arguments; see :mod:`b200c.runtime.mod_call`). ``prepared``: a ModCall made by the caller
     (the SDPA drop-in's attn_mask, :mod:`b200c.runtime.sdpa_mask`) instead of the functions."""
-    causal_top_left, mod_call, window_mask, band_top_left = _mods_runtime()
+    mask_knob, mod_call, window_mask = _mods_runtime()
     check_tensor_types(q, k, v)
     _check_options(target, layout)
     causal, return_lse, scale, schedule_json = _mod_call_args(q, k, v, schedule, causal, return_lse, softmax_scale,
@@ -563,13 +563,13 @@ def _attention_mods(q, k, v, schedule, causal, softmax_scale, return_lse, layout
     if prepared is None:
         mod_call.check_no_grad(score_mod, mask_mod, sinks)
     mc = prepared if prepared is not None else mod_call.prepare(score_mod, mask_mod, sinks, q)
-    if s_q == s_kv and window_size is None and causal_top_left(mc.mods):  # the causal knob's mask, as a mask_mod
+    knob = mask_knob(mc.mods) if s_q == s_kv and window_size is None else None
+    if knob == "causal":  # the causal knob's mask, as a mask_mod
         return attention(q, k, v, schedule=schedule, causal=True, softmax_scale=softmax_scale, return_lse=return_lse,
                          layout=layout, target=target, deterministic=deterministic)
-    band = band_top_left(mc.mods) if s_q == s_kv and window_size is None and not causal else None
-    if band is not None:  # a sliding window as a mask_mod: the window recipe's kernel (causal with right = 0)
-        return attention(q, k, v, schedule=schedule, causal=band[1] == 0, softmax_scale=softmax_scale,
-                         return_lse=return_lse, layout=layout, target=target, window_size=band,
+    if knob is not None and not causal:  # a sliding window as a mask_mod: the window recipe's kernel
+        return attention(q, k, v, schedule=schedule, causal=knob[1] == 0, softmax_scale=softmax_scale,
+                         return_lse=return_lse, layout=layout, target=target, window_size=knob,
                          deterministic=deterministic)
     mc = mc.for_sizes(q.shape[0], heads, s_q, s_kv)
     mc.check(q, heads)
@@ -757,7 +757,7 @@ def _attention_varlen_mods(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale, return_lse, target, check_seqlens, score_mod, mask_mod, sinks,
                            window_size=None):
     """:func:`attention_varlen` with mods (eager; see :func:`_attention_mods`)."""
-    causal_top_left, mod_call, window_mask, _ = _mods_runtime()
+    _, mod_call, window_mask = _mods_runtime()
     check_tensor_types(q, k, v)
     _check_options(target, "bhsd")
     max_seqlen_q = seqlen_value("max_seqlen_q", max_seqlen_q)

@@ -162,11 +162,7 @@ def check_call_schedule(schedule_json: str, d: int, deterministic: bool) -> None
     from ..codegen.sm90.backward import supported
     from ..dsl.backward_schedule import BackwardSchedule
 
-    schedule = BackwardSchedule.from_json(schedule_json)
-    if schedule.head_dim != d:
-        schedule = schedule.replace(head_dim=d)
-    if deterministic and schedule.dq_reduction != "deterministic":
-        schedule = schedule.replace(dq_reduction="deterministic")
+    schedule = _for_call(BackwardSchedule.from_json(schedule_json), d, deterministic)
     plan_backward(schedule, "sm90a")
     supported(schedule)
 
@@ -422,10 +418,16 @@ def _schedule_for(q, schedule, deterministic):
         raise ScheduleError(f"attention_backward: schedule must be a b200c.BackwardSchedule or the path of a file "
                             f"defining one (b200c.default_backward_schedule(head_dim) is the built-in one); "
                             f"got {type(schedule).__name__}")
-    if schedule.head_dim != d:  # as the forward's schedules: b200c sets head_dim to the inputs' D
-        schedule = schedule.replace(head_dim=d)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
+    return _for_call(schedule, d, deterministic)
+
+
+def _for_call(schedule, d: int, deterministic: bool):
+    """``schedule`` as a call runs it: head_dim set to the inputs' D (as the forward's schedules), the
+    deterministic dQ reduction when asked."""
+    if schedule.head_dim != d:
+        schedule = schedule.replace(head_dim=d)
     if deterministic and schedule.dq_reduction != "deterministic":
         schedule = schedule.replace(dq_reduction="deterministic")
     return schedule

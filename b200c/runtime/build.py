@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..codegen import GeneratedKernel, LaunchInfo
 from ..errors import BuildError, PerformanceWarning
-from ..nvcc import first_error_line
+from ..nvcc import CompileResult, first_error_line
 from . import cache
 from ..codegen.targets import resolve
 from ..toolchain import find_nvcc, header_digest_text, nvcc_flags, nvcc_version, warn_untested
@@ -183,13 +183,13 @@ def _slow_build_note(name: str, target: str, log_text: str) -> str:
     than its schedule intends, and a schedule of one's own is where that usually comes from."""
     from ..toolchain import TESTED_NVCC
 
+    report = CompileResult(Path(), log_text)  # ptxas' report, read as `b200c check` reads it
     found = []
-    for part in re.split(r"ptxas info\s*: Function properties for ", log_text)[1:]:
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", part)
-        if m and int(m.group(1)) + int(m.group(2)):
-            fn = part.split(None, 1)[0]
-            found.append(f"{fn}: {m.group(1)} B spill stores, {m.group(2)} B spill loads")
-    found += sorted({line.strip() for line in log_text.splitlines() if re.search(r"\(C751\d\)", line)})
+    for fn in report.functions():
+        spills = report.spills(fn)
+        if spills and sum(spills):
+            found.append(f"{fn}: {spills[0]} B spill stores, {spills[1]} B spill loads")
+    found += sorted(set(report.serialized_wgmma()))
     if not found:
         return ""
     return (f"kernel {name!r} (target {target}) built, but ptxas reports {'; '.join(found)}: it runs slower than "
