@@ -77,9 +77,10 @@ def check_one(path: str, workdir: Path, sass: bool = True, target="auto") -> dic
         row.update(res.resources())
         _serialized(row, res)
         if sass:
-            from .sass import count, disassemble
+            from .codegen.signature import KERNEL_NAME
+            from .sass import count, disassemble, function_sass
 
-            text = disassemble(out)
+            text = function_sass(disassemble(out), KERNEL_NAME)  # the attention kernel (not the module's others)
             row.update(count(text))
             if sm90:
                 _hopper_loop(row, text)

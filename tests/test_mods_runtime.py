@@ -682,9 +682,10 @@ def test_unit_stride_key_bias_loop(d, tmp_path):
     """An SDPA additive key-padding mask (B, H, 1, S_kv) with a contiguous last dimension, as the runtime
     compiles it (a score_mod; ModCall.for_sizes flags the key dimension's stride of 1): each key of the
     thread's fragment is read at a constant offset from one address per K/V tile. The steady K/V loop has
-    one load per key column of the thread (block_n / 4) and 318 / 256 / 123 fewer instructions than the
+    one load per key column of the thread (block_n / 4) and 318 / 258 / 123 fewer instructions than the
     same mask with a key stride of 32 (one 64-bit multiply and address per key). Exact counts,
-    nvcc 13.0, the mods presets' tiles (160 / 128 / 64 rows)."""
+    nvcc 13.0, the mods presets' tiles (160 / 128 / 64 rows). At D 128 the strided loop took 2 more (939 -> 941)
+    when the work decomposition gained its varlen item order (b200c_work_order): a register allocation change."""
     from b200c.dsl.presets import HOPPER_MOD_PRESETS
     from b200c.nvcc import compile_cuda
     from b200c.runtime.sdpa_mask import mod_call_of_mask
@@ -709,7 +710,7 @@ def test_unit_stride_key_bias_loop(d, tmp_path):
         assert sum("LDG" in x for x in loops[name]["body"]) == s.block_n // 4
     if _tested_nvcc():  # exact counts for the tested release only (nvcc 13.5.37 allocates differently)
         assert loops["unit"]["instructions"] == {64: 732, 128: 683, 256: 567}[d]
-        assert loops["strided"]["instructions"] - loops["unit"]["instructions"] == {64: 318, 128: 256, 256: 123}[d]
+        assert loops["strided"]["instructions"] - loops["unit"]["instructions"] == {64: 318, 128: 258, 256: 123}[d]
     assert loops["unit"]["ffma"] == loops["strided"]["ffma"]
 
 

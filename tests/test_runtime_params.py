@@ -101,7 +101,8 @@ def test_launcher_packs_by_the_kernels_own_order(monkeypatch):
         k = torch.randn(1, 2, 300, 128).to(BF16)
         out, lse = b200c.attention(q, k, k, schedule=SCHED, causal=True, return_lse=True, softmax_scale=0.3)
         (L,) = fd.launches
-        assert list(L.params) == [n for n, _ in reversed(SPEC)]
+        # the attention parameters, then the work decomposition's (b200c.codegen.work.params: the varlen item order)
+        assert list(L.params) == [n for n, _ in reversed(SPEC + (("item_order", "i32_ptr"),))]
         assert L.out_ptr == out.data_ptr() and L.lse_ptr == lse.data_ptr()
         assert L.sizes == (1, 4, 200, 300) and L.params["heads_kv"] == 2 and L.params["causal"] == 1
         assert L.scale == pytest.approx(0.3)

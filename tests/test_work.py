@@ -158,6 +158,7 @@ def test_kernels_print_the_shared_work_code(schedule):
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     wk = env.get_template("work.cuh.j2").module
     src = b200c.generate(b200c.load_schedule_file(schedule)).source
-    work = {"order": "longest_first_per_head", "serpentine": False, "block_sparse": False, "split_kv": False}
-    for part in (wk.ctx_fields(work), wk.ctx_methods(work), wk.items(work)):
+    work = {"order": "longest_first_per_head", "serpentine": False, "block_sparse": False, "split_kv": False,
+            "item_order": True, "order_max_entries": 16384, "order_max_key": 4000}
+    for part in (wk.ctx_fields(work), wk.ctx_methods(work), wk.items(work), wk.work_order(work)):
         assert str(part) in src

@@ -106,7 +106,7 @@ class LaunchInfo:
     def work(self):
         """The kernel's :class:`~b200c.codegen.work.WorkDecomposition` (its Python model)."""
         return WorkDecomposition(self.block_m, self.block_n, self.q_stages, serpentine=self.serpentine,
-                                 split_kv=self.split_kv)
+                                 split_kv=self.split_kv, item_order=("item_order", "i32_ptr") in self.params)
 
     def num_work_items(self, batch: int, heads: int, seq_q: int, pack_heads: bool = False, num_splits: int = 1) -> int:
         """Work items of a problem (the kernel's ``num_work``; :meth:`b200c.codegen.work.WorkDecomposition.num_work`):

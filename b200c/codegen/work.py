@@ -90,6 +90,9 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
             (:meth:`item_id`); the full run is visited first, then the partial tiles.
         split_kv: the kernel takes ``num_splits`` at launch and each item is cut into that many
             splits of its K/V visits (module docstring; 1: no split, the same items as without).
+        item_order: the kernel takes a varlen call's item order (:func:`longest_first`, made on the GPU
+            by the module's ``b200c_work_order``) at launch (``item_order``; null: the numbering above);
+            every build without a block mask.
     """
 
     block_m: int
@@ -99,6 +102,7 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
     serpentine: bool = False
     block_sparse: bool = False
     split_kv: bool = False
+    item_order: bool = False
 
     def position(self, work: int, num_work: int, grid: int, causal: bool) -> int:
         """The item number that grid-stride index ``work`` stands for (the device's remap at the top
@@ -150,7 +154,7 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
     def item(self, work: int, *, batch: int, heads: int, heads_kv: int, seq_q, seq_kv, causal: bool = False,
              pack_heads: bool = False, cu_seqlens_q: Optional[list] = None,
              cu_seqlens_k: Optional[list] = None, grid: Optional[int] = None, ranges=None, num_splits: int = 1,
-             seqused_k: Optional[list] = None) -> WorkItem:
+             seqused_k: Optional[list] = None, order: Optional[list] = None) -> WorkItem:
         """Work item ``work`` (0 <= work < :meth:`num_work`), as the device's ``decode_work`` gives it.
         ``seq_q``/``seq_kv``: the lengths (varlen: the longest, with the prefix sums given); ``grid``:
         the persistent kernel's CTAs (``work`` is then the grid-stride index, remapped by
@@ -158,17 +162,38 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         ``(kv_lo, full_lo, full_hi, kv_hi)`` by :meth:`item_id` (block-sparse kernels).
         ``num_splits``: split-KV (:attr:`split_kv` kernels): the item is split ``work % num_splits``
         of the unsplit item ``work // num_splits``. ``seqused_k``: per-sequence key lengths of a KV
-        cache (the keys past them are not read), else None."""
+        cache (the keys past them are not read), else None. ``order``: a varlen call's item order
+        (:func:`longest_first`; :attr:`item_order` kernels), else None: entry ``order[work // head_groups]``
+        names the item's sequence and Q group, its head (group) is ``work % head_groups``; the persistent
+        remap's serpentine rounds then apply whether or not ``causal``."""
         if grid is not None:
-            work = self.position(work, self.num_work(batch, heads, seq_q, pack_heads, num_splits), grid, causal)
+            work = self.position(work, self.num_work(batch, heads, seq_q, pack_heads, num_splits), grid,
+                                 causal or order is not None)
         split = 0
         if num_splits > 1:
             work, split = divmod(work, num_splits)
-        item = self._item(work, batch, heads, heads_kv, seq_q, seq_kv, causal, pack_heads, cu_seqlens_q,
+        if order is not None:
+            rest, group = self.ordered_entry(work, order, heads, seq_q, pack_heads)
+        else:
+            groups = self.q_groups(seq_q, pack_heads)
+            group, rest = work % groups, work // groups
+            if causal:
+                group = groups - 1 - group
+        item = self._item(rest, group, batch, heads, heads_kv, seq_q, seq_kv, causal, pack_heads, cu_seqlens_q,
                           cu_seqlens_k, ranges, seqused_k)
         if not self.split_kv:
             return item
         return self.split_item(item, split, num_splits)
+
+    def ordered_entry(self, work: int, order: list, heads: int, seq_q: int, pack_heads: bool) -> tuple:
+        """``(rest, group)`` of ordered item ``work`` (the device's ``item_order`` branch of ``decode_item``):
+        ``rest`` = sequence * head_groups + head group, ``group`` its actual Q group; an entry < 0 gives
+        sequence 0 and the Q group past the last (no row: not valid)."""
+        groups = self.q_groups(seq_q, pack_heads)
+        head_groups = heads // self.q_stages if pack_heads else heads
+        e = order[work // head_groups]
+        b, g = (0, groups) if e < 0 else divmod(e, groups)
+        return b * head_groups + work % head_groups, g
 
     @staticmethod
     def split_item(item: WorkItem, split: int, num_splits: int) -> WorkItem:
@@ -183,12 +208,9 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(item, split=split, v0=v0, n_kv=max(here, 1),
                                        n_full=max(0, min(item.n_full - v0, here)), n_full_all=item.n_full)
 
-    def _item(self, work, batch, heads, heads_kv, seq_q, seq_kv, causal, pack_heads, cu_seqlens_q, cu_seqlens_k,
-              ranges, seqused_k) -> WorkItem:
+    def _item(self, rest, group, batch, heads, heads_kv, seq_q, seq_kv, causal, pack_heads, cu_seqlens_q,
+              cu_seqlens_k, ranges, seqused_k) -> WorkItem:
         groups = self.q_groups(seq_q, pack_heads)
-        group, rest = work % groups, work // groups
-        if causal:
-            group = groups - 1 - group
         if pack_heads:
             head_groups = heads // self.q_stages
             b, h, q_tile = rest // head_groups, (rest % head_groups) * self.q_stages, group
@@ -231,6 +253,56 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         return lim
 
 
+# ---- a varlen call's item order (b200c_work_order) ------------------------------------------------------
+
+ORDER_MAX_ENTRIES = 16384  # entries (B * Q groups) b200c_work_order holds in shared memory (2 B each)
+ORDER_MAX_KEY = 4000  # the largest K/V tile count it sorts by (4 B of shared memory per count)
+WORK_ORDER_KERNEL_NAME = "b200c_work_order"
+
+
+def longest_first(d: WorkDecomposition, *, batch: int, seq_q: int, cu_seqlens_q: list, cu_seqlens_k: list,
+                  causal: bool, pack_heads: bool, max_key: int = ORDER_MAX_KEY) -> list:
+    """A varlen call's item order, as ``b200c_work_order`` writes it on the GPU (the Python model).
+
+    Entry ``e = b * q_groups + g`` stands for the items of sequence ``b``'s Q group ``g`` (every head or head
+    group); the result lists the entries whose Q group holds rows, by the K/V tiles their items visit
+    (:meth:`WorkDecomposition.item`'s ``n_kv``, capped at ``max_key``), most first, equal counts in entry
+    order, then -1 for each entry that holds no row; ``batch * q_groups`` values in all.
+
+    Args:
+        d: the kernel's decomposition. batch: B. seq_q: the longest query sequence (the kernel's ``seq_q``).
+        cu_seqlens_q, cu_seqlens_k: the B + 1 prefix sums. causal: bottom-right causal.
+        pack_heads: items pack heads (then a Q group is one Q tile). max_key: the count the kernel caps at.
+    """
+    groups = d.q_groups(seq_q, pack_heads)
+    heads = d.q_stages if pack_heads else 1
+    keyed = []
+    for e in range(batch * groups):
+        b, g = divmod(e, groups)
+        it = d._item(b, g, batch, heads, 1, seq_q, 0, causal, pack_heads, cu_seqlens_q, cu_seqlens_k, None, None)
+        if it.valid:
+            keyed.append((-min(it.n_kv, max_key), e))
+    keyed.sort()
+    entries = [e for _, e in keyed]
+    return entries + [-1] * (batch * groups - len(entries))
+
+
+def work_order_params() -> tuple:
+    """Entry parameters of ``b200c_work_order``."""
+    from .signature import Param
+
+    return (
+        Param("cu_seqlens_q", "i32_ptr", "B + 1 prefix sums of the query lengths"),
+        Param("cu_seqlens_k", "i32_ptr", "B + 1 prefix sums of the key lengths"),
+        Param("order", "i32_ptr", "out: B * q_groups entries, longest first (longest_first)"),
+        Param("batch", "i32", "B"),
+        Param("seq_q", "i32", "the longest query sequence (the attention kernel's seq_q)"),
+        Param("causal", "i32", "1: causal, bottom-right aligned"),
+        Param("pack_heads", "i32", "1: the attention kernel's items pack heads"),
+        Param("max_key", "i32", f"K/V tile counts are capped here (<= {ORDER_MAX_KEY})"),
+    )
+
+
 def decomposition(plan) -> WorkDecomposition:
     """The work decomposition of a plan (every backend: the plan's tile and Q stages; the serpentine
     rounds where the backend's plan asks for them, :attr:`b200c.codegen.plan.Plan.serpentine`; split-KV
@@ -239,12 +311,14 @@ def decomposition(plan) -> WorkDecomposition:
 
     return WorkDecomposition(plan.tile.block_m, plan.tile.block_n, plan.q_stages, serpentine=plan.serpentine,
                              block_sparse=block_sparse(getattr(plan, "mods", None)),
-                             split_kv=bool(getattr(plan, "split_kv", False)))
+                             split_kv=bool(getattr(plan, "split_kv", False)),
+                             item_order=not block_sparse(getattr(plan, "mods", None)))
 
 
 def template_args(d: WorkDecomposition) -> dict:
     """What ``templates/work.cuh.j2`` prints from (``work=`` in the kernel template)."""
-    return {"order": d.order, "serpentine": d.serpentine, "block_sparse": d.block_sparse, "split_kv": d.split_kv}
+    return {"order": d.order, "serpentine": d.serpentine, "block_sparse": d.block_sparse, "split_kv": d.split_kv,
+            "item_order": d.item_order, "order_max_entries": ORDER_MAX_ENTRIES, "order_max_key": ORDER_MAX_KEY}
 
 
 # ---- split-KV: the kernel's extra parameters and how many splits a call takes --------------------------
@@ -256,12 +330,14 @@ MIN_SPLIT_TILES = 16
 
 
 def params(d: WorkDecomposition) -> tuple:
-    """Entry parameters a split-KV kernel adds after the others (:mod:`b200c.codegen.signature`)."""
-    if not d.split_kv:
-        return ()
+    """Entry parameters the decomposition adds after the others (:mod:`b200c.codegen.signature`): a varlen
+    item order (:attr:`WorkDecomposition.item_order`), split-KV's."""
     from .signature import Param
 
-    return (
+    order = (Param("item_order", "i32_ptr", "varlen: the item order (b200c_work_order), or null"),) if d.item_order else ()
+    if not d.split_kv:
+        return order
+    return order + (
         Param("num_splits", "i32",
               "split-KV: splits per work item (1: the kernel stores out and the LSE itself, no combine)"),
         Param("part_rows", "i32", "split-KV: rows per (sequence, head) in the workspace (S_q; varlen: total_q)"),
@@ -337,4 +413,5 @@ def choose_splits(items: int, kv_tiles: int, num_sms: int, persistent: bool = Fa
 
 
 __all__ = ["WorkItem", "WorkDecomposition", "ORDERS", "decomposition", "template_args", "params", "combine_params",
-           "choose_splits", "COMBINE_KERNEL_NAME", "MAX_SPLITS"]
+           "choose_splits", "COMBINE_KERNEL_NAME", "MAX_SPLITS", "longest_first", "work_order_params",
+           "WORK_ORDER_KERNEL_NAME", "ORDER_MAX_ENTRIES", "ORDER_MAX_KEY"]

@@ -230,6 +230,7 @@ class LoadedKernel:
     _keep: list = field(default_factory=list, repr=False)
     combine: object = None  # split-KV builds: the module's b200c_attention_combine (b200c/codegen/work.py)
     block_mask: object = None  # builds with a block mask: b200c_block_mask_ranges (b200c/codegen/mod_kernel.py)
+    work_order: object = None  # builds with a varlen item order: b200c_work_order (b200c/runtime/work_order.py)
 
 
 def load(built: BuiltKernel, device: int) -> LoadedKernel:
@@ -327,6 +328,11 @@ def _load_in(built: BuiltKernel, device: int, dev, ctx) -> LoadedKernel:
 
         lk.block_mask = _check(cu.cuModuleGetFunction(module, BLOCK_MASK_KERNEL_NAME.encode()),
                                f"cuModuleGetFunction({BLOCK_MASK_KERNEL_NAME})")
+    if ("item_order", "i32_ptr") in launch.params:  # a varlen item order: the module's kernel that makes it
+        from ..codegen.work import WORK_ORDER_KERNEL_NAME
+
+        lk.work_order = _check(cu.cuModuleGetFunction(module, WORK_ORDER_KERNEL_NAME.encode()),
+                               f"cuModuleGetFunction({WORK_ORDER_KERNEL_NAME})")
     if target.emulator_threads:
         _wire_emulator(lk)
     elif target.bounded_waits == "debug":

@@ -27,6 +27,7 @@ import torch
 
 from . import driver, grown
 from .inputs import check_grid, check_work_items, empty_result
+from .work_order import THREADS as _ORDER_THREADS
 
 MAX_ENTRIES = 256
 MAX_MAPS = 1024
@@ -176,10 +177,10 @@ class Entry:
     __slots__ = ("lk", "device", "torch_device", "grid", "block", "smem", "default_scale", "block_params",
                  "params_addr", "out_ptr", "lse_ptr", "scale", "masks", "hang", "problem", "pack_heads", "lse_shape",
                  "out_size", "out_stride", "out_dtype", "lse_stride", "context", "_plain", "_cu", "_ok", "_ctx_errors",
-                 "_launch", "_memset", "split", "_o_part", "_lse_part", "values", "base")
+                 "_launch", "_memset", "split", "_o_part", "_lse_part", "values", "base", "order", "_item_order")
 
     def __init__(self, lk, problem, grid: int, values: dict, pack: bool, lse_shape, torch_device, out_like=None,
-                 split=None):
+                 split=None, order=None):
         from .params import ParamBlock
 
         info = lk.built.launch
@@ -211,8 +212,12 @@ class Entry:
         self.split = split
         self._o_part = block.slot("o_part") if split is not None else None
         self._lse_part = block.slot("lse_part") if split is not None else None
+        # a varlen entry's item order (b200c.runtime.work_order.OrderLaunch): made by b200c_work_order per call
+        self.order = order
+        self._item_order = block.slot("item_order") if order is not None else None
         # what call() launches in one step (a split-KV entry of one split too: no workspace, no combine)
-        self._plain = self.masks is None and self.hang is None and (split is None or not split.merges)
+        self._plain = (self.masks is None and self.hang is None and (split is None or not split.merges)
+                       and order is None)
         cu = driver._cu()
         self._cu = cu
         self._ok = cu.CUresult.CUDA_SUCCESS
@@ -295,19 +300,23 @@ class Entry:
         """
         if self.hang is not None and self.hang.flag:
             driver.check_hang(self.lk)
-        parts = None
+        parts = table = None
         if _current_device() != self.device:
             with torch.cuda.device(self.device):
                 if self.split is not None and self.split.merges:
                     parts = self.split.workspace(_empty)
-                self._enqueue(out, lse, scale, True, extra, parts)
+                if self.order is not None:
+                    table = self.order.table(_empty)
+                self._enqueue(out, lse, scale, True, extra, parts, table)
             _bound.ctx = None  # leaving the device context made another context current
         else:
             if self.split is not None and self.split.merges:
                 parts = self.split.workspace(_empty)
-            self._enqueue(out, lse, scale, False, extra, parts)
+            if self.order is not None:
+                table = self.order.table(_empty)
+            self._enqueue(out, lse, scale, False, extra, parts, table)
 
-    def _enqueue(self, out, lse, scale, force_ctx: bool, extra=None, parts=None) -> None:
+    def _enqueue(self, out, lse, scale, force_ctx: bool, extra=None, parts=None, table=None) -> None:
         ctx = self.context
         if force_ctx or getattr(_bound, "ctx", None) is not ctx:
             driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
@@ -322,9 +331,21 @@ class Entry:
             if parts is not None:
                 self._o_part.value = parts[0].data_ptr()
                 self._lse_part.value = parts[1].data_ptr()
+            if table is not None:
+                self._item_order.value = table.data_ptr()
             for retry in (False, True):
                 what, err = "cuLaunchKernel", self._ok
-                if self.masks is not None:
+                if table is not None:  # the varlen item order first, on the same stream (b200c.runtime.work_order)
+                    od = self.order
+                    od.order_slot.value = table.data_ptr()
+                    what = "cuLaunchKernel (b200c_work_order, the varlen item order)"
+                    (err,) = self._launch(od.function, 1, 1, 1, _ORDER_THREADS, 1, 1, 0, stream,
+                                          od.block.array_addr, 0)
+                    if err in self._ctx_errors and not retry and not force_ctx:
+                        driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")  # another library's context
+                        _bound.ctx = ctx
+                        continue
+                if err == self._ok and self.masks is not None:
                     (err,) = self._memset(self.masks[0], 0, self.masks[1], stream)
                     what = "cuMemsetD32Async (emulator TMEM alloc masks) before cuLaunchKernel"
                 if err == self._ok:

@@ -19,7 +19,7 @@ import operator
 import torch
 
 from ..errors import LaunchError
-from . import inputs, launcher
+from . import inputs, launcher, work_order
 from .inputs import Problem, check_grid, check_work_items
 
 _MAX_INT32 = (1 << 31) - 1
@@ -233,7 +233,8 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
     b, h, s = problem.batch, problem.heads, problem.seq_q
     pack = launcher.pack_heads(info.q_stages, h, problem.heads_kv, s, causal, True, info.block_m)
     lk, info, splits = launcher._split_kernel(lk, token, key[2], device, source, problem, pack, causal)
-    check_work_items(info.num_work_items(b, h, s, pack, splits))
+    n_work = info.num_work_items(b, h, s, pack, splits)
+    check_work_items(n_work)
     grid = info.grid(b, h, s, lk.num_sms, pack, splits)
     check_grid(grid)
     maps = launcher.tensor_maps(lk, ((n, as_bhsd(t)) for n, t in zip(_NAMES, (q, k, v))))
@@ -251,6 +252,9 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
 
         split = SplitLaunch(lk, splits, h, total, h, out_strides, lse_strides)
         values.update(split.kernel_values())
-    e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device, None, split)
+    # the items longest first, ordered on the GPU before each launch (b200c.runtime.work_order)
+    order = work_order.order_for(lk, info.work(), problem, pack, causal, n_work,
+                                 (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()))
+    e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device, None, split, order)
     launcher.remember(key, e)
     return e

@@ -76,6 +76,16 @@ def disassemble(cubin: Path) -> str:
     return proc.stdout
 
 
+def function_sass(sass: str, name: str) -> str:
+    """The part of ``cuobjdump -sass`` text that is function ``name`` (from its ``Function : name`` line to
+    the next function's); the whole text when no such line is there (a listing of one function)."""
+    parts = re.split(r"(?m)^\s*Function : ", sass)
+    for part in parts[1:]:
+        if part.split(None, 1)[0] == name:
+            return "Function : " + part
+    return sass
+
+
 def count(sass: str) -> dict:
     """Instruction counts per COUNTERS name, plus ``static`` (all instructions)."""
     lines = [l for l in sass.splitlines() if re.match(r"^\s*/\*[0-9a-f]{4,}\*/", l)]

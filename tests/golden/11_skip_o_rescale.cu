@@ -42,6 +42,7 @@
 //   causal          const int: 1: causal mask aligned to the bottom-right corner
 //   pack_heads      const int: 1: a work item's Q stages are Q_STAGES heads of one K/V group (GQA)
 //   softmax_scale   const float: natural-log units, usually 1/sqrt(D)
+//   item_order      const int*: varlen: the item order (b200c_work_order), or null
 // TMA maps: BF16, rank 4, strides of S/H/B in bytes, box {64, 128, 1, 1},
 //   swizzle 128B, L2 promotion none, out-of-bounds rows read as zero.
 // Any S_q >= 1, S_kv >= 1 (a partial last K/V tile is masked); GQA: H a multiple of H_kv.
@@ -692,6 +693,7 @@ struct Ctx {
   int64_t lse_stride_b, lse_stride_h, lse_stride_s;
   const int* cu_seqlens_q;  // varlen prefix sums, or null
   const int* cu_seqlens_k;
+  const int* item_order;  // varlen: (sequence, Q group) of each group of items, longest first (b200c_work_order), or null
   int batch, heads, heads_kv, seq_q, seq_kv;
   int causal_flag, pack_heads_flag;  // 0 or 1
   float softmax_scale;
@@ -730,11 +732,26 @@ __device__ __forceinline__ int q_tile_of(const Ctx& c, const WorkItem& w, int q)
 __device__ __forceinline__ int q_head_of(const Ctx& c, const WorkItem& w, int q) {
   return c.pack_heads() ? w.h + q : w.h;
 }
+__device__ __forceinline__ WorkItem decode_item(const Ctx& c, int work);
 __device__ __forceinline__ WorkItem decode_work(const Ctx& c, int work) {
+  return decode_item(c, work);
+}
+// item number `work` (after the persistent remap): its sequence, heads, Q tiles, lengths and K/V visits
+__device__ __forceinline__ WorkItem decode_item(const Ctx& c, int work) {
   WorkItem w;
-  int group = work % c.q_groups();
-  const int rest = work / c.q_groups();
-  if (c.causal()) group = c.q_groups() - 1 - group;  // causal: the longest rows first, not all at the end
+  int group, rest;
+  if (c.item_order != nullptr) {  // varlen, longest first: entry b * q_groups + Q group for all heads of
+    // the group of items (heads fastest); an entry < 0 (past the last Q tile of every sequence) is no item
+    const int head_groups = c.pack_heads() ? c.heads / Q_STAGES : c.heads;
+    const int e = c.item_order[work / head_groups];
+    const int b = e < 0 ? 0 : e / c.q_groups();
+    group = e < 0 ? c.q_groups() : e - b * c.q_groups();  // Q group q_groups: past every row, so not valid
+    rest = b * head_groups + work % head_groups;
+  } else {
+    group = work % c.q_groups();
+    rest = work / c.q_groups();
+    if (c.causal()) group = c.q_groups() - 1 - group;  // causal: the longest rows first, not all at the end
+  }
   if (c.pack_heads()) {
     const int head_groups = c.heads / Q_STAGES;
     w.b = rest / head_groups;
@@ -1302,7 +1319,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
                 const int64_t lse_stride_s, const int* __restrict__ cu_seqlens_q,
                 const int* __restrict__ cu_seqlens_k, const int batch, const int heads, const int heads_kv,
                 const int seq_q, const int seq_kv, const int causal, const int pack_heads,
-                const float softmax_scale) {
+                const float softmax_scale, const int* __restrict__ item_order) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // SW128 tiles need 1024-B alignment (docs/sm100-facts.md §6)
@@ -1330,6 +1347,7 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
   c.causal_flag = causal;
   c.pack_heads_flag = pack_heads;
   c.softmax_scale = softmax_scale;
+  c.item_order = item_order;
 
   if (threadIdx.x == 0) {
     for (uint32_t i = 0; i < 1; ++i) mbar_init(c.bar(BAR_Q_FULL + i), 1);
@@ -1376,3 +1394,75 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
   if (warp == 0) tmem_dealloc(c.tmem, TMEM_ALLOC_COLS);
 }
 // ==== end section: entry ====
+// ==== section: work order ====
+// A varlen call's item order, longest first (b200c/codegen/work.py: longest_first), made by one CTA launched
+// before the attention kernel on the same stream. Entry e = b * q_groups + g stands for sequence b's Q group g
+// (all its heads, heads fastest in the item number); the entries are sorted by the K/V tiles their items visit
+// (decode_item's n_kv), most first, equal counts in entry order, and the entries of no item (Q groups past a
+// shorter sequence's last row) follow as -1. Static persistent CTAs taking the items in this order (serpentine
+// rounds) are balanced as a dynamic scheduler would be. The counts' histogram gives each count its first slot;
+// one warp then places the entries 32 at a time in entry order, so the order never depends on timing.
+extern "C" __global__ void __launch_bounds__(1024)
+b200c_work_order(const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_k, int* __restrict__ order,
+                 const int batch, const int seq_q, const int causal, const int pack_heads, const int max_key) {
+  __shared__ short keys[16384];  // each entry's K/V tiles, -1: no item
+  __shared__ int first[4002];    // per count: entries above it, then its next slot; [max_key + 1]: items
+  const int lane = threadIdx.x & 31;
+  Ctx c{};
+  c.cu_seqlens_q = cu_seqlens_q;
+  c.cu_seqlens_k = cu_seqlens_k;
+  c.batch = batch;
+  c.heads = pack_heads ? Q_STAGES : 1;  // one head (group) per entry: item number e is entry e
+  c.heads_kv = 1;
+  c.seq_q = seq_q;
+  c.causal_flag = causal;
+  c.pack_heads_flag = pack_heads;
+  const int groups = c.q_groups(), n = batch * groups;
+  for (int k = threadIdx.x; k <= max_key + 1; k += blockDim.x) first[k] = 0;
+  __syncthreads();
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    const int b = e / groups, g = e - b * groups;
+    const WorkItem w = decode_item(c, b * groups + (causal ? groups - 1 - g : g));  // item numbers run causal's groups last-first
+    const int key = w.valid ? min(w.n_kv, max_key) : -1;
+    keys[e] = (short)key;
+    if (key >= 0) atomicAdd(&first[key], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // first[k] = entries whose count is above k: lane l sums a run of counts from the top
+    const int per = (max_key + 32) / 32, hi = max_key - lane * per;
+    int sum = 0;
+    for (int i = 0; i < per && hi - i >= 0; ++i) sum += first[hi - i];
+    int above = sum;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, above, off);
+      if (lane >= off) above += t;
+    }
+    if (lane == 31) first[max_key + 1] = above;  // entries that are items
+    above -= sum;
+    for (int i = 0; i < per && hi - i >= 0; ++i) {
+      const int cnt = first[hi - i];
+      first[hi - i] = above;
+      above += cnt;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // one warp, entries in order: equal counts keep entry order
+    const unsigned below = (1u << lane) - 1u;
+    for (int e0 = 0; e0 < n; e0 += 32) {
+      const int e = e0 + lane, key = e < n ? (int)keys[e] : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, key);
+      const int leader = __ffs(peers) - 1;
+      int slot = 0;
+      if (lane == leader && key >= 0) {
+        slot = first[key];
+        first[key] = slot + __popc(peers);
+      }
+      slot = __shfl_sync(0xffffffffu, slot, leader) + __popc(peers & below);
+      if (key >= 0) order[slot] = e;
+    }
+  } else {
+    for (int e = first[max_key + 1] + (int)threadIdx.x - 32; e < n; e += (int)blockDim.x - 32) order[e] = -1;
+  }
+}
+// ==== end section: work order ====
