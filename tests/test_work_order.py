@@ -82,7 +82,7 @@ def _cta_loads(d, lengths, heads, causal, grid, order):
 def test_the_order_balances_the_fa4_varlen_row(causal, without, with_order):
     """The most loaded of 132 persistent CTAs against the mean on FlashAttention-4's varlen row, 16 heads, the
     sm90a preset's tiles: the numbering without an order leaves it 8.3 % (causal) / 10.0 % above the mean,
-    longest first 0.4 % / 0.3 % (the host model's figures; a GPU figure is in docs/hopper-progression.md)."""
+    longest first 0.4 % / 0.3 % (the host model's figures, not a GPU's)."""
     cu = prefix(FA4_VARLEN)
     order = longest_first(H11, batch=len(FA4_VARLEN), seq_q=max(FA4_VARLEN), cu_seqlens_q=cu, cu_seqlens_k=cu,
                           causal=causal, pack_heads=False)
@@ -189,17 +189,27 @@ def test_a_call_of_one_wave_or_a_dense_call_takes_no_order(order_on):
         assert dense.params["item_order"] == 0
 
 
-def test_too_many_entries_or_keys_take_no_order(order_on):
-    """Past the kernel's shared memory (entries B * q_groups, K/V tile counts), the call runs unordered."""
+def test_when_a_call_takes_no_order(order_on):
+    """Past the kernel's shared memory (entries B * q_groups) or in one wave the call runs unordered; so does a
+    persistent kernel without serpentine rounds (the sm100a plans: CTA i would take the i-th longest item of
+    every round); K/V tile counts past ORDER_MAX_KEY sort as that count."""
+    import types
+
     from b200c.codegen.work import ORDER_MAX_ENTRIES
     from b200c.runtime.inputs import Problem
     from b200c.runtime.work_order import order_for
 
-    lk = type("LK", (), {"work_order": object(), "num_sms": 132})()
+    lk = types.SimpleNamespace(work_order=object(), num_sms=132)
+    info = types.SimpleNamespace(work=lambda: H11, persistent=True)
     ok = Problem(batch=8, heads=16, heads_kv=16, seq_q=4096, seq_kv=4096, head_dim=128)
-    assert order_for(lk, H11, ok, False, True, 10_000, (1, 2)) is not None
+    assert order_for(lk, info, ok, False, True, 10_000, (1, 2)) is not None
     many = Problem(batch=ORDER_MAX_ENTRIES // 32 + 1, heads=16, heads_kv=16, seq_q=4096, seq_kv=4096, head_dim=128)
-    assert order_for(lk, H11, many, False, True, 10_000, (1, 2)) is None
+    assert order_for(lk, info, many, False, True, 10_000, (1, 2)) is None
     long_k = Problem(batch=8, heads=16, heads_kv=16, seq_q=4096, seq_kv=176 * ORDER_MAX_KEY + 1, head_dim=128)
-    assert order_for(lk, H11, long_k, False, True, 10_000, (1, 2)) is None
-    assert order_for(lk, H11, ok, False, True, 132, (1, 2)) is None  # one wave
+    assert order_for(lk, info, long_k, False, True, 10_000, (1, 2)).block.slot("max_key").value == ORDER_MAX_KEY
+    assert order_for(lk, info, ok, False, True, 132, (1, 2)) is None  # one wave
+    plain = WorkDecomposition(64, 176, 2, serpentine=False, item_order=True)
+    assert order_for(lk, types.SimpleNamespace(work=lambda: plain, persistent=True), ok, False, True, 10_000,
+                     (1, 2)) is None
+    assert order_for(lk, types.SimpleNamespace(work=lambda: plain, persistent=False), ok, False, True, 10_000,
+                     (1, 2)) is not None  # one CTA per item: the hardware dispatches them in order

@@ -71,7 +71,7 @@ class LaunchInfo:
         trace_events: profiling builds: ``(name, edge)`` of each event id
             (edge ``"B"`` begin or ``"E"`` end of a span).
         serpentine: the plan's work order (:attr:`b200c.codegen.plan.Plan.serpentine`): a persistent
-            causal kernel's odd grid-stride rounds run right to left.
+            causal (or varlen-ordered) kernel's odd grid-stride rounds run right to left.
         split_kv: a split-KV build (takes ``num_splits``; its module also holds the combine kernel).
         kv_splits: the schedule's ``kv_splits`` (None, 0: the count per call; 2..128: fixed).
     """

@@ -20,8 +20,8 @@ Items are numbered ``(sequence, head or head group)``-major, Q group minor; with
 groups of each head run last-first, so the longest items (most K/V tiles) start first
 (:attr:`WorkDecomposition.order` ``"longest_first_per_head"``). A persistent kernel hands items out
 statically (CTA ``i`` takes ``i, i + grid, i + 2 grid, ...``); where its backend's plan asks for it
-(:attr:`b200c.codegen.plan.Plan.serpentine`: the sm_90a backend's persistent plans), with ``causal``
-the odd rounds of ``grid`` items run right to left (:attr:`WorkDecomposition.serpentine`), so a CTA
+(:attr:`b200c.codegen.plan.Plan.serpentine`: the sm_90a backend's persistent plans), with ``causal`` (or
+a varlen item order, :func:`longest_first`) the odd rounds of ``grid`` items run right to left (:attr:`WorkDecomposition.serpentine`), so a CTA
 that took one of a round's longest items takes one of the next round's shortest: a static
 longest-processing-time balance (FlashAttention-3's LPT scheduler has the same aim with a dynamic counter). K/V tiles per
 CTA over the grid-stride loop (132 CTAs, h11's 2 x 64 x 176 tile; ``tests/test_work.py`` pins
@@ -83,8 +83,8 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
         block_n: K/V rows per tile.
         q_stages: Q tiles per work item.
         order: the order work items are numbered in (:data:`ORDERS`).
-        serpentine: persistent kernels: with ``causal``, odd rounds of the grid-stride loop take
-            their items right to left (:meth:`position`).
+        serpentine: persistent kernels: with ``causal`` or a varlen item order, odd rounds of the
+            grid-stride loop take their items right to left (:meth:`position`).
         block_sparse: a mask_mod's block mask gives each item's tiles (:meth:`item` with ``ranges``,
             :meth:`kv_tile`): ``(kv_lo, full_lo, full_hi, kv_hi)`` per item id
             (:meth:`item_id`); the full run is visited first, then the partial tiles.
@@ -106,7 +106,8 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
 
     def position(self, work: int, num_work: int, grid: int, causal: bool) -> int:
         """The item number that grid-stride index ``work`` stands for (the device's remap at the top
-        of ``decode_work``): the identity unless :attr:`serpentine` and ``causal``; then round
+        of ``decode_work``): the identity unless :attr:`serpentine` and ``causal`` (the caller passes
+        True for an ordered varlen launch too); then round
         ``r = work // grid`` runs right to left when ``r`` is odd (the last, partial round within
         its own length), a bijection of ``0 .. num_work - 1``."""
         if not (self.serpentine and causal):
@@ -258,6 +259,8 @@ class WorkDecomposition(msgspec.Struct, frozen=True):
 ORDER_MAX_ENTRIES = 16384  # entries (B * Q groups) b200c_work_order holds in shared memory (2 B each)
 ORDER_MAX_KEY = 4000  # the largest K/V tile count it sorts by (4 B of shared memory per count)
 WORK_ORDER_KERNEL_NAME = "b200c_work_order"
+# its static shared memory: a 2-byte count per entry and a 4-byte slot per count (0 .. ORDER_MAX_KEY + 1)
+assert 2 * ORDER_MAX_ENTRIES + 4 * (ORDER_MAX_KEY + 2) <= 48 * 1024, "b200c_work_order past 48 KB of static SMEM"
 
 
 def longest_first(d: WorkDecomposition, *, batch: int, seq_q: int, cu_seqlens_q: list, cu_seqlens_k: list,

@@ -338,7 +338,7 @@ class Entry:
                 if table is not None:  # the varlen item order first, on the same stream (b200c.runtime.work_order)
                     od = self.order
                     od.order_slot.value = table.data_ptr()
-                    what = "cuLaunchKernel (b200c_work_order, the varlen item order)"
+                    what = f"cuLaunchKernel of b200c_work_order (the varlen item order: grid 1, block {_ORDER_THREADS}) before that"
                     (err,) = self._launch(od.function, 1, 1, 1, _ORDER_THREADS, 1, 1, 0, stream,
                                           od.block.array_addr, 0)
                     if err in self._ctx_errors and not retry and not force_ctx:

@@ -253,7 +253,7 @@ def _new_entry(key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqle
         split = SplitLaunch(lk, splits, h, total, h, out_strides, lse_strides)
         values.update(split.kernel_values())
     # the items longest first, ordered on the GPU before each launch (b200c.runtime.work_order)
-    order = work_order.order_for(lk, info.work(), problem, pack, causal, n_work,
+    order = work_order.order_for(lk, info, problem, pack, causal, n_work,
                                  (cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()))
     e = launcher.Entry(lk, problem, grid, values, pack, lse_shape, q.device, None, split, order)
     launcher.remember(key, e)

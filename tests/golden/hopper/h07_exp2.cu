@@ -1105,9 +1105,10 @@ b200c_attention(const __grid_constant__ CUtensorMap tmap_q, const __grid_constan
 // before the attention kernel on the same stream. Entry e = b * q_groups + g stands for sequence b's Q group g
 // (all its heads, heads fastest in the item number); the entries are sorted by the K/V tiles their items visit
 // (decode_item's n_kv), most first, equal counts in entry order, and the entries of no item (Q groups past a
-// shorter sequence's last row) follow as -1. Static persistent CTAs taking the items in this order (serpentine
-// rounds) are balanced as a dynamic scheduler would be. The counts' histogram gives each count its first slot;
-// one warp then places the entries 32 at a time in entry order, so the order never depends on timing.
+// shorter sequence's last row) follow as -1: a static longest-processing-time order for the persistent loop's
+// serpentine rounds, or for the hardware's in-order dispatch of one CTA per item. The counts' histogram gives
+// each count its first slot; one warp then places the entries 32 at a time in entry order, so the order never
+// depends on timing.
 extern "C" __global__ void __launch_bounds__(1024)
 b200c_work_order(const int* __restrict__ cu_seqlens_q, const int* __restrict__ cu_seqlens_k, int* __restrict__ order,
                  const int batch, const int seq_q, const int causal, const int pack_heads, const int max_key) {
@@ -1166,6 +1167,7 @@ b200c_work_order(const int* __restrict__ cu_seqlens_q, const int* __restrict__ c
       }
       slot = __shfl_sync(0xffffffffu, slot, leader) + __popc(peers & below);
       if (key >= 0) order[slot] = e;
+      __syncwarp();  // the leaders' first[] updates, visible to the next 32 entries' leaders
     }
   } else {
     for (int e = first[max_key + 1] + (int)threadIdx.x - 32; e < n; e += (int)blockDim.x - 32) order[e] = -1;
