@@ -282,7 +282,9 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     try:
         preset = table[head_dim]
     except (KeyError, TypeError):
-        raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256") from None
+        raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256 (pad "
+                            "the head dim to the next of them, or use torch.nn.functional.scaled_dot_product_attention)"
+                            ) from None
     short = short_kv_preset(head_dim, family, seq_kv)  # seq_kv checked with mods too
     if short is not None and not mods:
         return short

@@ -72,8 +72,12 @@ def default_schedule_for(q, target="auto", mods: bool = False, seq_kv=None):
     Raises:
         ScheduleError: no built-in schedule for q's head dim.
         UnsupportedDeviceError: no native b200c target for q's device.
+        LaunchError: q has fewer than 3 dimensions.
     """
-    d = int(q.shape[-1]) if q.dim() > 0 else 0
+    if q.dim() < 3:  # the head dim is q's last dimension: name the shape rule, not a head dim
+        raise LaunchError(f"q must be a 4-D (B, H, S, D) tensor (varlen: 3-D (total, H, D)), got shape "
+                          f"{tuple(q.shape)}")
+    d = int(q.shape[-1])
     dev = q.get_device() if q.is_cuda else -1
     return _default(dev, target, d, mods, seq_kv)
 
@@ -348,7 +352,8 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
         layout: ``"bhsd"`` or ``"bshd"``: the order of the dimensions above
             (and of the result).
         target: ``"auto"`` (a B200 schedule: ``"sm100a"`` on compute
-            capability 10.0, ``"emulate"`` on 9.0; a Hopper schedule,
+            capability 10.0, refused with UnsupportedDeviceError on 9.0, which
+            runs it only emulated: pass ``"emulate"``; a Hopper schedule,
             examples/hopper: ``"sm90a"``), ``"sm100a"`` (B200), ``"sm90a"``
             (the native Hopper kernel of a Hopper schedule) or ``"emulate"``
             (the sm100a kernel on H100/H200, correctness only).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import BackwardNotSupportedError, LaunchError
+from ..errors import BackwardNotSupportedError, DriverError, LaunchError, ResourceError, ScheduleError
 from . import driver
 from .inputs import flag_value, softmax_scale_value
 from .params import ParamBlock
@@ -162,8 +162,16 @@ def check_call_schedule(schedule_json: str, d: int, deterministic: bool) -> None
     from ..codegen.sm90.backward import supported
     from ..dsl.backward_schedule import BackwardSchedule
 
-    schedule = _for_call(BackwardSchedule.from_json(schedule_json), d, deterministic)
-    plan_backward(schedule, "sm90a")
+    own = BackwardSchedule.from_json(schedule_json)
+    schedule = _for_call(own, d, deterministic)
+    try:
+        plan_backward(schedule, "sm90a")
+    except (ScheduleError, ResourceError) as e:
+        if own.head_dim == d:
+            raise
+        raise type(e)(f"backward schedule {own.name!r} (head_dim={own.head_dim}) at the inputs' head dim D = {d}: "
+                      f"{e}; pass a backward schedule that holds D = {d}, e.g. "
+                      f"b200c.default_backward_schedule({d})") from None
     supported(schedule)
 
 
@@ -335,7 +343,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal: bool = False, scale: 
         ScheduleError: ``schedule`` is not a BackwardSchedule (or a file defining one), or is invalid.
         BackwardNotSupportedError: not a compute capability 9.0 device, or a head dim or schedule the
             generated kernels do not cover yet.
-        BuildError: nvcc failed; LaunchError: a driver call failed.
+        BuildError: nvcc failed; DriverError (a LaunchError): a driver call failed.
     """
     if kwargs:
         raise _unexpected_keyword("attention_backward", attention_backward, kwargs)
@@ -464,7 +472,7 @@ def _run(gen, q, k, v, out, dout, lse, dq, dk, dv, b, h, hk, sq, skv, d, causal,
                 ("postprocess", mod.post, (gx, gy, gz), lp.row_threads, 0, post)):
             (err,) = cu.cuLaunchKernel(fn, *grid, block, 1, 1, smem, stream, params.array_addr, 0)
             if err != cu.CUresult.CUDA_SUCCESS:
-                raise LaunchError(f"cuLaunchKernel (backward {what}, grid {grid}, {block} threads, {smem} B SMEM) "
+                raise DriverError(f"cuLaunchKernel (backward {what}, grid {grid}, {block} threads, {smem} B SMEM) "
                                   f"failed: {driver._err_name(err)}")
 
 

@@ -149,7 +149,9 @@ def validate_inputs(q, k, v, *, check_device: bool = True, check_pointers: bool 
 def _check_dtypes(ts: dict) -> None:
     for name, t in ts.items():
         if t.dtype != torch.bfloat16:
-            raise LaunchError(f"tensor {name} has dtype {t.dtype}; b200c kernels need torch.bfloat16")
+            raise LaunchError(f"tensor {name} has dtype {t.dtype}; b200c kernels need torch.bfloat16 ({name}.to("
+                              "torch.bfloat16), or b200c.scaled_dot_product_attention, which falls back to torch for "
+                              "other dtypes)")
 
 
 def _check_heads(heads: int, heads_kv: int) -> None:
@@ -259,6 +261,8 @@ def softmax_scale_value(scale) -> float | None:
             kernel's row max is taken before scaling, which a negative scale
             turns into a row minimum), or so large that ``scale * log2(e)``
             overflows FP32.
+        BackwardNotSupportedError: a tensor that requires grad, with grad mode on
+            (the kernels take the scale as a number: it would get no gradient).
     """
     if type(scale) is float and FLT_MIN <= scale < _FAST_MAX_SCALE:
         return scale
@@ -304,6 +308,14 @@ def _real(scale) -> float:
                 f"softmax_scale is a tensor of shape {tuple(scale.shape)} and dtype {scale.dtype}; pass a Python "
                 f"number or a 0-d real tensor in natural-log units, {_SCALE_HINT}"
             )
+        if scale.requires_grad and torch.is_grad_enabled():
+            from ..errors import BackwardNotSupportedError
+
+            raise BackwardNotSupportedError(
+                "softmax_scale is a tensor that requires grad (a learnable temperature): b200c's kernels take the "
+                "scale as a number, so the result would carry no gradient for it; pass softmax_scale.detach() (or "
+                "call under torch.no_grad()), or fold a learned temperature into q (q * t, with softmax_scale the "
+                "default), which b200c differentiates")
         return float(scale.item())
     if isinstance(scale, numbers.Real) and not isinstance(scale, bool):
         try:
@@ -323,9 +335,17 @@ def flag_value(name: str, value) -> bool:
     """
     if value is True or value is False:
         return value
-    if type(value).__name__ == "bool_" or (isinstance(value, numbers.Integral) and value in (0, 1)):
+    if _numpy_bool(value) or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
-    raise LaunchError(f"{name}={value!r} ({type(value).__name__}) must be True or False")
+    kind = type(value)
+    raise LaunchError(f"{name}={value!r} ({kind.__module__}.{kind.__qualname__}) must be True or False"
+                      if kind.__module__ != "builtins" else f"{name}={value!r} ({kind.__name__}) must be True or False")
+
+
+def _numpy_bool(value) -> bool:
+    """A numpy bool scalar (``numpy.bool_``; its class is named ``bool`` in numpy 2), without importing numpy."""
+    kind = type(value)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
 
 
 def keyword_given(fname: str, name: str, value) -> str:
