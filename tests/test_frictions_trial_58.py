@@ -89,3 +89,15 @@ def test_errors_that_now_name_the_fix():
         h = torch.randn(1, 2, 16, 128).half()
         with pytest.raises(LaunchError, match=r"torch.bfloat16 \(q.to\(torch.bfloat16\)"):
             b200c.attention(h, h, h)
+
+
+def test_a_backward_that_builds_a_graph_is_refused():
+    """create_graph=True (double backward) is refused when the backward runs, with the limit named, instead of
+    torch's 'no autograd formula' error a step later; a first-order backward still runs."""
+    q, k, v = _qkv(grad=True)
+    with fake_driver.install(target="sm90a"):
+        out = b200c.attention(q, k, v)
+        with pytest.raises(BackwardNotSupportedError, match="first-order gradients only.*create_graph=True"):
+            torch.autograd.grad(out.float().sum(), q, create_graph=True)
+        (g,) = torch.autograd.grad(b200c.attention(q, k, v).float().sum(), q)
+        assert g.shape == q.shape and not g.requires_grad

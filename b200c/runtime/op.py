@@ -360,6 +360,15 @@ def _define(name: str, schema: str, impl, fake):
         def backward(ctx, grad_out, *grad_rest):
             # every refusal is the backward op's, at run time: torch.compile traces this function while it
             # compiles the forward (its fake impl then returns shapes), and the forward must not raise
+            if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+                # create_graph=True: the autograd engine runs backward with grad mode on to build a graph of it;
+                # the backward ops have no gradient, and torch's own error would not name the limit
+                from ..errors import BackwardNotSupportedError
+
+                raise BackwardNotSupportedError(
+                    "b200c attention has first-order gradients only: a backward with create_graph=True (a "
+                    "gradient penalty, double backward, Hessian-vector products) would differentiate its backward "
+                    "kernels, which have no gradient; use torch.nn.functional.scaled_dot_product_attention there")
             if grad_out is None:
                 if not grad_rest or grad_rest[0] is None:
                     return (None,) * (ctx.n_inputs + 1)
