@@ -101,3 +101,11 @@ def test_a_backward_that_builds_a_graph_is_refused():
             torch.autograd.grad(out.float().sum(), q, create_graph=True)
         (g,) = torch.autograd.grad(b200c.attention(q, k, v).float().sum(), q)
         assert g.shape == q.shape and not g.requires_grad
+
+
+def test_a_numpy_cache_length_is_named_as_such():
+    q = torch.randn(2, 1, 8, 128).to(BF16)
+    cache = torch.zeros(2, 64, 8, 128).to(BF16)
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(LaunchError, match=r"got numpy.int32 np.int32\(5\) \(pass int\(...\) or a tensor\)"):
+            b200c.attention_with_kvcache(q, cache, cache, cache_seqlens=np.int32(5))

@@ -476,8 +476,8 @@ attention_varlen_op = _define(
 # attention_varlen's arguments from index 10 on, with their schema defaults (causal, return_lse, check_seqlens,
 # deterministic, backward_schedule)
 _VARLEN_DEFAULTS = (False, False, True, False, "")
-_LSE_REFUSAL = ("a gradient flows into the LSE that b200c.attention returned (return_lse=True); the backward "
-                "kernels take the gradient of the output only: detach the LSE")
+_LSE_REFUSAL = ("a gradient flows into the LSE that b200c's attention call returned (return_lse=True); the "
+                "backward kernels take the gradient of the output only: detach the LSE")
 
 
 def _refuse_backward(grad_lse) -> None:
