@@ -89,9 +89,11 @@ class BackwardNotSupportedError(B200cError, NotImplementedError):
 
     Raised when the backward pass runs (``loss.backward()``), not when the
     forward runs: a call on inputs that require grad works, in eager mode and
-    under ``torch.compile``. The exception: calls with mods (score_mod,
-    mask_mod, sinks) whose tensors require grad are refused when they run,
-    since their result would carry no gradient for those tensors.
+    under ``torch.compile``. The exceptions: calls with mods (score_mod,
+    mask_mod, sinks) whose tensors require grad, and a ``softmax_scale``
+    tensor that requires grad, are refused when they run, since their result
+    would carry no gradient for those tensors; and b200c's gradients are
+    first order only (differentiating them again raises).
     """
 
 

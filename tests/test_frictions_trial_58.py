@@ -78,7 +78,8 @@ def test_a_backward_schedule_of_another_head_dim_names_the_cause():
 
 
 def test_errors_that_now_name_the_fix():
-    with pytest.raises(ScheduleError, match=r"head dim 96; b200c supports 64, 128 and 256 \(pad the head dim"):
+    with pytest.raises(ScheduleError, match=r"head dim 96; b200c supports 64, 128 and 256 \(zero-pad q, k and v "
+                                            r"to head dim 128 with softmax_scale=96\*\*-0.5"):
         with fake_driver.install(target="sm90a"):
             q = torch.randn(1, 2, 16, 96).to(BF16)
             b200c.attention(q, q, q)
@@ -91,14 +92,19 @@ def test_errors_that_now_name_the_fix():
             b200c.attention(h, h, h)
 
 
-def test_a_backward_that_builds_a_graph_is_refused():
-    """create_graph=True (double backward) is refused when the backward runs, with the limit named, instead of
-    torch's 'no autograd formula' error a step later; a first-order backward still runs."""
+def test_a_second_order_gradient_is_refused():
+    """A backward with create_graph=True runs (a penalty on other parameters' gradients still works); differentiating
+    b200c's gradients again raises BackwardNotSupportedError naming the limit, instead of torch's 'no autograd
+    formula' error."""
     q, k, v = _qkv(grad=True)
+    w = torch.ones((), requires_grad=True)
     with fake_driver.install(target="sm90a"):
         out = b200c.attention(q, k, v)
-        with pytest.raises(BackwardNotSupportedError, match="first-order gradients only.*create_graph=True"):
-            torch.autograd.grad(out.float().sum(), q, create_graph=True)
+        gw, gq = torch.autograd.grad(out.float().sum() * w, (w, q), create_graph=True)
+        (gw * gw).backward(retain_graph=True)  # a penalty on w's gradient: first order through b200c (gw = sum(out))
+        assert q.grad is not None and q.grad.shape == q.shape
+        with pytest.raises(BackwardNotSupportedError, match="first-order gradients only"):
+            gq.float().sum().backward()
         (g,) = torch.autograd.grad(b200c.attention(q, k, v).float().sum(), q)
         assert g.shape == q.shape and not g.requires_grad
 
@@ -109,3 +115,11 @@ def test_a_numpy_cache_length_is_named_as_such():
     with fake_driver.install(target="sm90a"):
         with pytest.raises(LaunchError, match=r"got numpy.int32 np.int32\(5\) \(pass int\(...\) or a tensor\)"):
             b200c.attention_with_kvcache(q, cache, cache, cache_seqlens=np.int32(5))
+
+
+def test_the_drop_in_refuses_a_scale_that_requires_grad_by_its_name():
+    q, k, v = _qkv(grad=True)
+    t = torch.tensor(0.1, requires_grad=True)
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises(BackwardNotSupportedError, match=r"^scale is a tensor that requires grad"):
+            b200c.scaled_dot_product_attention(q, k, v, scale=t)

@@ -282,9 +282,11 @@ def default_schedule(head_dim: int, family: str = "b200", mods: bool = False, se
     try:
         preset = table[head_dim]
     except (KeyError, TypeError):
-        raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256 (pad "
-                            "the head dim to the next of them, or use torch.nn.functional.scaled_dot_product_attention)"
-                            ) from None
+        pad = next((n for n in (64, 128, 256) if isinstance(head_dim, int) and head_dim < n), None)
+        fix = (f"zero-pad q, k and v to head dim {pad} with softmax_scale={head_dim}**-0.5 and slice the output, or "
+               if pad else "")
+        raise ScheduleError(f"no built-in schedule for head dim {head_dim!r}; b200c supports 64, 128 and 256 ({fix}"
+                            "use torch.nn.functional.scaled_dot_product_attention)") from None
     short = short_kv_preset(head_dim, family, seq_kv)  # seq_kv checked with mods too
     if short is not None and not mods:
         return short

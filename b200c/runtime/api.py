@@ -441,7 +441,9 @@ def attention(q, k, v, *, schedule=None, causal: bool = False, softmax_scale=Non
             gradient). A ``backward_schedule`` that ``backward()`` would refuse
             is refused at the call (ScheduleError / ResourceError /
             BackwardNotSupportedError). Where covered,
-            ``backward()`` runs b200c's sm90a backward kernels.
+            ``backward()`` runs b200c's sm90a backward kernels; their gradients
+            are first order only (differentiating them again raises). At the
+            call: a ``softmax_scale`` tensor that requires grad, in grad mode.
 
     Performance: the first call per (schedule, head dim, target, device)
     generates, builds (cached on disk, verified by sha256) and loads the

@@ -275,7 +275,8 @@ def softmax_scale_value(scale) -> float | None:
 
 
 def scale_problem(scale) -> str:
-    """Why :func:`softmax_scale_value` would refuse ``scale`` ("" if it would not), without raising."""
+    """Why :func:`softmax_scale_value` would refuse ``scale`` with a LaunchError ("" if it would not), without
+    raising it; a scale tensor that requires grad in grad mode still raises BackwardNotSupportedError."""
     if scale is None:
         return ""
     try:

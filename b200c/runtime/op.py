@@ -360,15 +360,6 @@ def _define(name: str, schema: str, impl, fake):
         def backward(ctx, grad_out, *grad_rest):
             # every refusal is the backward op's, at run time: torch.compile traces this function while it
             # compiles the forward (its fake impl then returns shapes), and the forward must not raise
-            if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-                # create_graph=True: the autograd engine runs backward with grad mode on to build a graph of it;
-                # the backward ops have no gradient, and torch's own error would not name the limit
-                from ..errors import BackwardNotSupportedError
-
-                raise BackwardNotSupportedError(
-                    "b200c attention has first-order gradients only: a backward with create_graph=True (a "
-                    "gradient penalty, double backward, Hessian-vector products) would differentiate its backward "
-                    "kernels, which have no gradient; use torch.nn.functional.scaled_dot_product_attention there")
             if grad_out is None:
                 if not grad_rest or grad_rest[0] is None:
                     return (None,) * (ctx.n_inputs + 1)
@@ -556,3 +547,19 @@ def _backward_fake(grad_out, q, k, v, *rest, **kwargs):
 
 attention_backward_op.register_fake(_backward_fake)
 attention_varlen_backward_op.register_fake(_backward_fake)
+
+
+def _no_double_backward(ctx, *grads):
+    """The backward ops' own gradient: refused. A backward with create_graph=True still runs (its result then
+    carries this node); differentiating that result again raises here, naming the limit, instead of torch's
+    'no autograd formula' error."""
+    from ..errors import BackwardNotSupportedError
+
+    raise BackwardNotSupportedError(
+        "b200c attention has first-order gradients only: differentiating its gradients (a gradient penalty, "
+        "double backward, Hessian-vector products) would differentiate its backward kernels, which have no "
+        "gradient; use torch.nn.functional.scaled_dot_product_attention there")
+
+
+attention_backward_op.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
+attention_varlen_backward_op.register_autograd(_no_double_backward, setup_context=lambda ctx, inputs, output: None)
