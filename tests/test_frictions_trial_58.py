@@ -84,7 +84,7 @@ def test_errors_that_now_name_the_fix():
             q = torch.randn(1, 2, 16, 96).to(BF16)
             b200c.attention(q, q, q)
     with fake_driver.install(target="sm90a"):
-        with pytest.raises(LaunchError, match=r"q must be a 4-D \(B, H, S, D\) tensor.*got shape \(\)"):
+        with pytest.raises(LaunchError, match=r"q must be a 4-D tensor \(\(B, H, S, D\); layout='bshd'.*got shape \(\)"):
             x = torch.tensor(1.0).to(BF16)
             b200c.attention(x, x, x)
         h = torch.randn(1, 2, 16, 128).half()
@@ -123,3 +123,11 @@ def test_the_drop_in_refuses_a_scale_that_requires_grad_by_its_name():
     with fake_driver.install(target="sm90a"):
         with pytest.raises(BackwardNotSupportedError, match=r"^scale is a tensor that requires grad"):
             b200c.scaled_dot_product_attention(q, k, v, scale=t)
+
+
+def test_attention_backward_with_a_schedule_of_another_head_dim_names_the_cause():
+    q, k, v = _qkv(d=128)
+    out, lse = torch.empty_like(q), torch.zeros(1, 2, 128)
+    with fake_driver.install(target="sm90a"):
+        with pytest.raises((ScheduleError, ResourceError), match=r"head_dim=64\) at the inputs' head dim D = 128"):
+            b200c.attention_backward(q, k, v, out, out, lse, schedule=b200c.default_backward_schedule(64))

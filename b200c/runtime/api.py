@@ -75,8 +75,8 @@ def default_schedule_for(q, target="auto", mods: bool = False, seq_kv=None):
         LaunchError: q has fewer than 3 dimensions.
     """
     if q.dim() < 3:  # the head dim is q's last dimension: name the shape rule, not a head dim
-        raise LaunchError(f"q must be a 4-D (B, H, S, D) tensor (varlen: 3-D (total, H, D)), got shape "
-                          f"{tuple(q.shape)}")
+        raise LaunchError(f"q must be a 4-D tensor ((B, H, S, D); layout='bshd': (B, S, H, D); varlen: 3-D (total, "
+                          f"H, D)), got shape {tuple(q.shape)}")
     d = int(q.shape[-1])
     dev = q.get_device() if q.is_cuda else -1
     return _default(dev, target, d, mods, seq_kv)

@@ -428,6 +428,8 @@ def _schedule_for(q, schedule, deterministic):
                             f"got {type(schedule).__name__}")
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
+    if schedule.head_dim != d:  # written for another head dim: refused naming that, not by a budget alone
+        check_call_schedule(schedule.to_json(), d, bool(deterministic))
     return _for_call(schedule, d, deterministic)
 
 
