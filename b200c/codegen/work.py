@@ -312,10 +312,10 @@ def decomposition(plan) -> WorkDecomposition:
     where the schedule asks for its build, :attr:`b200c.codegen.plan.Plan.split_kv`)."""
     from .mod_kernel import block_sparse
 
+    sparse = block_sparse(getattr(plan, "mods", None))
     return WorkDecomposition(plan.tile.block_m, plan.tile.block_n, plan.q_stages, serpentine=plan.serpentine,
-                             block_sparse=block_sparse(getattr(plan, "mods", None)),
-                             split_kv=bool(getattr(plan, "split_kv", False)),
-                             item_order=not block_sparse(getattr(plan, "mods", None)))
+                             block_sparse=sparse, split_kv=bool(getattr(plan, "split_kv", False)),
+                             item_order=not sparse)
 
 
 def template_args(d: WorkDecomposition) -> dict:

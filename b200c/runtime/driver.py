@@ -328,7 +328,7 @@ def _load_in(built: BuiltKernel, device: int, dev, ctx) -> LoadedKernel:
 
         lk.block_mask = _check(cu.cuModuleGetFunction(module, BLOCK_MASK_KERNEL_NAME.encode()),
                                f"cuModuleGetFunction({BLOCK_MASK_KERNEL_NAME})")
-    if ("item_order", "i32_ptr") in launch.params:  # a varlen item order: the module's kernel that makes it
+    if launch.work().item_order:  # a varlen item order: the module's kernel that makes it
         from ..codegen.work import WORK_ORDER_KERNEL_NAME
 
         lk.work_order = _check(cu.cuModuleGetFunction(module, WORK_ORDER_KERNEL_NAME.encode()),

@@ -230,7 +230,7 @@ def install(*, target: str = "sm100a", num_sms: int = 132, version: int = 13000)
             from ..codegen.work import combine_params
 
             lk.combine = FakeFunction(generated.launch, tuple((p.name, p.kind) for p in combine_params()))
-        if ("item_order", "i32_ptr") in generated.launch.params:
+        if generated.launch.work().item_order:
             from ..codegen.work import work_order_params
 
             lk.work_order = FakeFunction(generated.launch, tuple((p.name, p.kind) for p in work_order_params()))

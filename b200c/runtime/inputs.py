@@ -309,14 +309,7 @@ def _real(scale) -> float:
                 f"softmax_scale is a tensor of shape {tuple(scale.shape)} and dtype {scale.dtype}; pass a Python "
                 f"number or a 0-d real tensor in natural-log units, {_SCALE_HINT}"
             )
-        if scale.requires_grad and torch.is_grad_enabled():
-            from ..errors import BackwardNotSupportedError
-
-            raise BackwardNotSupportedError(
-                "softmax_scale is a tensor that requires grad (a learnable temperature): b200c's kernels take the "
-                "scale as a number, so the result would carry no gradient for it; pass softmax_scale.detach() (or "
-                "call under torch.no_grad()), or fold a learned temperature into q (q * t, with softmax_scale the "
-                "default), which b200c differentiates")
+        refuse_scale_grad(scale)
         return float(scale.item())
     if isinstance(scale, numbers.Real) and not isinstance(scale, bool):
         try:
@@ -326,6 +319,30 @@ def _real(scale) -> float:
     raise LaunchError(
         f"softmax_scale={scale!r} ({type(scale).__name__}) must be a real number in natural-log units, {_SCALE_HINT}"
     )
+
+
+def refuse_scale_grad(scale, name: str = "softmax_scale", q_name: str = "q") -> None:
+    """Refuse a scale tensor that requires grad, with grad mode on: b200c's kernels take the scale as a number,
+    so the result would carry no gradient for it (a learnable temperature). ``name`` / ``q_name``: what the
+    calling function calls the scale and the query.
+
+    Raises:
+        BackwardNotSupportedError: such a tensor, naming detach() and folding the temperature into the query.
+    """
+    if isinstance(scale, torch.Tensor) and scale.requires_grad and torch.is_grad_enabled():
+        from ..errors import BackwardNotSupportedError
+
+        raise BackwardNotSupportedError(
+            f"{name} is a tensor that requires grad (a learnable temperature): b200c's kernels take the scale as a "
+            f"number, so the result would carry no gradient for it; pass {name}.detach() (or call under "
+            f"torch.no_grad()), or fold a learned temperature into {q_name} ({q_name} * t, with {name} the "
+            "default), which b200c differentiates")
+
+
+def type_name(value) -> str:
+    """``value``'s type as an error names it: ``int`` for builtins, ``numpy.int32`` (module and name) otherwise."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def flag_value(name: str, value) -> bool:
@@ -338,9 +355,7 @@ def flag_value(name: str, value) -> bool:
         return value
     if _numpy_bool(value) or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
-    kind = type(value)
-    raise LaunchError(f"{name}={value!r} ({kind.__module__}.{kind.__qualname__}) must be True or False"
-                      if kind.__module__ != "builtins" else f"{name}={value!r} ({kind.__name__}) must be True or False")
+    raise LaunchError(f"{name}={value!r} ({type_name(value)}) must be True or False")
 
 
 def _numpy_bool(value) -> bool:

@@ -44,10 +44,9 @@ def _lengths(cache_seqlens, batch: int, device) -> torch.Tensor:
         return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
     if not isinstance(cache_seqlens, _Tensor) or cache_seqlens.dtype != torch.int32 or cache_seqlens.dim() != 1 \
             or cache_seqlens.shape[0] != batch:
-        kind = type(cache_seqlens)
         desc = (f"{tuple(cache_seqlens.shape)} {cache_seqlens.dtype}" if isinstance(cache_seqlens, _Tensor)
-                else kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__} "
-                f"{cache_seqlens!r} (pass int(...) or a tensor)")
+                else type(cache_seqlens).__name__ if type(cache_seqlens).__module__ == "builtins"
+                else f"{inputs.type_name(cache_seqlens)} {cache_seqlens!r} (pass int(...) or a tensor)")
         raise LaunchError(f"cache_seqlens must be an int or a torch.int32 tensor of shape ({batch},) (one length per "
                           f"sequence), got {desc}")
     if cache_seqlens.device != device:

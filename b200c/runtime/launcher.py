@@ -300,21 +300,18 @@ class Entry:
         """
         if self.hang is not None and self.hang.flag:
             driver.check_hang(self.lk)
-        parts = table = None
         if _current_device() != self.device:
             with torch.cuda.device(self.device):
-                if self.split is not None and self.split.merges:
-                    parts = self.split.workspace(_empty)
-                if self.order is not None:
-                    table = self.order.table(_empty)
-                self._enqueue(out, lse, scale, True, extra, parts, table)
+                self._enqueue(out, lse, scale, True, extra, *self._scratch())
             _bound.ctx = None  # leaving the device context made another context current
         else:
-            if self.split is not None and self.split.merges:
-                parts = self.split.workspace(_empty)
-            if self.order is not None:
-                table = self.order.table(_empty)
-            self._enqueue(out, lse, scale, False, extra, parts, table)
+            self._enqueue(out, lse, scale, False, extra, *self._scratch())
+
+    def _scratch(self):
+        """``(parts, table)`` of one call on the current device: a split-KV entry's FP32 workspace (2+ splits)
+        and a varlen entry's item order tensor, each None where the entry has none."""
+        parts = self.split.workspace(_empty) if self.split is not None and self.split.merges else None
+        return parts, (self.order.table(_empty) if self.order is not None else None)
 
     def _enqueue(self, out, lse, scale, force_ctx: bool, extra=None, parts=None, table=None) -> None:
         ctx = self.context
@@ -332,19 +329,13 @@ class Entry:
                 self._o_part.value = parts[0].data_ptr()
                 self._lse_part.value = parts[1].data_ptr()
             if table is not None:
-                self._item_order.value = table.data_ptr()
+                self._item_order.value = self.order.order_slot.value = table.data_ptr()
             for retry in (False, True):
                 what, err = "cuLaunchKernel", self._ok
                 if table is not None:  # the varlen item order first, on the same stream (b200c.runtime.work_order)
-                    od = self.order
-                    od.order_slot.value = table.data_ptr()
                     what = f"cuLaunchKernel of b200c_work_order (the varlen item order: grid 1, block {_ORDER_THREADS}) before that"
-                    (err,) = self._launch(od.function, 1, 1, 1, _ORDER_THREADS, 1, 1, 0, stream,
-                                          od.block.array_addr, 0)
-                    if err in self._ctx_errors and not retry and not force_ctx:
-                        driver._check(self._cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")  # another library's context
-                        _bound.ctx = ctx
-                        continue
+                    (err,) = self._launch(self.order.function, 1, 1, 1, _ORDER_THREADS, 1, 1, 0, stream,
+                                          self.order.block.array_addr, 0)
                 if err == self._ok and self.masks is not None:
                     (err,) = self._memset(self.masks[0], 0, self.masks[1], stream)
                     what = "cuMemsetD32Async (emulator TMEM alloc masks) before cuLaunchKernel"

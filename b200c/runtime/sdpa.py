@@ -257,12 +257,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         api._check_options(target, "bhsd")
     # checked on every call, also those that run torch's SDPA, as b200c.attention checks it
     backward_json = "" if backward_schedule is None else api._checked_backward_json(backward_schedule, query, False)
-    if isinstance(scale, torch.Tensor) and scale.requires_grad and torch.is_grad_enabled():
-        from ..errors import BackwardNotSupportedError
-
-        raise BackwardNotSupportedError(
-            "scale is a tensor that requires grad: neither b200c's kernels nor torch's SDPA differentiate the scale "
-            "(torch takes a float); pass scale=float(t) or fold a learned temperature into query (query * t)")
+    inputs.refuse_scale_grad(scale, "scale", "query")  # before the traced fallback helper, by the drop-in's names
     why = _reason(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa, compiling)
     if why is None and scale is not None:
         text = _scale_reason_traced(scale) if compiling else _scale_reason(scale)
